@@ -1,0 +1,176 @@
+"""Every label key, annotation key, resource name, object name and unit constant in one place.
+
+Controllers, the simulator and the tests import these instead of writing string literals, so a
+format lives exactly once (reference §3). Builders that need an algorithm (``aKey``/``gKey``) live in
+:mod:`gpustack_worker.api.identity`; the text rules in :mod:`gpustack_worker.api.normalize`.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from gpustack_worker.api.normalize import fnv64a_hex
+
+# --- units -----------------------------------------------------------------------------------------
+#: Credit units per whole accelerator (``M``): fractional shares stay integral in Kueue's int64 math.
+UNITS_PER_ACCELERATOR: Final = 1_600_000
+#: One ownership share of a card (``M / 10``).
+UNITS_PER_SHARE: Final = 160_000
+#: Ownership shares per card (``SharedResourceMaxSize``).
+SHARES_PER_ACCELERATOR: Final = 10
+#: Units per VRAM percent (``M / 100``).
+UNITS_PER_PERCENT: Final = 16_000
+
+# --- prefixes ---------------------------------------------------------------------------------------
+LABEL_PREFIX: Final = "gpustack.ai/"
+FEATURE_PREFIX: Final = "feature.gpustack.ai/"
+ACCELERATABLE_PREFIX: Final = "acceleratable.feature.gpustack.ai/"
+GENERAL_PREFIX: Final = "general.feature.gpustack.ai/"
+NOTE_PREFIX: Final = "note.gpustack.ai/"
+TOPOLOGY_PREFIX: Final = "topology.gpustack.ai/"
+CREDITS_PREFIX: Final = "credits.gpustack.ai/"
+
+# --- node identity and stage-1/2 inputs -------------------------------------------------------------
+HOSTNAME: Final = "kubernetes.io/hostname"
+OS: Final = "kubernetes.io/os"
+ARCH: Final = "kubernetes.io/arch"
+MANAGED: Final = "gpustack.ai/managed"
+ACCELERATABLE: Final = "feature.gpustack.ai/acceleratable"
+CPU_ONLY: Final = "feature.gpustack.ai/cpu-only"
+NFD_CPU_VENDOR: Final = "feature.node.kubernetes.io/cpu-model.vendor_id"
+NFD_CPU_FAMILY: Final = "feature.node.kubernetes.io/cpu-model.family"
+NFD_CPU_ID: Final = "feature.node.kubernetes.io/cpu-model.id"
+CPU_NAME_ANNOTATION: Final = "feature.gpustack.ai/cpu-name"
+CPU_DETAIL_ANNOTATIONS: Final = tuple(
+    f"{FEATURE_PREFIX}cpu-{suffix}"
+    for suffix in (
+        "family",
+        "physical-cores",
+        "threads-per-core",
+        "logical-cores",
+        "stepping",
+        "cache-line",
+        "hz",
+        "boost-freq",
+        "cache-l1i",
+        "cache-l1d",
+        "cache-l2",
+        "cache-l3",
+    )
+)
+
+# --- RDMA -------------------------------------------------------------------------------------------
+RDMA_CAPABLE: Final = "feature.gpustack.ai/rdma.capable"
+RDMA_DISTANCE: Final = "feature.gpustack.ai/rdma.distance"
+RDMA_NUMA: Final = "feature.gpustack.ai/rdma.numa"
+
+# --- NFD --------------------------------------------------------------------------------------------
+NFD_NODE_NAME: Final = "nfd.node.kubernetes.io/node-name"
+NFD_FEATURE_LABELS_ANNOTATION: Final = "nfd.node.kubernetes.io/feature-labels"
+PART_OF: Final = "app.kubernetes.io/part-of"
+WORKER_PART_OF: Final = "gpustack-operator-worker"
+
+# --- topology ---------------------------------------------------------------------------------------
+TOPOLOGY_PROFILE: Final = "topology.gpustack.ai/profile"
+
+# --- Kueue chain metadata ---------------------------------------------------------------------------
+RESOURCE_TYPE: Final = "resource.gpustack.ai/type"
+SCHEDULE_QUEUE_ANNOTATION: Final = "schedule.gpustack.ai/queue"
+DERIVED_FROM_NODE: Final = "schedule.gpustack.ai/derived-from-node"
+FINALIZER_CONTROLLED: Final = "gpustack.ai/controlled"
+LOCAL_QUEUE_PREFIX: Final = "gpustack-fnv64-"
+
+
+# --- builders ---------------------------------------------------------------------------------------
+def general_key(g_key: str) -> str:
+    """``general.feature.gpustack.ai/<gKey>`` (also used with the bare CPU manufacturer)."""
+    return f"{GENERAL_PREFIX}{g_key}"
+
+
+def accelerator_key(a_key: str) -> str:
+    """``acceleratable.feature.gpustack.ai/<aKey>``."""
+    return f"{ACCELERATABLE_PREFIX}{a_key}"
+
+
+def count_key(feature_key: str) -> str:
+    """``<feature key>.count``: per-node CPU cores or accelerator cards."""
+    return f"{feature_key}.count"
+
+
+def sliced_max_free_units_key(a_key: str) -> str:
+    """Per-card fit label: the largest free slice units on any one card of the model."""
+    return f"sliced-max-free-units.fit.gpustack.ai/{a_key}"
+
+
+def shared_free_cards_key(a_key: str) -> str:
+    """Per-card fit label: how many cards of the model can still grant an ownership share."""
+    return f"shared-free-cards.fit.gpustack.ai/{a_key}"
+
+
+FIT_LABEL_DOMAINS: Final = ("sliced-max-free-units.fit.gpustack.ai/", "shared-free-cards.fit.gpustack.ai/")
+
+
+def credits_resource(manufacturer: str) -> str:
+    """``credits.gpustack.ai/<mfr>``: the queue-side resource one accelerator is worth M of."""
+    return f"{CREDITS_PREFIX}{manufacturer}"
+
+
+# Extended resources: the device plugin's pools and the worker's counting keys (reference §8.2).
+SHARED_SUFFIX: Final = ".shared"
+SLICED_SUFFIX: Final = ".sliced"
+PARTITIONED_SUFFIX: Final = ".partitioned"
+SLICED_COUNTING_SUFFIXES: Final = ("units", "cores-percentage", "memory-percentage", "memory-mib")
+
+
+def sliced_resource(base: str, suffix: str | None = None) -> str:
+    """``<base>.sliced`` or ``<base>.sliced.<suffix>``."""
+    return f"{base}{SLICED_SUFFIX}" + (f".{suffix}" if suffix else "")
+
+
+def partitioned_resource(base: str, suffix: str | None = None) -> str:
+    """``<base>.partitioned`` or ``<base>.partitioned.<suffix>`` (``units`` or ``<kind>-<profile>``)."""
+    return f"{base}{PARTITIONED_SUFFIX}" + (f".{suffix}" if suffix else "")
+
+
+def worker_nodefeature_name(node: str) -> str:
+    """The worker's per-node NodeFeature."""
+    return f"{node}-gpustack-worker"
+
+
+def device_manager_nodefeature_name(node: str) -> str:
+    """The Device Manager's per-node NodeFeature (stage 2)."""
+    return f"{node}-gpustack-device-manager"
+
+
+def topology_profile(levels: list[str] | tuple[str, ...]) -> str:
+    """``fnv64-<16hex>`` of the ordered level keys joined with NUL (reference §2.1.2)."""
+    return "fnv64-" + fnv64a_hex("\x00".join(levels))
+
+
+def topology_name(profile: str) -> str:
+    """The generated Kueue Topology for a profile."""
+    return f"gpustack-{profile}"
+
+
+def local_queue_name(cluster_queue: str) -> str:
+    """LocalQueue name: always 31 characters, so it fits the 63-char queue-name label."""
+    return LOCAL_QUEUE_PREFIX + fnv64a_hex(cluster_queue)
+
+
+def cpu_flavor_name(g_key: str, os: str, arch: str, cores: int, profile: str) -> str:
+    """``gpustack--<gKey>-<os>-<arch>-<cores>c-<profile>``."""
+    return f"gpustack--{g_key}-{os}-{arch}-{cores}c-{profile}"
+
+
+def device_flavor_name(g_key: str, a_key: str, os: str, arch: str, cards: int, profile: str) -> str:
+    """``gpustack--<gKey>--<aKey>-<os>-<arch>-<cards>d-<profile>``."""
+    return f"gpustack--{g_key}--{a_key}-{os}-{arch}-{cards}d-{profile}"
+
+
+def pool_name(os: str, arch: str, a_key: str = "", g_key: str = "generic") -> str:
+    """ClusterQueue / InstanceType name for a pool (``g_key='generic'`` when awareness is off)."""
+    if a_key:
+        head = f"gpustack--{a_key}" if g_key == "generic" else f"gpustack--{g_key}--{a_key}"
+    else:
+        head = f"gpustack--{g_key}"
+    return f"{head}-{os}-{arch}"
