@@ -1,0 +1,412 @@
+"""The one HTTP client every controller talks to the API server through.
+
+kr8s gives us configuration and authentication (kubeconfig, in-cluster service account, token refresh on
+401/403) and its low-level ``Api.call_api``; everything above that is ours, because kr8s has no
+server-side apply, returns no list resourceVersion, cannot pass ``timeoutSeconds`` or
+``allowWatchBookmarks`` to a watch, ends a watch silently, does not retry 429/5xx and creates its HTTP
+session without timeouts (notes/control-plane.md §4). So this module:
+
+* speaks plain JSON dicts (no kr8s ``APIObject``: they cost ~10x per object on large lists);
+* pages LISTs with ``limit``/``continue`` and returns the list's resourceVersion for a correct
+  list-then-watch;
+* streams WATCHes with our own ``timeoutSeconds``, resourceVersion and bookmarks, and turns an
+  ``ERROR`` event into the matching :class:`ApiError` (410 -> :class:`Gone`), so the informer decides;
+* retries 429 (honouring ``Retry-After``), 5xx and connection errors a bounded number of times;
+* serialises apply bodies deterministically (orjson, sorted keys) so equal intent gives equal bytes;
+* counts every request in ``rest_client_requests_total{code,method,host}`` and in the per-instance
+  :attr:`Client.requests_by_method` (tests assert "zero writes" with it), and traces each call as an
+  OpenTelemetry span.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import urlsplit
+
+import httpx
+import kr8s
+import orjson
+from opentelemetry import trace
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop_after_delay
+
+from gpustack_worker.runtime.metrics import REST_REQUESTS
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from gpustack_worker.runtime.resources import Resource
+
+__all__ = ("WRITE_METHODS", "ApiError", "Client", "Conflict", "Gone", "NotFound")
+
+_TRACER: Final = trace.get_tracer(__name__)
+#: HTTP methods that change state; ``requests_by_method`` summed over these is the write count.
+WRITE_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_PATCH_TYPES: Final = {
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+    "apply": "application/apply-patch+yaml",
+}
+_RETRIABLE_STATUS: Final = frozenset({401, 429, 500, 502, 503, 504})
+#: Default per-request timeout; kr8s' own default is "none at all".
+DEFAULT_TIMEOUT_S: Final = 30.0
+
+
+class ApiError(Exception):
+    """A non-2xx answer from the API server (or an ``ERROR`` watch event)."""
+
+    def __init__(self, status: int, reason: str, body: dict[str, Any], message: str = "") -> None:
+        super().__init__(f"{status} {reason}: {message}" if message else f"{status} {reason}")
+        self.status = status
+        self.reason = reason
+        self.body = body
+        self.retry_after: float | None = None
+
+    @staticmethod
+    def from_status(status: int, body: dict[str, Any]) -> ApiError:
+        """Build the most specific subclass for ``status`` from a ``Status`` body."""
+        reason = str(body.get("reason") or "")
+        message = str(body.get("message") or "")
+        cls = _BY_STATUS.get(status, ApiError)
+        return cls(status, reason, body, message)
+
+
+class NotFound(ApiError):
+    """404: the object (or its kind) does not exist."""
+
+
+class Conflict(ApiError):
+    """409: an optimistic-concurrency conflict, an AlreadyExists or a failed delete precondition."""
+
+
+class Gone(ApiError):
+    """410: the requested resourceVersion is older than etcd keeps; the caller must relist."""
+
+
+_BY_STATUS: Final[dict[int, type[ApiError]]] = {404: NotFound, 409: Conflict, 410: Gone}
+
+
+class _TransientError(Exception):
+    """Internal marker: a connection-level failure worth retrying."""
+
+
+def _retriable(exc: BaseException) -> bool:
+    if isinstance(exc, ApiError):
+        return exc.status in _RETRIABLE_STATUS
+    return isinstance(exc, httpx.TransportError | kr8s.APITimeoutError | _TransientError)
+
+
+def _retry_wait(state: Any) -> float:
+    """Exponential backoff 0.2 s x2 (cap 5 s), but never shorter than the server's Retry-After."""
+    attempt = int(state.attempt_number)
+    base: float = min(5.0, 0.2 * (2 ** (attempt - 1)))
+    outcome = state.outcome
+    exc = outcome.exception() if outcome is not None else None
+    if isinstance(exc, ApiError) and exc.retry_after is not None:
+        return float(max(base, min(exc.retry_after, 30.0)))
+    return base
+
+
+def _split(path: str) -> tuple[str, str]:
+    """Split ``/apis/g/v/...`` into kr8s' ``base`` (``/apis``) and ``url`` (the rest)."""
+    _, root, rest = path.split("/", 2)
+    return f"/{root}", rest
+
+
+def _status_of(response: httpx.Response) -> dict[str, Any]:
+    try:
+        body = orjson.loads(response.content)
+    except orjson.JSONDecodeError:
+        return {"message": response.text[:500]}
+    return body if isinstance(body, dict) else {"message": str(body)}
+
+
+class Client:
+    """Async Kubernetes API client over a kr8s-authenticated HTTP session.
+
+    One instance per process is enough; it is safe for concurrent use by many tasks.
+    """
+
+    def __init__(self, api: Any, *, max_attempts: int = 5, retry_deadline_s: float = 30.0) -> None:
+        self._api = api
+        self._max_attempts = max_attempts
+        self._retry_deadline_s = retry_deadline_s
+        self.host: str = urlsplit(str(getattr(api.auth, "server", "") or "")).netloc
+        #: Requests issued by this instance, by HTTP method (``WATCH`` counted separately from ``GET``).
+        self.requests_by_method: collections.Counter[str] = collections.Counter()
+
+    @classmethod
+    async def connect(cls, kubeconfig: str | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> Client:
+        """Connect using ``kubeconfig``, else ``$KUBECONFIG``, else the in-cluster service account.
+
+        A private kr8s ``Api`` is created (not kr8s' per-loop singleton) so closing one client never
+        closes another's session.
+        """
+        path = kubeconfig or os.environ.get("KUBECONFIG") or None
+        api = kr8s.asyncio.Api(bypass_factory=True, kubeconfig=path)
+        api = await api
+        api.timeout = timeout_s
+        return cls(api)
+
+    @property
+    def writes(self) -> int:
+        """Total write requests (POST/PUT/PATCH/DELETE) issued by this instance."""
+        return sum(n for m, n in self.requests_by_method.items() if m in WRITE_METHODS)
+
+    # -- transport ---------------------------------------------------------------------------------
+
+    def _count(self, method: str, code: int | str) -> None:
+        self.requests_by_method[method] += 1
+        REST_REQUESTS.labels(code=str(code), method=method, host=self.host).inc()
+
+    async def _once(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, str] | None,
+        content: bytes | None,
+        content_type: str | None,
+    ) -> httpx.Response:
+        base, url = _split(path)
+        kwargs: dict[str, Any] = {"params": params or None}
+        if content is not None:
+            kwargs["content"] = content
+            kwargs["headers"] = {"Content-Type": content_type or "application/json"}
+        with _TRACER.start_as_current_span(f"k8s {method}") as span:
+            span.set_attribute("http.request.method", method)
+            span.set_attribute("url.path", path)
+            try:
+                async with self._api.call_api(
+                    method, version="", base=base, url=url, raise_for_status=False, **kwargs
+                ) as response:
+                    await response.aread()
+            except (httpx.TransportError, kr8s.APITimeoutError):
+                self._count(method, "<error>")
+                raise
+            code = response.status_code
+            span.set_attribute("http.response.status_code", code)
+            self._count(method, code)
+            if code == 401:
+                # kr8s only re-authenticates when it raises; refresh ourselves and let tenacity retry.
+                await self._api.auth.reauthenticate()
+                await self._api._create_session()
+            if code >= 400:
+                err = ApiError.from_status(code, _status_of(response))
+                retry_after = response.headers.get("Retry-After")
+                if retry_after and retry_after.isdigit():
+                    err.retry_after = float(retry_after)
+                raise err
+            result: httpx.Response = response
+            return result
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, str] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+    ) -> dict[str, Any]:
+        content = orjson.dumps(body, option=orjson.OPT_SORT_KEYS) if body is not None else None
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(_retriable),
+            stop=stop_after_attempt(self._max_attempts) | stop_after_delay(self._retry_deadline_s),
+            wait=_retry_wait,
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                response = await self._once(
+                    method, path, params=params, content=content, content_type=content_type
+                )
+                data = orjson.loads(response.content) if response.content else {}
+                return data if isinstance(data, dict) else {"items": data}
+        raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
+
+    # -- verbs -------------------------------------------------------------------------------------
+
+    async def list(
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int = 500,
+    ) -> tuple[list[dict[str, Any]], str]:
+        """LIST every page; returns ``(items, list resourceVersion)``.
+
+        Items get ``apiVersion``/``kind`` filled in (the server omits them inside a List) so they look
+        like watch objects.
+        """
+        path = resource.collection_path(namespace)
+        params: dict[str, str] = {}
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
+        if limit > 0:
+            params["limit"] = str(limit)
+        items: list[dict[str, Any]] = []
+        while True:
+            page = await self._request("GET", path, params=params)
+            for item in page.get("items") or ():
+                item["apiVersion"] = resource.api_version
+                item["kind"] = resource.kind
+                items.append(item)
+            meta = page.get("metadata") or {}
+            token = meta.get("continue")
+            if not token:
+                return items, str(meta.get("resourceVersion") or "")
+            params["continue"] = str(token)
+
+    async def watch(
+        self,
+        resource: Resource,
+        *,
+        resource_version: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout_seconds: int,
+        bookmarks: bool = True,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Stream raw watch events ``{"type", "object"}`` until the server ends the watch.
+
+        ``ERROR`` events are raised as :class:`ApiError` (``Gone`` for 410) instead of yielded. The
+        stream is not retried here: the informer owns reconnection, backoff and relisting. The
+        HTTP read timeout is ``timeout_seconds`` plus a margin, so a dead connection cannot hang forever
+        even without the informer's watchdog.
+        """
+        params: dict[str, str] = {
+            "watch": "1",
+            "resourceVersion": resource_version,
+            "timeoutSeconds": str(timeout_seconds),
+        }
+        if bookmarks:
+            params["allowWatchBookmarks"] = "true"
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
+        base, url = _split(resource.collection_path(namespace))
+        timeout = httpx.Timeout(DEFAULT_TIMEOUT_S, read=float(timeout_seconds) + 30.0)
+        with _TRACER.start_as_current_span("k8s WATCH") as span:
+            span.set_attribute("url.path", resource.collection_path(namespace))
+            span.set_attribute("k8s.resource_version", resource_version)
+            async with self._api.call_api(
+                "GET", version="", base=base, url=url, stream=True, raise_for_status=False,
+                params=params, timeout=timeout,
+            ) as response:  # fmt: skip
+                self._count("WATCH", response.status_code)
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise ApiError.from_status(response.status_code, _status_of(response))
+                async for line in response.aiter_lines():
+                    if not line:
+                        continue
+                    event = orjson.loads(line)
+                    if event.get("type") == "ERROR":
+                        status = event.get("object") or {}
+                        raise ApiError.from_status(int(status.get("code") or 500), status)
+                    yield event
+
+    async def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        """A real GET (not kr8s' LIST-and-poll); ``None`` when the object does not exist."""
+        try:
+            return await self._request("GET", resource.object_path(name, namespace))
+        except NotFound:
+            return None
+
+    async def create(
+        self, resource: Resource, body: dict[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
+        """POST ``body``; the namespace defaults to ``body.metadata.namespace``."""
+        ns = namespace or (body.get("metadata") or {}).get("namespace")
+        return await self._request("POST", resource.collection_path(ns), body=body)
+
+    async def apply(
+        self,
+        resource: Resource,
+        body: dict[str, Any],
+        *,
+        field_manager: str,
+        force: bool = False,
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        """Server-side apply ``body`` (name/namespace from its metadata) as ``field_manager``."""
+        meta = body.get("metadata") or {}
+        path = resource.object_path(meta["name"], meta.get("namespace"), subresource)
+        params = {"fieldManager": field_manager}
+        if force:
+            params["force"] = "true"
+        return await self._request(
+            "PATCH", path, params=params, body=body, content_type=_PATCH_TYPES["apply"]
+        )
+
+    async def patch(
+        self,
+        resource: Resource,
+        name: str,
+        patch: Any,
+        *,
+        namespace: str | None = None,
+        patch_type: str = "merge",
+        subresource: str | None = None,
+        field_manager: str | None = None,
+    ) -> dict[str, Any]:
+        """PATCH with ``patch_type`` in ``merge`` | ``json`` | ``strategic`` | ``apply``."""
+        params = {"fieldManager": field_manager} if field_manager else None
+        return await self._request(
+            "PATCH",
+            resource.object_path(name, namespace, subresource),
+            params=params,
+            body=patch,
+            content_type=_PATCH_TYPES[patch_type],
+        )
+
+    async def replace(
+        self, resource: Resource, body: dict[str, Any], *, subresource: str | None = None
+    ) -> dict[str, Any]:
+        """PUT ``body`` (optimistic concurrency through its ``metadata.resourceVersion``)."""
+        meta = body.get("metadata") or {}
+        return await self._request(
+            "PUT", resource.object_path(meta["name"], meta.get("namespace"), subresource), body=body
+        )
+
+    async def delete(
+        self,
+        resource: Resource,
+        name: str,
+        namespace: str | None = None,
+        *,
+        uid: str | None = None,
+        resource_version: str | None = None,
+    ) -> bool:
+        """DELETE with optional uid/resourceVersion preconditions; ``False`` if already gone.
+
+        A failed precondition raises :class:`Conflict`.
+        """
+        preconditions: dict[str, str] = {}
+        if uid:
+            preconditions["uid"] = uid
+        if resource_version:
+            preconditions["resourceVersion"] = resource_version
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if preconditions:
+            body["preconditions"] = preconditions
+        try:
+            await self._request("DELETE", resource.object_path(name, namespace), body=body)
+        except NotFound:
+            return False
+        return True
+
+    async def close(self) -> None:
+        """Close the HTTP session."""
+        session = getattr(self._api, "_session", None)
+        if session is not None:
+            await session.aclose()

@@ -1,0 +1,116 @@
+"""Every Prometheus metric the runtime exports, declared once.
+
+The names are the conventional ones of client-go and controller-runtime (see the engineering notes,
+"Conventional metric names") so existing dashboards and alerts work unchanged; our own additions use the
+``gpustack_`` prefix. They live in the default registry, which also carries prometheus-client's
+``process_*`` and ``python_*`` collectors, and :mod:`gpustack_worker.runtime.health` serves that registry.
+Label values that are known up front are pre-registered at zero by the code that owns them, so rates do
+not start from "absent".
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from prometheus_client import Counter, Gauge, Histogram
+
+#: Buckets of controller-runtime's reconcile-time histogram (5 ms … 60 s).
+RECONCILE_BUCKETS: Final = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0,
+    1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8, 9, 10, 15, 20, 25, 30, 40, 50, 60,
+)  # fmt: skip
+#: Buckets of client-go's workqueue duration histograms (1 µs … 10 s, factor 10).
+QUEUE_BUCKETS: Final = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
+
+REST_REQUESTS: Final = Counter(
+    "rest_client_requests_total",
+    "Number of HTTP requests, partitioned by status code, method, and host.",
+    ("code", "method", "host"),
+)
+
+RECONCILE_TOTAL: Final = Counter(
+    "controller_runtime_reconcile_total",
+    "Total number of reconciliations per controller",
+    ("controller", "result"),
+)
+RECONCILE_ERRORS: Final = Counter(
+    "controller_runtime_reconcile_errors_total",
+    "Total number of reconciliation errors per controller",
+    ("controller",),
+)
+RECONCILE_PANICS: Final = Counter(
+    "controller_runtime_reconcile_panics_total",
+    "Total number of reconciliation panics (unexpected exceptions) per controller",
+    ("controller",),
+)
+RECONCILE_TIME: Final = Histogram(
+    "controller_runtime_reconcile_time_seconds",
+    "Length of time per reconciliation per controller",
+    ("controller",),
+    buckets=RECONCILE_BUCKETS,
+)
+MAX_CONCURRENT: Final = Gauge(
+    "controller_runtime_max_concurrent_reconciles",
+    "Maximum number of concurrent reconciles per controller",
+    ("controller",),
+)
+ACTIVE_WORKERS: Final = Gauge(
+    "controller_runtime_active_workers",
+    "Number of currently used workers per controller",
+    ("controller",),
+)
+
+QUEUE_DEPTH: Final = Gauge("workqueue_depth", "Current depth of workqueue", ("name", "controller"))
+QUEUE_ADDS: Final = Counter(
+    "workqueue_adds_total", "Total number of adds handled by workqueue", ("name", "controller")
+)
+QUEUE_LATENCY: Final = Histogram(
+    "workqueue_queue_duration_seconds",
+    "How long in seconds an item stays in workqueue before being requested",
+    ("name", "controller"),
+    buckets=QUEUE_BUCKETS,
+)
+QUEUE_WORK: Final = Histogram(
+    "workqueue_work_duration_seconds",
+    "How long in seconds processing an item from workqueue takes.",
+    ("name", "controller"),
+    buckets=QUEUE_BUCKETS,
+)
+QUEUE_RETRIES: Final = Counter(
+    "workqueue_retries_total", "Total number of retries handled by workqueue", ("name", "controller")
+)
+
+LEADER_STATUS: Final = Gauge(
+    "leader_election_master_status",
+    "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 master.",
+    ("name",),
+)
+LEADER_SLOWPATH: Final = Counter(
+    "leader_election_slowpath_total",
+    "Total number of slow path exercised in renewing leader leases.",
+    ("name",),
+)
+
+INFORMER_RELISTS: Final = Counter(
+    "gpustack_informer_relists_total",
+    "Full relists per informer, by reason (initial, gone, error).",
+    ("resource", "reason"),
+)
+INFORMER_OBJECTS: Final = Gauge(
+    "gpustack_informer_objects", "Objects held in the informer cache.", ("resource",)
+)
+
+SETTINGS_INVALID: Final = Counter(
+    "gpustack_settings_invalid_total", "Settings ConfigMap revisions rejected as invalid.", ("configmap",)
+)
+SETTINGS_LAST_GOOD: Final = Gauge(
+    "gpustack_settings_last_good_timestamp",
+    "Unix time at which the settings in force were last accepted.",
+    ("configmap",),
+)
+
+APPLY_SKIPPED: Final = Counter(
+    "gpustack_apply_skipped_total",
+    "Server-side applies skipped because the cache already matched.",
+    ("field_manager",),
+)
