@@ -1,0 +1,343 @@
+"""A real control plane on 127.0.0.1: etcd, kube-apiserver, Kueue and nfd-master.
+
+Used by the test suite (one per session), by the demo and by ``gpustack-worker devcluster up``. Start
+order follows the control-plane notes: certificates → etcd → kube-apiserver → CRDs (Kueue, NFD, ours) →
+namespaces → the node nfd-master needs → Kueue → nfd-master. Every port is chosen free at start, so
+several clusters can run side by side.
+
+There is no kubelet, scheduler or kube-controller-manager: Nodes are API objects whose status we write,
+namespaces never finish terminating, and owner references are not garbage-collected.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import ssl
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpustack_worker.devcluster import build, versions
+from gpustack_worker.devcluster.bootstrap import ApiBootstrap, load_yaml_documents
+from gpustack_worker.devcluster.pki import Pki, make_pki
+from gpustack_worker.devcluster.procs import ManagedProcess, StartupError, free_port, wait_until
+
+__all__ = ("NFD_MASTER_NODE", "SYSTEM_NAMESPACES", "DevCluster", "StartupError")
+
+#: The Node nfd-master insists on updating at start-up; marked unmanaged and unschedulable so no chain
+#: object ever counts it.
+NFD_MASTER_NODE = "devcluster-nfd-master"
+SYSTEM_NAMESPACES = ("kueue-system", "node-feature-discovery", "gpustack-system")
+#: Kueue's metrics certificate path is hard-coded in cmd/kueue/main.go.
+KUEUE_METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
+MANIFESTS_ENV = "GPUSTACK_WORKER_MANIFESTS"
+
+
+def _repo_manifests() -> Path:
+    env = os.environ.get(MANIFESTS_ENV)
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / "manifests"
+
+
+def _http_ok(url: str, ctx: ssl.SSLContext | None = None) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2, context=ctx) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+@dataclass
+class DevCluster:
+    """One local control plane rooted at ``dir``."""
+
+    dir: Path
+    #: Start Kueue and nfd-master too (the runtime's own tests need only the API server).
+    with_kueue: bool = True
+    with_nfd: bool = True
+    log: Any = print
+    etcd_port: int = 0
+    etcd_peer_port: int = 0
+    apiserver_port: int = 0
+    kueue_health_port: int = 0
+    kueue_webhook_port: int = 0
+    nfd_port: int = 0
+    pki: Pki | None = None
+    procs: dict[str, ManagedProcess] = field(default_factory=dict)
+    binaries: dict[str, Path] = field(default_factory=dict)
+
+    # --- public surface ----------------------------------------------------------------------------
+    @property
+    def kubeconfig(self) -> Path:
+        return self.dir / "kubeconfig"
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.apiserver_port}"
+
+    def start(self) -> DevCluster:
+        """Build (or reuse) the binaries and start everything; on any failure stop what started and raise."""
+        self.dir = self.dir.resolve()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        self.binaries = build.ensure_all(self.log)
+        built = time.monotonic()
+        try:
+            self._start_all()
+        except BaseException:
+            self.stop()
+            raise
+        self.log(
+            f"devcluster ready in {time.monotonic() - built:.1f}s (build/cache check {built - started:.1f}s): "
+            f"{self.server}, kubeconfig {self.kubeconfig}"
+        )
+        return self
+
+    def stop(self) -> None:
+        """Stop every component, newest first."""
+        for name in reversed(list(self.procs)):
+            self.procs[name].stop()
+        self.procs.clear()
+
+    def restart_apiserver(self) -> None:
+        """Stop kube-apiserver and start it again on the same port; returns once it is ready."""
+        self.procs.pop("kube-apiserver").stop()
+        self._start_apiserver()
+
+    def compact_etcd(self) -> int:
+        """Compact etcd at its current revision (physically), so watches from older resourceVersions get 410.
+
+        kube-apiserver serves watches from its watch cache, which keeps recent events after an etcd
+        compaction; the cache is disabled for ConfigMaps (``--watch-cache-sizes``), so a ConfigMap watch
+        from a compacted resourceVersion is answered 410 Gone by etcd, deterministically.
+        """
+        base = f"http://127.0.0.1:{self.etcd_port}/v3"
+        key = base64.b64encode(b"\x00").decode()
+        rng = self._etcd_post(f"{base}/kv/range", {"key": key, "range_end": key, "limit": 1})
+        revision = int(rng["header"]["revision"])
+        self._etcd_post(f"{base}/kv/compaction", {"revision": revision, "physical": True})
+        return revision
+
+    def bootstrap(self) -> ApiBootstrap:
+        """An admin HTTP client for the harness' own calls (caller closes it)."""
+        assert self.pki is not None
+        return ApiBootstrap(self.server, self.pki.ca_cert, self.pki.admin_token)
+
+    # --- start-up steps ------------------------------------------------------------------------------
+    def _start_all(self) -> None:
+        self.pki = make_pki(self.dir / "pki")
+        self.etcd_port, self.etcd_peer_port = free_port(), free_port()
+        self.apiserver_port = free_port()
+        self._start_etcd()
+        self._start_apiserver()
+        self._write_kubeconfig()
+        api = self.bootstrap()
+        try:
+            crds = self._crd_documents()
+            api.install_crds(crds)
+            for ns in SYSTEM_NAMESPACES:
+                api.ensure_namespace(ns)
+            if self.with_nfd:
+                api.create_node(_nfd_master_node())
+        finally:
+            api.close()
+        if self.with_kueue:
+            self._start_kueue()
+        if self.with_nfd:
+            self._start_nfd_master()
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> ManagedProcess:
+        proc = ManagedProcess(name, argv, self.dir / "logs" / f"{name}.log", env)
+        proc.start()
+        self.procs[name] = proc
+        return proc
+
+    def _start_etcd(self) -> None:
+        data = self.dir / "etcd-data"
+        shutil.rmtree(data, ignore_errors=True)
+        peer = f"http://127.0.0.1:{self.etcd_peer_port}"
+        client = f"http://127.0.0.1:{self.etcd_port}"
+        proc = self._spawn(
+            "etcd",
+            [
+                str(self.binaries["etcd"]),
+                "--name=devcluster",
+                f"--data-dir={data}",
+                f"--listen-client-urls={client}",
+                f"--advertise-client-urls={client}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=devcluster={peer}",
+                "--unsafe-no-fsync=true",
+                "--log-level=warn",
+            ],
+        )
+        proc.wait_ready(lambda: _http_ok(f"{client}/health"), 30)
+
+    def _start_apiserver(self) -> None:
+        assert self.pki is not None
+        p = self.pki
+        proc = self._spawn(
+            "kube-apiserver",
+            [
+                str(self.binaries["kube-apiserver"]),
+                f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.apiserver_port}",
+                f"--cert-dir={self.dir / 'pki'}",
+                f"--tls-cert-file={p.serving_cert}",
+                f"--tls-private-key-file={p.serving_key}",
+                f"--token-auth-file={p.token_file}",
+                f"--service-account-issuer=https://127.0.0.1:{self.apiserver_port}",
+                f"--service-account-key-file={p.sa_pub}",
+                f"--service-account-signing-key-file={p.sa_key}",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--authorization-mode=RBAC",
+                "--allow-privileged=true",
+                # No node lifecycle controller runs here: the not-ready taint would never be removed.
+                "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+                "--endpoint-reconciler-type=none",
+                # ConfigMaps are watched straight from etcd so compact_etcd() gives a deterministic 410.
+                "--watch-cache-sizes=configmaps#0",
+            ],
+        )
+        ctx = ssl.create_default_context(cafile=str(p.ca_cert))
+        proc.wait_ready(lambda: _http_ok(f"{self.server}/readyz", ctx), 90)
+
+    def _write_kubeconfig(self) -> None:
+        assert self.pki is not None
+        ca = base64.b64encode(self.pki.ca_cert.read_bytes()).decode()
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "devcluster", "cluster": {"server": self.server, "certificate-authority-data": ca}}],
+            "users": [{"name": "devcluster-admin", "user": {"token": self.pki.admin_token}}],
+            "contexts": [{"name": "devcluster", "context": {"cluster": "devcluster", "user": "devcluster-admin"}}],
+            "current-context": "devcluster",
+        }
+        self.kubeconfig.write_text(yaml.safe_dump(config, sort_keys=True))
+        self.kubeconfig.chmod(0o600)
+
+    def _crd_documents(self) -> list[dict[str, Any]]:
+        kueue = build.module_dir("sigs.k8s.io/kueue", versions.KUEUE) / "config/components/crd/bases"
+        nfd = build.module_dir("sigs.k8s.io/node-feature-discovery", versions.NFD)
+        ours = _repo_manifests() / "crds"
+        ours_files = sorted(ours.glob("*.yaml"))
+        if not ours_files:
+            raise StartupError(f"no CRDs of ours found in {ours} (run `nox -s crds`)")
+        files = [*sorted(kueue.glob("*.yaml")), nfd / "deployment/base/nfd-crds/nfd-api-crds.yaml", *ours_files]
+        return load_yaml_documents(files)
+
+    def _start_kueue(self) -> None:
+        assert self.pki is not None
+        self.kueue_health_port, self.kueue_webhook_port = free_port(), free_port()
+        certs = self.dir / "kueue-certs"
+        certs.mkdir(exist_ok=True)
+        for target in (certs, KUEUE_METRICS_CERT_DIR):
+            try:
+                target.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(self.pki.serving_cert, target / "tls.crt")
+                shutil.copyfile(self.pki.serving_key, target / "tls.key")
+            except PermissionError as exc:
+                raise StartupError(
+                    f"Kueue needs its metrics certificate at {KUEUE_METRICS_CERT_DIR} (hard-coded upstream); "
+                    f"cannot write it: {exc}. Run as root or make that directory writable."
+                ) from exc
+        config = {
+            "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+            "kind": "Configuration",
+            "namespace": "kueue-system",
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{self.kueue_health_port}"},
+            "metrics": {"bindAddress": "0"},
+            "webhook": {"host": "127.0.0.1", "port": self.kueue_webhook_port, "certDir": str(certs)},
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": False},
+            "manageJobsWithoutQueueName": False,
+            "integrations": {"frameworks": ["batch/job", "pod"]},
+            "resources": {"quotaCheckStrategy": "IgnoreUndeclared"},
+            # As GPUStack's chart deploys Kueue (reference §1.3), minus the aggregated visibility server.
+            "featureGates": {
+                "TopologyAwareScheduling": True,
+                "TASBalancedPlacement": True,
+                "TASRespectNodeAffinityPreferred": True,
+                "QuotaCheckStrategy": True,
+                "AssignQueueLabelsForPods": False,
+                "VisibilityOnDemand": False,
+            },
+        }
+        path = self.dir / "kueue-config.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=True))
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+        proc = self._spawn("kueue", [str(self.binaries["kueue"]), f"--config={path}"], env)
+        proc.wait_ready(lambda: _http_ok(f"http://127.0.0.1:{self.kueue_health_port}/readyz"), 120)
+
+    def _start_nfd_master(self) -> None:
+        self.nfd_port = free_port()
+        env = {**os.environ, "NODE_NAME": NFD_MASTER_NODE, "KUBERNETES_NAMESPACE": "node-feature-discovery"}
+        proc = self._spawn(
+            "nfd-master",
+            [
+                str(self.binaries["nfd-master"]),
+                f"-kubeconfig={self.kubeconfig}",
+                f"-port={self.nfd_port}",
+                f"-config={self.dir / 'nfd-master.conf'}",
+            ],
+            env,
+        )
+        proc.wait_ready(lambda: _http_ok(f"http://127.0.0.1:{self.nfd_port}/healthz"), 60)
+
+    @staticmethod
+    def _etcd_post(url: str, body: dict[str, Any]) -> dict[str, Any]:
+        req = urllib.request.Request(
+            url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
+        )
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            result: dict[str, Any] = json.loads(resp.read())
+        return result
+
+
+def _nfd_master_node() -> dict[str, Any]:
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": NFD_MASTER_NODE,
+            "labels": {
+                "kubernetes.io/hostname": NFD_MASTER_NODE,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "node-role.kubernetes.io/control-plane": "",
+                # An admin-set value: the node agent never stamps managed=true over it.
+                "gpustack.ai/managed": "false",
+            },
+        },
+        "spec": {
+            "unschedulable": True,
+            "taints": [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}],
+        },
+        "status": {
+            "capacity": {"cpu": "2", "memory": "4Gi", "pods": "110"},
+            "allocatable": {"cpu": "2", "memory": "4Gi", "pods": "110"},
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "devcluster",
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                }
+            ],
+        },
+    }
+

@@ -1,0 +1,119 @@
+"""Child processes that cannot outlive their owner.
+
+Every component runs in its own process group (so a stop reaches anything it forked) with
+``PR_SET_PDEATHSIG`` = SIGKILL (so the kernel kills it if the owning Python process dies without
+cleaning up, e.g. ``kill -9`` of pytest). Output goes to a per-component log file whose tail is quoted
+when a component fails to become ready.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ("ManagedProcess", "StartupError", "free_port", "wait_until")
+
+_PR_SET_PDEATHSIG = 1
+
+
+class StartupError(RuntimeError):
+    """A component exited or did not become ready in time; the message quotes its log."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def wait_until(check: Callable[[], bool], timeout: float, interval: float = 0.2) -> bool:
+    """Poll ``check`` until it is true or ``timeout`` seconds passed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(interval)
+    return check()
+
+
+@dataclass
+class ManagedProcess:
+    """One started component."""
+
+    name: str
+    argv: Sequence[str]
+    log_path: Path
+    env: dict[str, str] | None = None
+    popen: subprocess.Popen[bytes] | None = field(default=None, init=False)
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            self.popen = subprocess.Popen(
+                list(self.argv),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+
+    @property
+    def pid(self) -> int | None:
+        return self.popen.pid if self.popen else None
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def wait_ready(self, check: Callable[[], bool], timeout: float) -> None:
+        """Block until ``check`` passes; raise :class:`StartupError` with the log tail if it exits or times out."""
+
+        def ready_or_dead() -> bool:
+            return not self.alive() or check()
+
+        wait_until(ready_or_dead, timeout)
+        if not self.alive():
+            code = self.popen.returncode if self.popen else None
+            raise StartupError(f"{self.name} exited with code {code} during start-up:\n{self.log_tail()}")
+        if not check():
+            raise StartupError(f"{self.name} not ready after {timeout:.0f}s:\n{self.log_tail()}")
+
+    def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM the process group, then SIGKILL whatever is left after ``grace`` seconds."""
+        if self.popen is None:
+            return
+        if self.popen.poll() is None:
+            try:
+                os.killpg(self.popen.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.popen.wait(grace)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.popen.wait()

@@ -1,0 +1,74 @@
+"""The background owner of a ``devcluster up`` control plane.
+
+``devcluster up`` starts this module as a detached process: it starts the cluster, records its state in
+``DIR/state.json`` and then sleeps until SIGTERM/SIGINT, when it stops every component. Because each
+component dies with its parent (``PR_SET_PDEATHSIG``), even a ``kill -9`` of this process leaves nothing
+running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import traceback
+from pathlib import Path
+from typing import Any
+
+from gpustack_worker.devcluster.cluster import DevCluster
+
+__all__ = ("STATE_FILE", "main", "read_state")
+
+STATE_FILE = "state.json"
+
+
+def read_state(directory: Path) -> dict[str, Any] | None:
+    """The last state the supervisor of ``directory`` wrote, if any."""
+    try:
+        state: dict[str, Any] = json.loads((directory / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return state
+
+
+def _write_state(directory: Path, **state: Any) -> None:
+    tmp = directory / (STATE_FILE + ".tmp")
+    tmp.write_text(json.dumps({"supervisor_pid": os.getpid(), **state}, indent=2, sort_keys=True))
+    tmp.replace(directory / STATE_FILE)
+
+
+def main(argv: list[str]) -> int:
+    directory = Path(argv[0]).resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    cluster = DevCluster(directory, log=lambda msg: print(msg, flush=True))
+    _write_state(directory, status="starting")
+    try:
+        cluster.start()
+    except Exception as exc:  # report any start-up failure to the waiting CLI, then exit non-zero
+        traceback.print_exc()
+        _write_state(directory, status="failed", error=f"{type(exc).__name__}: {exc}")
+        return 1
+    _write_state(
+        directory,
+        status="ready",
+        kubeconfig=str(cluster.kubeconfig),
+        server=cluster.server,
+        components={name: proc.pid for name, proc in cluster.procs.items()},
+    )
+    while not stop.wait(1.0):
+        dead = [name for name, proc in cluster.procs.items() if not proc.alive()]
+        if dead:
+            print(f"component(s) exited: {dead}; stopping the cluster", flush=True)
+            break
+    cluster.stop()
+    _write_state(directory, status="stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,58 @@
+"""The pinned component versions of the local control plane, in one place.
+
+Why these (full reasoning in docs/devcluster.md):
+- Kubernetes 1.35.4: the newest 1.35 patch the Go module proxy serves; kr8s 0.20.15 supports up to 1.35 and
+  warns on 1.36+ (a warning is a test failure here), and Kueue/NFD both run against 1.35.
+- etcd 3.6.16: the newest 3.6 patch; Kubernetes 1.34+ ships the etcd 3.6 client.
+- Kueue 0.19.2: the newest release the proxy serves (0.19.3/0.20.0 are refused); serves v1beta2 as storage.
+- NFD 0.19.0: the newest tag; the release GPUStack's chart deploys.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+KUBERNETES: Final = "v1.35.4"
+#: The staging modules (k8s.io/api, client-go, …) that match ``KUBERNETES``.
+KUBERNETES_STAGING: Final = "v0.35.4"
+ETCD: Final = "v3.6.16"
+KUEUE: Final = "v0.19.2"
+NFD: Final = "v0.19.0"
+#: NFD v0.19.0's own go.mod replaces the staging modules with this release.
+NFD_STAGING: Final = "v0.35.3"
+
+#: Every staging module of k8s.io/kubernetes 1.32–1.35 (control-plane notes §1.2). A replace line for a
+#: module outside the build graph is ignored, so listing all of them is safe.
+STAGING_MODULES: Final = (
+    "api",
+    "apiextensions-apiserver",
+    "apimachinery",
+    "apiserver",
+    "cli-runtime",
+    "client-go",
+    "cloud-provider",
+    "cluster-bootstrap",
+    "code-generator",
+    "component-base",
+    "component-helpers",
+    "controller-manager",
+    "cri-api",
+    "cri-client",
+    "csi-translation-lib",
+    "dynamic-resource-allocation",
+    "endpointslice",
+    "externaljwt",
+    "kms",
+    "kube-aggregator",
+    "kube-controller-manager",
+    "kube-proxy",
+    "kube-scheduler",
+    "kubectl",
+    "kubelet",
+    "metrics",
+    "mount-utils",
+    "pod-security-admission",
+    "sample-apiserver",
+    "sample-cli-plugin",
+    "sample-controller",
+)
