@@ -1,0 +1,240 @@
+"""The cluster scenario file: what a simulated cluster's nodes look like to stages 1-2.
+
+A scenario is YAML with a top-level ``nodes:`` list (format and example in ``docs/simulator.md``).
+The models here fix the *shape* (types, ranges, unknown keys rejected); the cross-field rules
+(cards exist, profiles fit, allocations match the card's family) live in
+:mod:`gpustack_worker.simulate.checks`, and :mod:`gpustack_worker.simulate.load` runs both and
+reports every problem in one :class:`ScenarioError`, each line naming the node and the field, e.g.
+``nodes[2] (name=gpu-b).accelerators[0].count: must be ≥ 1`` — a scenario is written by hand, so the
+message must say where to look, not how pydantic walked the tree.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Final, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+__all__ = (
+    "CPU_DETAIL_FIELDS",
+    "Accelerator",
+    "Allocation",
+    "Cpu",
+    "NodeSpec",
+    "Partitioning",
+    "Profile",
+    "RdmaInterface",
+    "Scenario",
+    "ScenarioError",
+    "format_validation_error",
+    "is_label_value",
+    "is_qualified_key",
+    "node_path",
+)
+
+_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+_QUANTITY = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$"
+_PROFILE_NAME = r"^[0-9a-z][0-9a-z.+-]*$"
+
+NodeName = Annotated[str, StringConstraints(pattern=_DNS_SUBDOMAIN, max_length=253)]
+Quantity = Annotated[str, StringConstraints(pattern=_QUANTITY)]
+Text = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+CpuDetail = Literal[
+    "family",
+    "physical-cores",
+    "threads-per-core",
+    "logical-cores",
+    "stepping",
+    "cache-line",
+    "hz",
+    "boost-freq",
+    "cache-l1i",
+    "cache-l1d",
+    "cache-l2",
+    "cache-l3",
+]
+#: CPU detail annotation suffixes (``feature.gpustack.ai/cpu-<suffix>``) accepted under ``cpu.details``.
+CPU_DETAIL_FIELDS: Final[tuple[str, ...]] = get_args(CpuDetail)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Cpu(_Strict):
+    """The CPU as NFD and the ``gpustack-cpu-info`` rule report it."""
+
+    vendor: Text  # NFD cpu-model.vendor_id, e.g. AMD, Intel
+    model: Text  # feature.gpustack.ai/cpu-name annotation
+    cores: Annotated[int, Field(ge=1)]
+    family: Annotated[int, Field(ge=0)] | None = None  # NFD cpu-model.family
+    id: Annotated[int, Field(ge=0)] | None = None  # NFD cpu-model.id
+    details: dict[CpuDetail, Text] = Field(default_factory=dict)
+
+
+class Profile(_Strict):
+    """A partition profile the card offers (manufacturer spelling, e.g. ``3g.40gb``, ``4g48gb``)."""
+
+    name: Annotated[str, StringConstraints(pattern=_PROFILE_NAME, max_length=40)]
+    memoryMiB: Annotated[int, Field(ge=1)]
+    computeSlices: Annotated[int, Field(ge=1)]
+    memorySlices: Annotated[int, Field(ge=1)]
+    #: Legal starts (memory slices) on an empty card; default: aligned to ``memorySlices``.
+    placements: list[Annotated[int, Field(ge=0)]] | None = None
+
+
+class Partitioning(_Strict):
+    """Hardware partitioning (MIG-style) of some or all cards of one accelerator entry."""
+
+    kind: Text  # must be the manufacturer's partition kind (``mig``)
+    #: Positions (0-based within the entry) of the cards in partitioning mode; default: all.
+    cards: list[Annotated[int, Field(ge=0)]] | None = None
+    computeSlices: Annotated[int, Field(ge=1)] = 7
+    memorySlices: Annotated[int, Field(ge=1)] = 8
+    profiles: Annotated[list[Profile], Field(min_length=1)]
+
+
+class Allocation(_Strict):
+    """The pre-existing ledger state of one card."""
+
+    card: Annotated[int, Field(ge=0)]
+    mode: Literal["exclusive", "shared", "sliced", "partitioned"]
+    units: Annotated[int, Field(ge=1)] | None = None  # sliced
+    slices: Annotated[int, Field(ge=1)] | None = None  # sliced
+    shares: Annotated[int, Field(ge=1)] | None = None  # shared
+    profiles: dict[str, Annotated[int, Field(ge=1)]] | None = None  # partitioned
+
+
+class Accelerator(_Strict):
+    """``count`` identical cards of one model (one ``Devices`` group)."""
+
+    manufacturer: Text
+    product: Text
+    memoryMiB: Annotated[int, Field(ge=1)]
+    cores: Annotated[int, Field(ge=1)] | None = None
+    count: Annotated[int, Field(ge=1, le=64)]
+    family: Text | None = None
+    computeCapability: Text | None = None
+    driverVersion: Text | None = None
+    runtimeVersion: Text | None = None
+    #: Positions of unhealthy cards (they offer no device-plugin token).
+    unhealthy: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)
+    partitioning: Partitioning | None = None
+    allocations: list[Allocation] = Field(default_factory=list)
+    #: False: the group is in ``Devices.spec`` but has no ``status`` ledger yet.
+    ledgerPublished: bool = True
+
+
+class RdmaInterface(_Strict):
+    """One NIC in ``Devices.spec.interfaces``."""
+
+    name: Text
+    rdma: bool = True
+    state: Literal["Active", "Down", "Init", "Armed", "Unknown"] = "Active"
+    linkLayer: Literal["InfiniBand", "Ethernet"]
+    numaAffinity: Text | None = None
+    distance: Literal["PIX", "PXB", "PHB", "NODE", "SYS"] | None = None
+
+
+class NodeSpec(_Strict):
+    """One simulated Node."""
+
+    name: NodeName
+    os: Text = "linux"
+    arch: Text = "amd64"
+    labels: dict[str, str] = Field(default_factory=dict)
+    cpu: Cpu
+    memory: Quantity
+    pods: Annotated[int, Field(ge=1)] = 110
+    ephemeralStorage: Quantity = "100Gi"
+    accelerators: list[Accelerator] = Field(default_factory=list)
+    rdma: list[RdmaInterface] = Field(default_factory=list)
+
+
+class Scenario(_Strict):
+    """The whole file."""
+
+    nodes: Annotated[list[NodeSpec], Field(min_length=1)]
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be simulated; ``problems`` holds one line per offending field."""
+
+    def __init__(self, problems: list[str], source: str = "") -> None:
+        self.problems = problems
+        head = f"{source}: " if source else ""
+        super().__init__(head + "invalid scenario:\n  " + "\n  ".join(problems))
+
+
+def node_path(index: int, name: object) -> str:
+    """``nodes[2] (name=gpu-b)``: how every problem line starts."""
+    return f"nodes[{index}] (name={name})" if isinstance(name, str) and name else f"nodes[{index}]"
+
+
+_MESSAGES: Final = {
+    "extra_forbidden": "unknown key",
+    "missing": "required",
+    "int_type": "must be an integer",
+    "int_parsing": "must be an integer",
+    "int_from_float": "must be an integer",
+    "string_type": "must be a string",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "list_type": "must be a list",
+    "dict_type": "must be a mapping",
+    "model_type": "must be a mapping",
+    "model_attributes_type": "must be a mapping",
+}
+
+
+def _message(err: Any) -> str:
+    kind = err["type"]
+    ctx = err.get("ctx") or {}
+    if kind == "greater_than_equal":
+        return f"must be ≥ {ctx['ge']}"
+    if kind == "less_than_equal":
+        return f"must be ≤ {ctx['le']}"
+    if kind == "string_pattern_mismatch":
+        return f"must match {ctx['pattern']}"
+    if kind in ("string_too_short", "too_short"):
+        return "must not be empty"
+    if kind == "string_too_long":
+        return f"must be at most {ctx['max_length']} characters"
+    if kind == "literal_error":
+        return f"must be one of {ctx['expected']}"
+    return _MESSAGES.get(kind, str(err["msg"]))
+
+
+def _render_loc(loc: tuple[int | str, ...], data: object) -> str:
+    out = ""
+    node = data
+    for i, step in enumerate(loc):
+        if isinstance(step, int):
+            node = node[step] if isinstance(node, list) and 0 <= step < len(node) else None
+            if i == 1 and loc[0] == "nodes":
+                out = node_path(step, node.get("name") if isinstance(node, dict) else None)
+            else:
+                out += f"[{step}]"
+        else:
+            out += f".{step}" if out else step
+            node = node.get(step) if isinstance(node, dict) else None
+    return out or "<file>"
+
+
+def format_validation_error(exc: ValidationError, data: object) -> list[str]:
+    """One ``<path>: <message>`` line per pydantic error, paths rendered against the raw ``data``."""
+    return [f"{_render_loc(tuple(err['loc']), data)}: {_message(err)}" for err in exc.errors()]
+
+
+def is_qualified_key(key: str) -> bool:
+    """A valid label key: optional DNS-subdomain prefix, then a 1-63 char name."""
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not re.match(_DNS_SUBDOMAIN, prefix)):
+        return False
+    return bool(re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", name))
+
+
+def is_label_value(value: str) -> bool:
+    """A valid label value (may be empty)."""
+    return value == "" or bool(re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", value))
