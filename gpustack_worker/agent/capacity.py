@@ -1,0 +1,133 @@
+"""The counting capacities the agent writes into ``Node.status.capacity`` (and ``allocatable``).
+
+The scheduler and kubelet count extended resources, not labels, so the per-manufacturer counting keys
+live in node capacity under the device plugin's base name ``<base>`` (reference §8.2). They are summed
+over the manufacturer's models, over two *disjoint* card populations:
+
+Logical slicing (cards with ``logicalSliced.count > 0``), with M = 1,600,000 credit units per card:
+
+- ``<base>.sliced.units``             = cards * M
+- ``<base>.sliced.cores-percentage``  = Σ slices * 100 over overcommittable cards + 100 per other card
+- ``<base>.sliced.memory-percentage`` = cards * 100
+- ``<base>.sliced.memory-mib``        = Σ cards * that model's per-card VRAM MiB
+
+Hardware partitioning (cards with ``logicalSliced.count == 0`` that report physical profiles):
+
+- ``<base>.partitioned.units``            = cards * M
+- ``<base>.partitioned.<kind>-<profile>`` = Σ (allocated + remaining) instances of the profile; a card
+  whose ledger has no profile data yet contributes its static ceiling instead of nothing.
+
+The ``allocated +`` term is there because the scheduler subtracts the live Pods' requests itself.
+
+Presence gating: a family's keys exist only while its bare pool (``<base>.sliced`` /
+``<base>.partitioned``, written by the device plugin) is present and positive in
+``status.capacity`` — not allocatable, which also drops to 0 when the family is merely saturated.
+Unmanaged nodes get nothing. Everything not desired is removed, which covers every suffix and every
+per-profile key (see :func:`stale`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from gpustack_worker.agent.labels import is_qualified_name
+from gpustack_worker.agent.managed import is_managed
+from gpustack_worker.agent.quantity import ceil_quantity
+from gpustack_worker.api import keys, manufacturers
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from gpustack_worker.agent.facts import Card, CardLedger, DevicesFacts, NodeFacts
+
+__all__ = ("desired", "is_counting_key", "profile_instances", "profile_suffix", "stale")
+
+M = keys.UNITS_PER_ACCELERATOR
+_BASES = tuple(m.resource for m in manufacturers.MANUFACTURERS.values())
+
+
+@dataclass(slots=True)
+class _Tally:
+    sliced_cards: int = 0
+    cores_percentage: int = 0
+    memory_mib: int = 0
+    partitioned_cards: int = 0
+    profiles: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+
+def profile_suffix(mfr: manufacturers.Manufacturer, profile: str) -> str:
+    """``<kind>-<published profile>``; just the published profile for a manufacturer without a kind."""
+    published = manufacturers.publish_profile_name(mfr, profile)
+    return f"{mfr.partition_kind}-{published}" if mfr.partition_kind else published
+
+
+def profile_instances(card: Card, ledger: CardLedger | None) -> dict[str, int]:
+    """Instances per profile (manufacturer spelling) one partitioned card contributes.
+
+    From the ledger: allocated + remaining for every profile the card or its ledger names (a profile
+    the geometry no longer fits reads 0). Without ledger profile data: the static ceilings.
+    """
+    if ledger is None or not (ledger.allocated_profiles or ledger.remaining_profiles):
+        return {p.name: p.count for p in card.profiles}
+    names = [p.name for p in card.profiles]
+    names += [n for n in (*ledger.allocated_profiles, *ledger.remaining_profiles) if n not in names]
+    return {n: ledger.allocated_profiles.get(n, 0) + ledger.remaining_profiles.get(n, 0) for n in names}
+
+
+def _pool(node: NodeFacts, resource: str) -> int:
+    return ceil_quantity(node.capacity.get(resource))
+
+
+def desired(node: NodeFacts, devices: DevicesFacts | None, *, manual: bool) -> dict[str, int]:
+    """Every counting key this node's capacity should carry, by resource name."""
+    if devices is None or not is_managed(node, manual=manual):
+        return {}
+    ledgers = devices.card_ledgers()
+    tallies: dict[str, _Tally] = defaultdict(_Tally)
+    rows: dict[str, manufacturers.Manufacturer] = {}
+    for group in devices.groups:
+        mfr = manufacturers.get(group.manufacturer)
+        if mfr is None:
+            continue
+        rows[mfr.resource] = mfr
+        tally = tallies[mfr.resource]
+        for card in group.cards:
+            if card.sliceable:
+                tally.sliced_cards += 1
+                tally.cores_percentage += card.logical_count * 100 if card.overcommit else 100
+                tally.memory_mib += group.memory_mib
+            elif card.partitioned:
+                tally.partitioned_cards += 1
+                for name, count in profile_instances(card, ledgers.get(card.id)).items():
+                    tally.profiles[profile_suffix(mfr, name)] += count
+
+    out: dict[str, int] = {}
+    for base, tally in tallies.items():
+        if tally.sliced_cards and _pool(node, keys.sliced_resource(base)) > 0:
+            out[keys.sliced_resource(base, "units")] = tally.sliced_cards * M
+            out[keys.sliced_resource(base, "cores-percentage")] = tally.cores_percentage
+            out[keys.sliced_resource(base, "memory-percentage")] = tally.sliced_cards * 100
+            out[keys.sliced_resource(base, "memory-mib")] = tally.memory_mib
+        if tally.partitioned_cards and _pool(node, keys.partitioned_resource(base)) > 0:
+            out[keys.partitioned_resource(base, "units")] = tally.partitioned_cards * M
+            for suffix, count in tally.profiles.items():
+                out[keys.partitioned_resource(base, suffix)] = count
+    return {k: v for k, v in out.items() if is_qualified_name(k)}
+
+
+def is_counting_key(resource: str) -> bool:
+    """Whether ``resource`` is one of the agent's counting keys (any manufacturer, any suffix)."""
+    for base in _BASES:
+        sliced = keys.sliced_resource(base) + "."
+        if resource.startswith(sliced) and resource[len(sliced) :] in keys.SLICED_COUNTING_SUFFIXES:
+            return True
+        if resource.startswith(keys.partitioned_resource(base) + "."):
+            return True
+    return False
+
+
+def stale(observed: Mapping[str, str], wanted: Mapping[str, int]) -> set[str]:
+    """Counting keys present in ``observed`` capacity/allocatable that are not wanted any more."""
+    return {k for k in observed if is_counting_key(k) and k not in wanted}

@@ -1,0 +1,78 @@
+"""Per-card fit labels: what one accelerator of a model can still give (reference §3.2, A.6).
+
+Node capacity keys are node totals and cannot tell a fragmented node (ten cards with 10 % free each)
+from one with a whole free card. Two labels per model, written directly on the Node, let the Workload
+webhook pin ``Gt U-1`` / ``Gt N-1`` so Kueue's topology-aware scheduling skips nodes Gate 3 would
+refuse:
+
+- ``sliced-max-free-units.fit.gpustack.ai/<aKey>`` — present iff some card of the model serves the
+  logical-slicing family; the largest free units on one such card. A card counts its ``remaining``
+  only when it is free or already sliced *and* has a free slot (``allocatedSlices <
+  logicalSliced.count``): a Hygon card hosting its four slices is full however much memory is left.
+- ``shared-free-cards.fit.gpustack.ai/<aKey>`` — present iff some unpartitioned card serves the
+  shared family; how many of them are free or shared with at least one owner share (M/10) left.
+
+Values are ``0`` when the population is full; a label disappears with its population, and every label
+disappears when the node is unmanaged or has no ledger. ``aKey`` is ``<mfr>-<status group id>``; a key
+that is not a valid qualified label name is skipped. A ledger entry without a matching card in
+``spec`` (capability unknown) is ignored.
+"""
+
+from __future__ import annotations
+
+from gpustack_worker.agent.facts import (
+    MODE_FREE,
+    MODE_SHARED,
+    MODE_SLICED,
+    Card,
+    CardLedger,
+    DevicesFacts,
+    NodeFacts,
+)
+from gpustack_worker.agent.labels import is_qualified_name
+from gpustack_worker.agent.managed import is_managed
+from gpustack_worker.api import keys
+
+__all__ = ("desired", "free_slice_units", "grants_share", "is_fit_label")
+
+
+def free_slice_units(card: Card, ledger: CardLedger) -> int:
+    """Units one more logical slice could take on this card (Gate 3's slice predicate)."""
+    if ledger.mode in (MODE_FREE, MODE_SLICED) and ledger.allocated_slices < card.logical_count:
+        return max(ledger.remaining, 0)
+    return 0
+
+
+def grants_share(ledger: CardLedger) -> bool:
+    """Whether this card can still grant one ownership share (Gate 3's shared predicate)."""
+    return ledger.mode in (MODE_FREE, MODE_SHARED) and ledger.remaining >= keys.UNITS_PER_SHARE
+
+
+def desired(node: NodeFacts, devices: DevicesFacts | None, *, manual: bool) -> dict[str, str]:
+    """The fit labels this node should carry, by key."""
+    if devices is None or devices.ledger is None or not is_managed(node, manual=manual):
+        return {}
+    cards = {c.id: c for g in devices.groups for c in g.cards}
+    out: dict[str, str] = {}
+    for group in devices.ledger:
+        a_key = f"{group.manufacturer}-{group.id}"
+        sliced: list[int] = []
+        shared: list[bool] = []
+        for entry in group.cards:
+            card = cards.get(entry.id)
+            if card is None:
+                continue
+            if card.sliceable:
+                sliced.append(free_slice_units(card, entry))
+            if not card.partitioned:
+                shared.append(grants_share(entry))
+        if sliced:
+            out[keys.sliced_max_free_units_key(a_key)] = str(max(sliced))
+        if shared:
+            out[keys.shared_free_cards_key(a_key)] = str(sum(shared))
+    return {k: v for k, v in out.items() if is_qualified_name(k)}
+
+
+def is_fit_label(key: str) -> bool:
+    """Whether a Node label key is one of the fit labels (ours to prune)."""
+    return key.startswith(keys.FIT_LABEL_DOMAINS)

@@ -1,0 +1,93 @@
+"""The worker NodeFeature ``<node>-gpustack-worker``: managed stamp, CPU keys, cpu-only, RDMA.
+
+The agent never writes these labels on the Node itself. It publishes an NFD ``NodeFeature`` and
+nfd-master merges it with the Device Manager's and projects the union onto the Node; nfd-master also
+removes a key once no NodeFeature carries it, so dropping a key from ``spec.labels`` is the removal.
+
+Keys (reference §3.2, built per §3.3 so they are byte-identical to other components'):
+
+- ``gpustack.ai/managed=true`` — see :mod:`gpustack_worker.agent.managed`;
+- ``general.feature.gpustack.ai/<cpuMfr>``, ``…/<gKey>`` and ``…/<gKey>.count`` (CPU capacity cores
+  rounded up, only when known);
+- ``feature.gpustack.ai/cpu-only=true`` — only when ``instance-type-mixed-on-node=false`` and the node
+  has no detected accelerator (neither the Device Manager's ``acceleratable=true`` label nor a card in
+  ``Devices``);
+- the RDMA labels of :mod:`gpustack_worker.agent.rdma`.
+
+A key that is not a valid qualified label name (a 63-character gKey plus ``.count``) is skipped, since
+one bad key would make nfd-master reject the whole object.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from gpustack_worker.agent import rdma
+from gpustack_worker.agent.labels import is_label_value, is_qualified_name
+from gpustack_worker.agent.managed import stamps_managed
+from gpustack_worker.agent.quantity import ceil_quantity
+from gpustack_worker.api import identity, keys, kinds
+
+if TYPE_CHECKING:
+    from gpustack_worker.agent.facts import DevicesFacts, NodeFacts
+
+__all__ = ("desired", "desired_labels", "has_accelerator")
+
+
+def has_accelerator(node: NodeFacts, devices: DevicesFacts | None) -> bool:
+    """Whether an accelerator was detected on the node (by the Device Manager's label or its ledger)."""
+    return node.labels.get(keys.ACCELERATABLE) == "true" or (
+        devices is not None and devices.has_accelerators()
+    )
+
+
+def desired_labels(
+    node: NodeFacts, devices: DevicesFacts | None, *, manual: bool, mixed_on_node: bool
+) -> dict[str, str]:
+    """``spec.labels`` of the worker NodeFeature for ``node``."""
+    labels: dict[str, str] = {}
+    if stamps_managed(node, manual=manual):
+        labels[keys.MANAGED] = "true"
+    cpu_mfr = identity.cpu_manufacturer(node.labels)
+    g_key = identity.general_key(node.labels, node.annotations)
+    labels[keys.general_key(cpu_mfr)] = "true"
+    labels[keys.general_key(g_key)] = "true"
+    cores = ceil_quantity(node.capacity.get("cpu"))
+    if cores > 0:
+        labels[keys.count_key(keys.general_key(g_key))] = str(cores)
+    if not mixed_on_node and not has_accelerator(node, devices):
+        labels[keys.CPU_ONLY] = "true"
+    if devices is not None:
+        labels.update(rdma.desired_labels(devices.interfaces))
+    return {k: v for k, v in labels.items() if is_qualified_name(k) and is_label_value(v)}
+
+
+def desired(
+    node: NodeFacts,
+    devices: DevicesFacts | None,
+    *,
+    manual: bool,
+    mixed_on_node: bool,
+    namespace: str = kinds.SYSTEM_NAMESPACE,
+) -> dict[str, Any]:
+    """The whole NodeFeature as applied (server-side apply body), owned by the Node for GC."""
+    return {
+        "apiVersion": kinds.NODE_FEATURE.api_version,
+        "kind": kinds.NODE_FEATURE.kind,
+        "metadata": {
+            "name": keys.worker_nodefeature_name(node.name),
+            "namespace": namespace,
+            "labels": {keys.NFD_NODE_NAME: node.name, keys.PART_OF: keys.WORKER_PART_OF},
+            "ownerReferences": [
+                {
+                    "apiVersion": kinds.NODE.api_version,
+                    "kind": kinds.NODE.kind,
+                    "name": node.name,
+                    "uid": node.uid,
+                }
+            ],
+        },
+        "spec": {
+            "labels": desired_labels(node, devices, manual=manual, mixed_on_node=mixed_on_node),
+        },
+    }
