@@ -1,0 +1,296 @@
+"""``Devices``: one per node, named after it — the node's accelerator inventory and per-card ledger.
+
+The Device Manager writes ``spec`` (what the node has: groups of identical cards, NICs) and
+``status`` (the per-card allocation ledger); the worker only reads it (reference §2.2) and mirrors a
+few control labels. ``spec.interfaces`` is the project's own layout (the reference leaves it open):
+see docs/crds.md.
+"""
+
+from enum import IntEnum, StrEnum
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field, WithJsonSchema
+
+from gpustack_worker.api import keys, kinds
+from gpustack_worker.api.crds.common import (
+    AGE_COLUMN,
+    CrdModel,
+    CrdNames,
+    Int32,
+    Int64,
+    KubeObject,
+    PrinterColumn,
+    UInt32,
+    UInt64,
+    list_map,
+)
+from gpustack_worker.api.manufacturers import MANUFACTURERS
+
+__all__ = (
+    "Accelerator",
+    "AcceleratorAllocation",
+    "AcceleratorStatus",
+    "AcceleratorTopology",
+    "AllocationMode",
+    "Devices",
+    "DevicesAllocationGroup",
+    "DevicesGroup",
+    "DevicesSpec",
+    "DevicesStatus",
+    "NetworkInterface",
+)
+
+
+def _known_manufacturer(value: str) -> str:
+    if value not in MANUFACTURERS:
+        raise ValueError(f"unknown manufacturer {value!r}; expected one of {sorted(MANUFACTURERS)}")
+    return value
+
+
+#: A manufacturer id from the manufacturer table (reference §8.3).
+Manufacturer = Annotated[
+    str,
+    AfterValidator(_known_manufacturer),
+    WithJsonSchema({"type": "string", "enum": sorted(MANUFACTURERS)}),
+]
+
+
+class Roce(CrdModel):
+    """RoCE addressing of the NIC paired with a card."""
+
+    ip: str | None = None
+    subnet_mask: str | None = None
+    gateway: str | None = None
+
+
+class AcceleratorTopology(CrdModel):
+    """Where a card sits on the host."""
+
+    pci_bus_id: str | None = None
+    """PCI address, e.g. 0000:04:00.0."""
+    pci_root_id: str | None = None
+    pci_class: str | None = None
+    numa_affinity: str | None = None
+    """NUMA node id(s) as the driver reports them."""
+    cpu_affinity: str | None = None
+    """CPU list, e.g. 0-13."""
+    roce: Roce | None = None
+
+
+class LogicalSliced(CrdModel):
+    """Soft (time/VRAM) slicing capability of one card."""
+
+    cores_percentage_overcommit: bool | None = None
+    """Whether compute is time-shared, so each slice may claim 100 % of cores."""
+    count: Int32 = Field(default=0, ge=0)
+    """Max soft slices this card can host; 0 when the card's partition mode is enabled."""
+
+
+class Placement(CrdModel):
+    """A legal placement on an empty card, in memory-slice units."""
+
+    start: Int32 = Field(ge=0)
+    length: Int32 = Field(ge=1)
+
+
+class PhysicalProfile(CrdModel):
+    """One hardware partition profile a card supports."""
+
+    name: str = Field(min_length=1, max_length=63)
+    """Manufacturer spelling, e.g. 1g.5gb or T-Head 4g48gb."""
+    memory_mib: Int64 | None = Field(default=None, ge=0)
+    compute_slices: Int32 | None = Field(default=None, ge=1, le=7)
+    memory_slices: Int32 | None = Field(default=None, ge=1, le=8)
+    count: Int32 = Field(default=0, ge=0)
+    """Max instances of this profile per card."""
+    placements: list[Placement] | None = Field(
+        default=None, json_schema_extra={"x-kubernetes-list-type": "atomic"}
+    )
+
+
+class PhysicalSliced(CrdModel):
+    """Hardware partitioning capability of one card."""
+
+    profiles: list[PhysicalProfile] | None = Field(default=None, json_schema_extra=list_map("name"))
+    count: Int32 = Field(default=0, ge=0)
+    """Largest per-profile count (7 on an A100), 0 without profiles."""
+
+
+class AcceleratorStatus(CrdModel):
+    """Per-card capability as detected (spec side)."""
+
+    unhealthy: bool = False
+    logical_sliced: LogicalSliced | None = None
+    physical_sliced: PhysicalSliced | None = None
+
+
+class Accelerator(CrdModel):
+    """One card."""
+
+    id: str = Field(min_length=1, max_length=256)
+    """Universally unique card id, e.g. GPU-e0587d2e-…."""
+    index: UInt32
+    """Logical index from 0."""
+    physical_indexes: list[UInt32] | None = Field(
+        default=None, json_schema_extra={"x-kubernetes-list-type": "atomic"}
+    )
+    """Device-character indexes."""
+    topology: AcceleratorTopology | None = None
+    status: AcceleratorStatus | None = None
+
+
+class LogicalSlicedDetail(CrdModel):
+    """Group aggregate of soft slicing."""
+
+    cores_percentage_overcommit: bool | None = None
+    count: Int32 = Field(default=0, ge=0)
+    """Sum of per-card logical counts."""
+
+
+class ProfileSum(CrdModel):
+    """A partition profile summed over the group's cards."""
+
+    name: str = Field(min_length=1, max_length=63)
+    count: Int32 = Field(default=0, ge=0)
+    memory_mib: Int64 | None = Field(default=None, ge=0)
+
+
+class PhysicalSlicedDetail(CrdModel):
+    """Group aggregate of hardware partitioning."""
+
+    profiles: list[ProfileSum] | None = Field(default=None, json_schema_extra=list_map("name"))
+    count: Int32 = Field(default=0, ge=0)
+
+
+class AcceleratorSlicedDetail(CrdModel):
+    """Group aggregate of per-card slicing capability."""
+
+    logical: LogicalSlicedDetail | None = None
+    physical: PhysicalSlicedDetail | None = None
+
+
+class DevicesGroup(CrdModel):
+    """Identical cards of one model on the node."""
+
+    id: str = Field(min_length=1, max_length=63)
+    """Group id: the normalised product name without the manufacturer (reference §3.3)."""
+    manufacturer: Manufacturer
+    name: str = Field(min_length=1, max_length=256)
+    """Raw product name, e.g. NVIDIA A10G."""
+    memory: UInt64
+    """Per-card VRAM in MiB."""
+    cores: UInt32 | None = None
+    driver_version: str | None = None
+    runtime_version: str | None = None
+    compute_capability: str | None = None
+    family: str | None = None
+    accelerators: list[Accelerator] | None = Field(default=None, json_schema_extra=list_map("id"))
+    accelerator_sliced_detail: AcceleratorSlicedDetail | None = None
+
+
+class PortState(StrEnum):
+    """Port state of a NIC (the InfiniBand port states; Ethernet reports Active/Down)."""
+
+    ACTIVE = "Active"
+    DOWN = "Down"
+    INIT = "Init"
+    ARMED = "Armed"
+    UNKNOWN = "Unknown"
+
+
+class NetworkInterface(CrdModel):
+    """One NIC and its RDMA link (project layout, docs/crds.md)."""
+
+    name: str = Field(min_length=1, max_length=64)
+    """Interface name, e.g. ib0 or eth1."""
+    rdma: bool = False
+    """An RDMA device is bound to this interface."""
+    state: PortState | None = None
+    link_layer: Literal["InfiniBand", "Ethernet"] | None = None
+    numa_affinity: str | None = None
+    distance: Literal["PIX", "PXB", "PHB", "NODE", "SYS"] | None = None
+    """PCIe path class to the nearest accelerator, as nvidia-smi topo prints it."""
+
+
+class DevicesSpec(CrdModel):
+    """The detected inventory (same shape as device-manager detect prints)."""
+
+    groups: list[DevicesGroup] | None = Field(default=None, json_schema_extra=list_map("id", "manufacturer"))
+    interfaces: list[NetworkInterface] | None = Field(default=None, json_schema_extra=list_map("name"))
+
+
+class AllocationMode(IntEnum):
+    """How a card is currently allocated; serialized as a number."""
+
+    NONE = 0
+    EXCLUSIVE = 1
+    SHARED = 2
+    SLICED = 3
+    PARTITIONED = 4
+    VISIBILITY = 5
+
+
+class ProfileCount(CrdModel):
+    """Instances of one partition profile."""
+
+    name: str = Field(min_length=1, max_length=63)
+    count: Int32 = Field(default=0, ge=0)
+
+
+class AcceleratorAllocation(CrdModel):
+    """One card's ledger entry (units: one whole card = 1,600,000)."""
+
+    id: str = Field(min_length=1, max_length=256)
+    index: UInt32 = 0
+    mode: AllocationMode = AllocationMode.NONE
+    allocated: Int32 = 0
+    """Allocated units."""
+    remaining: Int32 = 0
+    """Remaining units."""
+    allocated_slices: Int32 | None = Field(default=None, ge=0)
+    """Logical slices currently on the card."""
+    allocated_profiles: list[ProfileCount] | None = Field(default=None, json_schema_extra=list_map("name"))
+    remaining_profiles: list[ProfileCount] | None = Field(default=None, json_schema_extra=list_map("name"))
+    allocated_physical_profile: str | None = None
+    """Per-Pod annotation transport only; empty in the aggregated status."""
+    allocated_physical_placements: list[Placement] | None = Field(
+        default=None, json_schema_extra={"x-kubernetes-list-type": "atomic"}
+    )
+
+
+class DevicesAllocationGroup(CrdModel):
+    """The ledger of one group."""
+
+    id: str = Field(min_length=1, max_length=63)
+    manufacturer: Manufacturer
+    accelerators: list[AcceleratorAllocation] | None = Field(default=None, json_schema_extra=list_map("id"))
+
+
+class DevicesStatus(CrdModel):
+    """The per-accelerator allocation ledger."""
+
+    groups: list[DevicesAllocationGroup] | None = Field(
+        default=None, json_schema_extra=list_map("id", "manufacturer")
+    )
+
+
+class Devices(KubeObject):
+    """Accelerator inventory and allocation ledger of one node (name = node name)."""
+
+    CRD = CrdNames(
+        resource=kinds.DEVICES,
+        short_names=("devs",),
+        printer_columns=(
+            PrinterColumn(
+                name="Profile",
+                type="string",
+                json_path=".metadata.labels." + keys.TOPOLOGY_PROFILE.replace(".", "\\."),
+                description="Topology profile mirrored from the node",
+                priority=1,
+            ),
+            AGE_COLUMN,
+        ),
+    )
+
+    spec: DevicesSpec = Field(default_factory=DevicesSpec)
+    status: DevicesStatus | None = None

@@ -1,0 +1,159 @@
+"""``ModelDeployment``: the part of a model deployment the scheduling chain reads (reference §2.6).
+
+Each role renders ``replicas`` independent pod groups of ``size`` Pods (one Kueue Workload each) from
+the role's pod template; ``topology.requiredLevel`` becomes the ``podset-required-topology``
+annotation. Everything else the wider product keeps here (engines, model sources, sliced-percentage
+resources whose JSON names are unconfirmed) is deliberately left out: see docs/crds.md.
+"""
+
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import Field, WithJsonSchema
+
+from gpustack_worker.api import keys, kinds
+from gpustack_worker.api.crds.common import (
+    AGE_COLUMN,
+    CONDITIONS,
+    DNS1123_LABEL,
+    Condition,
+    CrdModel,
+    CrdNames,
+    Int32,
+    Int64,
+    KubeObject,
+    LabelKey,
+    Quantity,
+    cel,
+    list_map,
+)
+
+__all__ = (
+    "MAX_ROLES",
+    "ModelDeployment",
+    "ModelDeploymentSpec",
+    "ModelDeploymentStatus",
+    "Role",
+    "RoleKind",
+    "RoleResources",
+    "RoleStatus",
+    "RoleTopology",
+)
+
+#: Roles become the PodSets of a Workload, and Kueue caps a Workload at 8 PodSets.
+MAX_ROLES = 8
+
+#: A Pod template, kept verbatim (the API server validates it when the Pods are created).
+PodTemplate = Annotated[
+    dict[str, Any],
+    WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True}),
+]
+
+
+class RoleKind(StrEnum):
+    """What a role does in a (possibly disaggregated) deployment."""
+
+    SERVER = "Server"
+    PREFILL = "Prefill"
+    DECODE = "Decode"
+
+
+class RoleTopology(CrdModel):
+    """Topology constraint of each replica."""
+
+    required_level: LabelKey | None = Field(
+        default=None,
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    f"self != '{keys.HOSTNAME}'",
+                    f"{keys.HOSTNAME} is implicit; request a coarser level, e.g. topology.kubernetes.io/zone",
+                )
+            ]
+        },
+    )
+    """Label key of the level one replica's Pods must share, e.g. topology.kubernetes.io/zone."""
+
+
+class RoleResources(CrdModel):
+    """The accelerator half of a role's per-Pod request (host resources come from the InstanceType)."""
+
+    accelerator: Quantity | None = None
+    """Whole accelerators per Pod."""
+    accelerator_partitioned_profile: str | None = Field(default=None, max_length=63)
+    """Partition profile per Pod, e.g. 3g.40gb."""
+
+
+class Role(CrdModel):
+    """One role: replicas x size Pods from one template."""
+
+    name: str = Field(min_length=1, max_length=63, pattern=DNS1123_LABEL)
+    """Role name; also the Kueue PodSet name."""
+    kind: RoleKind = RoleKind.SERVER
+    replicas: Int32 = Field(default=1, ge=1, le=1024)
+    """Independent instances; each is one Kueue pod group (one Workload)."""
+    size: Int32 = Field(
+        default=1,
+        ge=1,
+        le=64,
+        json_schema_extra={"x-kubernetes-validations": [cel("self == oldSelf", "size is immutable")]},
+    )
+    """Pods per instance (they share fate and one topology domain)."""
+    instance_type: str | None = Field(default=None, min_length=1, max_length=253)
+    """InstanceType (pool) the Pods are queued to."""
+    resources: RoleResources | None = None
+    topology: RoleTopology | None = None
+    template: PodTemplate
+    """Pod template of every Pod of the role."""
+
+
+class ModelDeploymentSpec(CrdModel):
+    """The roles; the set of role names is fixed after creation."""
+
+    roles: list[Role] = Field(
+        min_length=1,
+        max_length=MAX_ROLES,
+        json_schema_extra={
+            **list_map("name"),
+            "x-kubernetes-validations": [
+                cel(
+                    "self.all(r, oldSelf.exists(o, o.name == r.name))"
+                    " && oldSelf.all(o, self.exists(r, r.name == o.name))",
+                    "roles cannot be added or removed after creation",
+                )
+            ],
+        },
+    )
+
+
+class RoleStatus(CrdModel):
+    """Progress of one role."""
+
+    name: str = Field(min_length=1, max_length=63)
+    replicas: Int32 | None = Field(default=None, ge=0)
+    """Replica groups that exist."""
+    admitted_replicas: Int32 | None = Field(default=None, ge=0)
+    """Replica groups whose Workload is admitted."""
+    ready_replicas: Int32 | None = Field(default=None, ge=0)
+    """Replica groups whose Pods are all ready."""
+    message: str | None = Field(default=None, max_length=32768)
+    """Why replicas are pending (Kueue's message, with role and replica)."""
+
+
+class ModelDeploymentStatus(CrdModel):
+    """Progress of the deployment."""
+
+    observed_generation: Int64 | None = None
+    roles: list[RoleStatus] | None = Field(
+        default=None, max_length=MAX_ROLES, json_schema_extra=list_map("name")
+    )
+    conditions: list[Condition] | None = Field(default=None, json_schema_extra=CONDITIONS)
+
+
+class ModelDeployment(KubeObject):
+    """A model deployment as the scheduling chain sees it."""
+
+    CRD = CrdNames(resource=kinds.MODEL_DEPLOYMENT, printer_columns=(AGE_COLUMN,))
+
+    spec: ModelDeploymentSpec
+    status: ModelDeploymentStatus | None = None
