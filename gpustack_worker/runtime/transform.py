@@ -1,0 +1,82 @@
+"""Ingest transforms: keep only what reconcilers read, before anything is cached.
+
+Every object entering an informer goes through :func:`make_transform`'s result once. It drops
+``metadata.managedFields`` (20-25 % of an object's bytes) except the entries written by OUR field
+managers, which it keeps in a compact form because the apply no-op check needs to know exactly which
+fields we own; it drops ``status.images`` (most of a Node's status) and the
+``last-applied-configuration`` annotation, and then deep-freezes the result (interned strings,
+immutable containers). Kinds that are cached in bulk (Nodes) get a kind-specific trim on top; see
+:data:`KIND_TRIMS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, Final
+
+from gpustack_worker.runtime.frozen import freeze
+
+__all__ = ("KIND_TRIMS", "LAST_APPLIED", "Transform", "make_transform", "trim_node")
+
+Transform = Callable[[dict[str, Any]], Any]
+LAST_APPLIED: Final = "kubectl.kubernetes.io/last-applied-configuration"
+#: Node status keys reconcilers read; everything else (images, nodeInfo, addresses, daemonEndpoints,
+#: volumesAttached …) is dropped.
+_NODE_STATUS_KEEP: Final = ("allocatable", "capacity", "conditions")
+#: Condition keys kept; heartbeat times and messages change every few seconds and nobody reads them.
+_CONDITION_KEEP: Final = ("type", "status", "reason", "lastTransitionTime")
+
+
+def trim_node(obj: dict[str, Any]) -> dict[str, Any]:
+    """Keep a Node's labels, annotations, spec and the readiness/capacity part of its status."""
+    status = obj.get("status")
+    if isinstance(status, dict):
+        kept = {k: status[k] for k in _NODE_STATUS_KEEP if k in status}
+        conditions = kept.get("conditions")
+        if isinstance(conditions, list):
+            kept["conditions"] = [
+                {k: c[k] for k in _CONDITION_KEEP if k in c} for c in conditions if isinstance(c, dict)
+            ]
+        obj["status"] = kept
+    return obj
+
+
+#: Kind-specific trims applied after the generic strip (kind → trim).
+KIND_TRIMS: Final[Mapping[str, Callable[[dict[str, Any]], dict[str, Any]]]] = {"Node": trim_node}
+
+
+def _compact_managed(entries: Any, managers: Collection[str]) -> list[dict[str, Any]]:
+    """Keep only our managers' entries, and of those only what the no-op check reads."""
+    kept: list[dict[str, Any]] = []
+    if not isinstance(entries, list):
+        return kept
+    for entry in entries:
+        if not isinstance(entry, dict) or entry.get("manager") not in managers:
+            continue
+        compact = {k: entry[k] for k in ("manager", "operation", "subresource", "fieldsV1") if k in entry}
+        kept.append(compact)
+    return kept
+
+
+def make_transform(field_managers: Collection[str] = ()) -> Transform:
+    """Build the ingest transform keeping the managedFields entries of ``field_managers``."""
+    managers = frozenset(field_managers)
+
+    def transform(obj: dict[str, Any]) -> Any:
+        meta = obj.get("metadata")
+        if isinstance(meta, dict):
+            managed = _compact_managed(meta.pop("managedFields", None), managers)
+            if managed:
+                meta["managedFields"] = managed
+            annotations = meta.get("annotations")
+            if isinstance(annotations, dict):
+                annotations.pop(LAST_APPLIED, None)
+        status = obj.get("status")
+        if isinstance(status, dict):
+            status.pop("images", None)
+        trim = KIND_TRIMS.get(str(obj.get("kind") or ""))
+        if trim is not None:
+            obj = trim(obj)
+        return freeze(obj)
+
+    return transform
