@@ -78,8 +78,8 @@ class Profile(_Strict):
 
     name: Annotated[str, StringConstraints(pattern=_PROFILE_NAME, max_length=40)]
     memoryMiB: Annotated[int, Field(ge=1)]
-    computeSlices: Annotated[int, Field(ge=1)]
-    memorySlices: Annotated[int, Field(ge=1)]
+    computeSlices: Annotated[int, Field(ge=1, le=7)]
+    memorySlices: Annotated[int, Field(ge=1, le=8)]
     #: Legal starts (memory slices) on an empty card; default: aligned to ``memorySlices``.
     placements: list[Annotated[int, Field(ge=0)]] | None = None
 
@@ -90,8 +90,8 @@ class Partitioning(_Strict):
     kind: Text  # must be the manufacturer's partition kind (``mig``)
     #: Positions (0-based within the entry) of the cards in partitioning mode; default: all.
     cards: list[Annotated[int, Field(ge=0)]] | None = None
-    computeSlices: Annotated[int, Field(ge=1)] = 7
-    memorySlices: Annotated[int, Field(ge=1)] = 8
+    computeSlices: Annotated[int, Field(ge=1, le=7)] = 7
+    memorySlices: Annotated[int, Field(ge=1, le=8)] = 8
     profiles: Annotated[list[Profile], Field(min_length=1)]
 
 
