@@ -45,7 +45,7 @@ def test_local_queue_name(cluster_queue: str) -> None:
         (keys.general_key("amd"), "general.feature.gpustack.ai/amd"),
         (keys.general_key("amd-epyc-7r32"), "general.feature.gpustack.ai/amd-epyc-7r32"),
         (keys.accelerator_key("nvidia-a10g"), "acceleratable.feature.gpustack.ai/nvidia-a10g"),
-        (keys.count_key(keys.general_key("amd-epyc-7r32")), "general.feature.gpustack.ai/amd-epyc-7r32.count"),
+        (keys.count_key(keys.general_key("amd-epyc-7r32")), keys.general_key("amd-epyc-7r32") + ".count"),
         (keys.sliced_max_free_units_key("nvidia-a10g"), "sliced-max-free-units.fit.gpustack.ai/nvidia-a10g"),
         (keys.shared_free_cards_key("nvidia-a10g"), "shared-free-cards.fit.gpustack.ai/nvidia-a10g"),
         (keys.credits_resource("nvidia"), "credits.gpustack.ai/nvidia"),
@@ -53,7 +53,10 @@ def test_local_queue_name(cluster_queue: str) -> None:
         (keys.sliced_resource("nvidia.com/gpu", "units"), "nvidia.com/gpu.sliced.units"),
         (keys.sliced_resource("amd.com/gpu", "memory-mib"), "amd.com/gpu.sliced.memory-mib"),
         (keys.partitioned_resource("nvidia.com/gpu"), "nvidia.com/gpu.partitioned"),
-        (keys.partitioned_resource("nvidia.com/gpu", "mig-3g.40gb"), "nvidia.com/gpu.partitioned.mig-3g.40gb"),
+        (
+            keys.partitioned_resource("nvidia.com/gpu", "mig-3g.40gb"),
+            "nvidia.com/gpu.partitioned.mig-3g.40gb",
+        ),
         (keys.worker_nodefeature_name("node-a"), "node-a-gpustack-worker"),
         (keys.device_manager_nodefeature_name("node-a"), "node-a-gpustack-device-manager"),
         (keys.topology_name(DEFAULT_PROFILE), "gpustack-fnv64-87bf574bea2a4f23"),
@@ -128,7 +131,7 @@ def test_unit_constants(constant: int, expected: int) -> None:
         (keys.NFD_CPU_VENDOR, "feature.node.kubernetes.io/cpu-model.vendor_id"),
         (keys.RDMA_CAPABLE, "feature.gpustack.ai/rdma.capable"),
     ],
-    ids=["managed", "profile", "resource-type", "queue", "derived", "finalizer", "cpu-name", "vendor", "rdma"],
+    ids=["managed", "profile", "type", "queue", "derived", "finalizer", "cpu-name", "vendor", "rdma"],
 )
 def test_catalogue_keys(key: str, expected: str) -> None:
     assert key == expected
