@@ -34,7 +34,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop
 from gpustack_worker.runtime.metrics import REST_REQUESTS
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncGenerator
 
     from gpustack_worker.runtime.resources import Resource
 
@@ -274,7 +274,7 @@ class Client:
         field_selector: str | None = None,
         timeout_seconds: int,
         bookmarks: bool = True,
-    ) -> AsyncIterator[dict[str, Any]]:
+    ) -> AsyncGenerator[dict[str, Any], None]:
         """Stream raw watch events ``{"type", "object"}`` until the server ends the watch.
 
         ``ERROR`` events are raised as :class:`ApiError` (``Gone`` for 410) instead of yielded. The
