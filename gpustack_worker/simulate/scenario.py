@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Final, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints, ValidationError
 
 __all__ = (
     "CPU_DETAIL_FIELDS",
@@ -123,14 +123,14 @@ class Accelerator(_Strict):
     partitioning: Partitioning | None = None
     allocations: list[Allocation] = Field(default_factory=list)
     #: False: the group is in ``Devices.spec`` but has no ``status`` ledger yet.
-    ledgerPublished: bool = True
+    ledgerPublished: StrictBool = True
 
 
 class RdmaInterface(_Strict):
     """One NIC in ``Devices.spec.interfaces``."""
 
     name: Text
-    rdma: bool = True
+    rdma: StrictBool = True
     state: Literal["Active", "Down", "Init", "Armed", "Unknown"] = "Active"
     linkLayer: Literal["InfiniBand", "Ethernet"]
     numaAffinity: Text | None = None
