@@ -312,6 +312,8 @@ def _nfd_master_node() -> dict[str, Any]:
         "kind": "Node",
         "metadata": {
             "name": NFD_MASTER_NODE,
+            # A kubelet always sets annotations; nfd-master's JSON patch assumes the map exists.
+            "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
             "labels": {
                 "kubernetes.io/hostname": NFD_MASTER_NODE,
                 "kubernetes.io/os": "linux",

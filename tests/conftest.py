@@ -1,0 +1,40 @@
+"""Shared fixtures: one real control plane per test session, started only when a test asks for it.
+
+A component that cannot be built or started fails the requesting tests with the reason (BuildError /
+StartupError carry go's or the component's own output) — they are never skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpustack_worker.devcluster.cluster import DevCluster
+
+
+@pytest.fixture(scope="session")
+def devcluster() -> Iterator[DevCluster]:
+    """etcd + kube-apiserver + Kueue + nfd-master on 127.0.0.1, with Kueue's, NFD's and our CRDs installed.
+
+    Its directory is not under pytest's basetemp: pytest prunes old basetemps, which would delete a
+    running cluster's etcd data when several test sessions run at once.
+    """
+    directory = Path(tempfile.mkdtemp(prefix="gpustack-devcluster-"))
+    cluster = DevCluster(directory, log=lambda msg: print(f"[devcluster] {msg}"))
+    cluster.start()
+    previous = os.environ.get("KUBECONFIG")
+    os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+        if previous is None:
+            os.environ.pop("KUBECONFIG", None)
+        else:
+            os.environ["KUBECONFIG"] = previous
