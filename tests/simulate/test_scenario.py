@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from gpustack_worker.api import keys
 from gpustack_worker.simulate.load import load_scenario, packaged_scenario, parse_scenario
 from gpustack_worker.simulate.scenario import CPU_DETAIL_FIELDS, ScenarioError
-from gpustack_worker.api import keys
 
 _CPU = {"vendor": "AMD", "model": "AMD EPYC 7763 64-Core Processor", "cores": 64}
 _A100: dict[str, Any] = {
@@ -37,7 +37,9 @@ def _base() -> dict[str, Any]:
                 "name": "gpu-b",
                 "cpu": dict(_CPU),
                 "memory": "512Gi",
-                "accelerators": [{"manufacturer": "hygon", "product": "K100_AI", "memoryMiB": 65536, "count": 4}],
+                "accelerators": [
+                    {"manufacturer": "hygon", "product": "K100_AI", "memoryMiB": 65536, "count": 4}
+                ],
             },
         ]
     }
@@ -110,7 +112,9 @@ def _with(path: tuple[Any, ...], value: Any) -> dict[str, Any]:
             id="units-beyond-M",
         ),
         pytest.param(
-            _with(("nodes", 2, "accelerators", 0, "allocations"), [{"card": 0, "mode": "shared", "shares": 11}]),
+            _with(
+                ("nodes", 2, "accelerators", 0, "allocations"), [{"card": 0, "mode": "shared", "shares": 11}]
+            ),
             "nodes[2] (name=gpu-b).accelerators[0].allocations[0].shares: shares must be within 1..10",
             id="eleven-shares",
         ),
