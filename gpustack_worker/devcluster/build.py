@@ -178,3 +178,19 @@ def module_dir(module: str, version: str) -> Path:
     if "Dir" not in info:
         raise BuildError(f"go mod download {module}@{version}: {info.get('Error', 'no Dir in output')}")
     return Path(info["Dir"])
+
+
+def main() -> int:
+    """Build (or reuse) every pinned component; exit 1 with go's own words when one cannot be built."""
+    try:
+        paths = ensure_all()
+    except BuildError as exc:
+        print(f"control-plane build failed: {exc}", flush=True)
+        return 1
+    for name, path in paths.items():
+        print(f"{name}: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
