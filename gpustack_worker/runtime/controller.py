@@ -1,0 +1,201 @@
+"""A controller: N workers pulling keys from one workqueue and calling ``reconcile(key)``.
+
+The reconcile contract (controller-runtime's): the function gets a key, not an event, reads the
+current cache and settings snapshot, computes a pure ``desired(...)`` and applies the difference. It
+returns :class:`Result` — done, or requeue after a delay (polling without rate limiting) — or raises,
+which is logged with the key and a reconcile id, counted, and retried through the rate limiter. No
+exception in a reconcile ever stops a worker. Event sources are informers, wired with
+:meth:`Controller.watch`: a mapper turns an object into the keys to enqueue (directly, or through a
+cache index for secondary objects) and a predicate drops events that cannot matter — in particular
+the echo of our own writes (status-only or managedFields-only changes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from opentelemetry import trace
+
+from gpustack_worker.runtime.client import ApiError
+from gpustack_worker.runtime.metrics import (
+    ACTIVE_WORKERS,
+    MAX_CONCURRENT,
+    RECONCILE_ERRORS,
+    RECONCILE_PANICS,
+    RECONCILE_TIME,
+    RECONCILE_TOTAL,
+)
+from gpustack_worker.runtime.store import object_key
+
+if TYPE_CHECKING:
+    from gpustack_worker.runtime.informer import Informer
+    from gpustack_worker.runtime.queue import WorkQueue
+
+__all__ = (
+    "Controller",
+    "Predicate",
+    "Result",
+    "generation_changed",
+    "labels_changed",
+    "semantic_changed",
+)
+
+_TRACER = trace.get_tracer(__name__)
+_log = structlog.get_logger("gpustack_worker.runtime.controller")
+
+Predicate = Callable[[str, Any | None, Any | None], bool]
+Mapper = Callable[[Any], Iterable[str]]
+Reconcile = Callable[[str], Awaitable["Result"]]
+#: Errors that are "the world said no" rather than a bug; any other exception also counts as a panic.
+_EXPECTED: tuple[type[BaseException], ...] = (ApiError, OSError, TimeoutError)
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """Outcome of one reconcile: done (``requeue_after`` None) or poll again after a delay."""
+
+    requeue_after: float | None = None
+
+    @classmethod
+    def done(cls) -> Result:
+        return cls()
+
+    @classmethod
+    def after(cls, seconds: float) -> Result:
+        return cls(requeue_after=seconds)
+
+
+def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return (obj or {}).get("metadata") or {}
+
+
+def generation_changed(event: str, old: Any | None, new: Any | None) -> bool:
+    """Pass creates, deletes and spec changes (``metadata.generation`` moved); drop status echoes."""
+    if old is None or new is None:
+        return True
+    return _meta(old).get("generation") != _meta(new).get("generation")
+
+
+def labels_changed(event: str, old: Any | None, new: Any | None) -> bool:
+    """Pass creates, deletes and label changes."""
+    if old is None or new is None:
+        return True
+    return _meta(old).get("labels") != _meta(new).get("labels")
+
+
+def semantic_changed(view: Callable[[Any], Any]) -> Predicate:
+    """Pass creates, deletes and updates where ``view(obj)`` differs (the fields a reconciler reads)."""
+
+    def predicate(event: str, old: Any | None, new: Any | None) -> bool:
+        if old is None or new is None:
+            return True
+        return bool(view(old) != view(new))
+
+    return predicate
+
+
+def _own_key(obj: Any) -> Iterable[str]:
+    return (object_key(obj),)
+
+
+class Controller:
+    """Runs ``reconcile`` for queued keys with ``workers`` concurrent workers."""
+
+    def __init__(self, name: str, reconcile: Reconcile, queue: WorkQueue, *, workers: int = 1) -> None:
+        self.name = name
+        self.reconcile = reconcile
+        self.queue = queue
+        self.workers = max(1, workers)
+        self._log = _log.bind(controller=name)
+        MAX_CONCURRENT.labels(controller=name).set(self.workers)
+        ACTIVE_WORKERS.labels(controller=name).set(0)
+        for result in ("success", "error", "requeue_after"):
+            RECONCILE_TOTAL.labels(controller=name, result=result)
+        RECONCILE_ERRORS.labels(controller=name)
+        RECONCILE_PANICS.labels(controller=name)
+
+    def watch(
+        self,
+        informer: Informer,
+        *,
+        mapper: Mapper | None = None,
+        predicates: Iterable[Predicate] = (),
+    ) -> None:
+        """Enqueue ``mapper(obj)`` (default: the object's own key) for events passing all predicates."""
+        to_keys = mapper or _own_key
+        preds = tuple(predicates)
+
+        def handler(event: str, old: Any | None, new: Any | None) -> None:
+            if not all(p(event, old, new) for p in preds):
+                return
+            for obj in (new, old) if new is not None and old is not None else (new or old,):
+                for key in to_keys(obj):
+                    self.queue.add(key)
+
+        informer.add_handler(handler)
+
+    def enqueue_all(self, keys: Iterable[str]) -> None:
+        """Add every key (a resync)."""
+        for key in keys:
+            self.queue.add(key)
+
+    async def run(self) -> None:
+        """Run the workers until the queue is shut down and drained."""
+        async with asyncio.TaskGroup() as group:
+            for _ in range(self.workers):
+                group.create_task(self._worker())
+
+    async def shutdown(self) -> None:
+        """Stop intake and wait for in-flight reconciles."""
+        self.queue.shutdown()
+        await self.queue.drain()
+
+    async def _worker(self) -> None:
+        while (key := await self.queue.get()) is not None:
+            try:
+                await self.process(key)
+            finally:
+                self.queue.done(key)
+
+    async def process(self, key: str) -> None:
+        """Reconcile one key and schedule its follow-up. Never raises (except cancellation)."""
+        reconcile_id = uuid.uuid4().hex
+        active = ACTIVE_WORKERS.labels(controller=self.name)
+        active.inc()
+        started = time.perf_counter()
+        with (
+            structlog.contextvars.bound_contextvars(controller=self.name, key=key, reconcileID=reconcile_id),
+            _TRACER.start_as_current_span(f"reconcile {self.name}") as span,
+        ):
+            span.set_attribute("controller", self.name)
+            span.set_attribute("key", key)
+            span.set_attribute("reconcileID", reconcile_id)
+            try:
+                result = await self.reconcile(key)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                RECONCILE_TOTAL.labels(controller=self.name, result="error").inc()
+                RECONCILE_ERRORS.labels(controller=self.name).inc()
+                if not isinstance(exc, _EXPECTED):
+                    RECONCILE_PANICS.labels(controller=self.name).inc()
+                span.record_exception(exc)
+                self._log.exception("reconcile failed", retries=self.queue.num_requeues(key))
+                self.queue.add_rate_limited(key)
+            else:
+                if result.requeue_after is not None and result.requeue_after > 0:
+                    RECONCILE_TOTAL.labels(controller=self.name, result="requeue_after").inc()
+                    self.queue.forget(key)
+                    self.queue.add_after(key, result.requeue_after)
+                else:
+                    RECONCILE_TOTAL.labels(controller=self.name, result="success").inc()
+                    self.queue.forget(key)
+            finally:
+                RECONCILE_TIME.labels(controller=self.name).observe(time.perf_counter() - started)
+                active.dec()

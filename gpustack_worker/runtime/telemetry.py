@@ -1,0 +1,72 @@
+"""Logging and tracing set-up: structlog JSON lines and OpenTelemetry spans.
+
+Every log line is one JSON object; the controller binds ``controller``, ``key`` and ``reconcileID``
+into structlog's context variables for the duration of a reconcile, so every line a reconciler (or the
+client under it) writes carries them without passing a logger around. Spans are created per reconcile
+and per API call through the global OpenTelemetry tracer; an OTLP exporter is installed only when the
+standard ``OTEL_*`` environment variables ask for one, otherwise tracing stays the SDK's no-op.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Final
+
+import structlog
+
+__all__ = ("configure_logging", "configure_tracing", "otlp_requested")
+
+_OTLP_ENV: Final = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+
+
+def configure_logging(level: str = "INFO", *, json: bool = True) -> None:
+    """Route structlog (and stdlib logging) to stderr as JSON lines at ``level``."""
+    numeric = logging.getLevelName(level.upper())
+    if not isinstance(numeric, int):
+        numeric = logging.INFO
+    logging.basicConfig(stream=sys.stderr, level=numeric, format="%(message)s")
+    renderer: structlog.typing.Processor = (
+        structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+
+
+def otlp_requested(env: dict[str, str] | None = None) -> bool:
+    """True when the standard OTEL variables ask for OTLP trace export."""
+    env = dict(os.environ) if env is None else env
+    if env.get("OTEL_SDK_DISABLED", "").lower() == "true":
+        return False
+    exporter = env.get("OTEL_TRACES_EXPORTER", "")
+    if exporter:
+        return "otlp" in [e.strip() for e in exporter.split(",")]
+    return any(env.get(name) for name in _OTLP_ENV)
+
+
+def configure_tracing(service_name: str = "gpustack-worker") -> bool:
+    """Install an OTLP/HTTP span exporter if requested by the environment; returns whether it did."""
+    if not otlp_requested():
+        return False
+    from opentelemetry import trace
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    service = os.environ.get("OTEL_SERVICE_NAME", service_name)
+    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+    return True
