@@ -1,0 +1,103 @@
+"""``gpustack-worker demo``: the main job, end to end on a real local control plane.
+
+1. start etcd, kube-apiserver, Kueue and nfd-master on 127.0.0.1 (built from Go modules on first use);
+2. publish a simulated mixed GPU cluster (what NFD and the Device Manager would, stages 1–2);
+3. run the node agent (``--all-nodes``) and the leader-elected controller as real processes;
+4. wait until every simulated node carries what stage 3 publishes — the worker NodeFeature labels projected
+   by nfd-master, the counting capacities, the fit labels — and print it.
+
+With ``--keep`` everything stays up until Ctrl-C (the kubeconfig is printed for kubectl).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from gpustack_worker.api import keys
+from gpustack_worker.cli import simulate_cmd
+from gpustack_worker.devcluster.cluster import NFD_MASTER_NODE, DevCluster
+from gpustack_worker.devcluster.procs import ManagedProcess
+
+__all__ = ("run",)
+
+CONVERGE_TIMEOUT_SECONDS = 120
+_COUNTING = (".sliced.", ".partitioned.")
+
+
+def _stage3_done(node: dict[str, Any]) -> bool:
+    labels = node["metadata"].get("labels") or {}
+    capacity = (node.get("status") or {}).get("capacity") or {}
+    if labels.get(keys.MANAGED) != "true" or not any(k.startswith(keys.GENERAL_PREFIX) for k in labels):
+        return False
+    pools = [k for k in capacity if k.endswith((keys.SLICED_SUFFIX, keys.PARTITIONED_SUFFIX))]
+    return all(any(k.startswith(pool + ".") for k in capacity) for pool in pools)
+
+
+def _summary(node: dict[str, Any]) -> list[str]:
+    labels = node["metadata"].get("labels") or {}
+    capacity = (node.get("status") or {}).get("capacity") or {}
+    lines = [f"node {node['metadata']['name']}"]
+    for key in sorted(labels):
+        if key.startswith((keys.GENERAL_PREFIX, keys.FEATURE_PREFIX, keys.MANAGED)) or ".fit.gpustack.ai/" in key:
+            lines.append(f"  label    {key}={labels[key]}")
+    for key in sorted(capacity):
+        if any(part in key for part in _COUNTING):
+            lines.append(f"  capacity {key}={capacity[key]}")
+    return lines
+
+
+def _spawn(cluster: DevCluster, name: str, *args: str) -> ManagedProcess:
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+    proc = ManagedProcess(name, [sys.executable, "-m", "gpustack_worker", *args], cluster.dir / "logs" / f"{name}.log", env)
+    proc.start()
+    cluster.procs[name] = proc  # stopped with the cluster
+    return proc
+
+
+def run(args: argparse.Namespace) -> int:
+    cluster = DevCluster(Path(args.dir))
+    try:
+        cluster.start()
+        scenario = args.scenario or "mixed-4"
+        sim = argparse.Namespace(file=scenario, kubeconfig=str(cluster.kubeconfig))
+        if asyncio.run(simulate_cmd.run(sim)) != 0:
+            return 1
+        _spawn(cluster, "agent", "agent", "--all-nodes", "--metrics-bind=127.0.0.1:0")
+        _spawn(cluster, "controller", "controller", "--metrics-bind=127.0.0.1:0", "--identity=demo")
+        api = cluster.bootstrap()
+        started = time.monotonic()
+        nodes: list[dict[str, Any]] = []
+        while time.monotonic() - started < CONVERGE_TIMEOUT_SECONDS:
+            nodes = [n for n in api.request("GET", "/api/v1/nodes").json()["items"] if n["metadata"]["name"] != NFD_MASTER_NODE]
+            if nodes and all(_stage3_done(n) for n in nodes):
+                break
+            for name in ("agent", "controller"):
+                if not cluster.procs[name].alive():
+                    print(f"{name} exited:\n{cluster.procs[name].log_tail()}", file=sys.stderr)
+                    return 1
+            time.sleep(1)
+        else:
+            print(f"stage 3 did not converge in {CONVERGE_TIMEOUT_SECONDS}s; logs in {cluster.dir / 'logs'}", file=sys.stderr)
+            return 1
+        print(f"stage 3 converged on {len(nodes)} nodes in {time.monotonic() - started:.1f}s\n")
+        for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
+            print("\n".join(_summary(node)))
+        lease = api.request("GET", "/apis/coordination.k8s.io/v1/namespaces/gpustack-system/leases/worker.gpustack.ai")
+        if lease.is_success:
+            print(f"\ncontroller leader: {lease.json()['spec'].get('holderIdentity')}")
+        api.close()
+        if args.keep:
+            print(f"\nrunning; export KUBECONFIG={cluster.kubeconfig} — Ctrl-C to stop")
+            while all(p.alive() for p in cluster.procs.values()):
+                time.sleep(1)
+        return 0
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        cluster.stop()
