@@ -1,0 +1,159 @@
+"""The Manager: starts informers, waits for their caches, then runs controllers (as leader).
+
+Start-up order follows controller-runtime: the health/metrics endpoint comes up first, informers list
+and watch, and nothing reconciles before every cache has synced (a reconcile against a half-filled
+cache would delete what it merely has not seen yet). After the sync the heap of cached objects is
+``gc.freeze()``-d so the cyclic GC stops rescanning it. With a :class:`LeaderElector` the controllers
+start only once this process leads; a standby keeps its informers (warm caches) and reports ready.
+Losing leadership stops the controllers and makes :meth:`Manager.run` return 1 (the process exits and
+is restarted, like controller-runtime); a stop request drains the queues, releases the Lease and
+returns 0. The node agent runs a Manager without an elector.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from gpustack_worker.runtime.health import HealthServer
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from gpustack_worker.runtime.controller import Controller
+    from gpustack_worker.runtime.informer import Informer
+    from gpustack_worker.runtime.leader import LeaderElector
+    from gpustack_worker.runtime.settings import SettingsSource
+
+__all__ = ("CacheSyncTimeout", "Manager")
+
+_log = structlog.get_logger("gpustack_worker.runtime.manager")
+
+
+class CacheSyncTimeout(RuntimeError):
+    """Informers did not complete their first list in time."""
+
+
+class Manager:
+    """Owns the informers, controllers, optional leader election and the health endpoint."""
+
+    def __init__(
+        self,
+        *,
+        elector: LeaderElector | None = None,
+        settings: SettingsSource | None = None,
+        health_bind: str | None = None,
+        cache_sync_timeout: float = 120.0,
+        shutdown_timeout: float = 30.0,
+    ) -> None:
+        self.elector = elector
+        self.settings = settings
+        self.informers: list[Informer] = []
+        self.controllers: list[Controller] = []
+        self.cache_sync_timeout = cache_sync_timeout
+        self.shutdown_timeout = shutdown_timeout
+        self.health = HealthServer(health_bind, self.ready) if health_bind else None
+        self.synced = asyncio.Event()
+        self.leading = asyncio.Event()
+
+    def add_informer(self, informer: Informer) -> Informer:
+        self.informers.append(informer)
+        return informer
+
+    def add_controller(self, controller: Controller) -> Controller:
+        self.controllers.append(controller)
+        return controller
+
+    def ready(self) -> bool:
+        """Readiness: every cache has synced (leaders and standbys alike)."""
+        return self.synced.is_set()
+
+    async def run(self, stop: asyncio.Event) -> int:
+        """Run until ``stop`` is set (returns 0) or leadership is lost (returns 1)."""
+        if self.health is not None:
+            await self.health.start()
+        sources = list(self.informers)
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(inf.run()) for inf in sources]
+                if self.settings is not None:
+                    tasks.append(group.create_task(self.settings.run()))
+                try:
+                    code = await self._run_synced(stop)
+                finally:
+                    for task in tasks:
+                        task.cancel()
+            return code
+        finally:
+            if self.health is not None:
+                await self.health.close()
+
+    async def _run_synced(self, stop: asyncio.Event) -> int:
+        waits = [inf.wait_synced() for inf in self.informers]
+        if self.settings is not None:
+            waits.append(self.settings.wait_synced())
+        stopper = asyncio.ensure_future(stop.wait())
+        try:
+            async with asyncio.timeout(self.cache_sync_timeout):
+                synced = asyncio.ensure_future(asyncio.gather(*waits))
+                await asyncio.wait((synced, stopper), return_when=asyncio.FIRST_COMPLETED)
+                if not synced.done():
+                    synced.cancel()
+                    return 0
+        except TimeoutError as exc:
+            raise CacheSyncTimeout(f"caches did not sync within {self.cache_sync_timeout}s") from exc
+        gc.collect()
+        gc.freeze()
+        self.synced.set()
+        _log.info("caches synced", informers=len(self.informers))
+        try:
+            if self.elector is not None:
+                campaign = asyncio.ensure_future(self.elector.campaign())
+                await asyncio.wait((campaign, stopper), return_when=asyncio.FIRST_COMPLETED)
+                if not campaign.done():
+                    campaign.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await campaign
+                    return 0
+                campaign.result()
+            self.leading.set()
+            return await self._lead(stopper)
+        finally:
+            stopper.cancel()
+            if self.elector is not None:
+                await self.elector.release()
+
+    async def _lead(self, stopper: asyncio.Future[Any]) -> int:
+        runners = [asyncio.ensure_future(c.run()) for c in self.controllers]
+        holder = asyncio.ensure_future(self.elector.hold()) if self.elector is not None else None
+        watched: list[asyncio.Future[Any]] = [stopper]
+        if holder is not None:
+            watched.append(holder)
+        try:
+            await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+            lost = holder is not None and holder.done() and not stopper.done()
+            if lost:
+                _log.error("leadership lost, stopping controllers")
+            return 1 if lost else 0
+        finally:
+            self.leading.clear()
+            if holder is not None and not holder.done():
+                holder.cancel()
+            await self._stop_controllers(runners)
+
+    async def _stop_controllers(self, runners: Sequence[asyncio.Future[None]]) -> None:
+        for controller in self.controllers:
+            controller.queue.shutdown()
+        try:
+            async with asyncio.timeout(self.shutdown_timeout):
+                await asyncio.gather(*(c.queue.drain() for c in self.controllers))
+                await asyncio.gather(*runners, return_exceptions=True)
+        except TimeoutError:
+            _log.warning("controllers did not drain in time, cancelling")
+            for runner in runners:
+                runner.cancel()
+            await asyncio.gather(*runners, return_exceptions=True)
