@@ -45,7 +45,11 @@ MODULES = sorted(PACKAGE.rglob("*.py"))
 def test_imports_point_downwards(path: Path) -> None:
     layer = _layer(path)
     allowed = ALLOWED[layer] | {layer}
-    bad = sorted(f"line {line}: gpustack_worker.{target}" for target, line in _imported_layers(path) if target not in allowed)
+    bad = sorted(
+        f"line {line}: gpustack_worker.{target}"
+        for target, line in _imported_layers(path)
+        if target not in allowed
+    )
     assert not bad, f"{path.relative_to(PACKAGE)} ({layer}) may import only {sorted(allowed)}: {bad}"
 
 

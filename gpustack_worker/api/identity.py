@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from gpustack_worker.api import keys
 from gpustack_worker.api.normalize import normalize_name
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 __all__ = ("accelerator_key", "cpu_manufacturer", "general_key", "memory_quantity")
 

@@ -27,7 +27,9 @@ DEVICES: Final = Resource(WORKER_GROUP, WORKER_VERSION, "Devices", "devices", na
 TOPOLOGY_SOURCE: Final = Resource(
     WORKER_GROUP, WORKER_VERSION, "TopologySource", "topologysources", namespaced=False
 )
-INSTANCE_TYPE: Final = Resource(WORKER_GROUP, WORKER_VERSION, "InstanceType", "instancetypes", namespaced=False)
+INSTANCE_TYPE: Final = Resource(
+    WORKER_GROUP, WORKER_VERSION, "InstanceType", "instancetypes", namespaced=False
+)
 NODE_MODEL_STORE: Final = Resource(
     WORKER_GROUP, WORKER_VERSION, "NodeModelStore", "nodemodelstores", namespaced=False
 )

@@ -83,7 +83,10 @@ def normalize_name(name: str, prefix: str, max_length: int, strip_cruft: bool) -
 
 
 def sanitize_label_value(value: str) -> str:
-    """``kubemeta.SanitizeLabelValue``: a label-safe rendering that keeps case (``NVIDIA A10G`` → ``NVIDIA-A10G``)."""
+    """``kubemeta.SanitizeLabelValue``: a label-safe rendering that keeps case.
+
+    ``NVIDIA A10G`` → ``NVIDIA-A10G``.
+    """
     buf: list[str] = []
     for ch in value:
         if len(buf) >= 63:

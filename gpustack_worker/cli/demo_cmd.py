@@ -28,6 +28,7 @@ __all__ = ("run",)
 
 CONVERGE_TIMEOUT_SECONDS = 120
 _COUNTING = (".sliced.", ".partitioned.")
+_FIT = ".fit.gpustack.ai/"
 
 
 def _stage3_done(node: dict[str, Any]) -> bool:
@@ -42,19 +43,19 @@ def _stage3_done(node: dict[str, Any]) -> bool:
 def _summary(node: dict[str, Any]) -> list[str]:
     labels = node["metadata"].get("labels") or {}
     capacity = (node.get("status") or {}).get("capacity") or {}
-    lines = [f"node {node['metadata']['name']}"]
-    for key in sorted(labels):
-        if key.startswith((keys.GENERAL_PREFIX, keys.FEATURE_PREFIX, keys.MANAGED)) or ".fit.gpustack.ai/" in key:
-            lines.append(f"  label    {key}={labels[key]}")
-    for key in sorted(capacity):
-        if any(part in key for part in _COUNTING):
-            lines.append(f"  capacity {key}={capacity[key]}")
-    return lines
+    shown = (keys.GENERAL_PREFIX, keys.FEATURE_PREFIX, keys.MANAGED)
+    return [
+        f"node {node['metadata']['name']}",
+        *(f"  label    {k}={labels[k]}" for k in sorted(labels) if k.startswith(shown) or _FIT in k),
+        *(f"  capacity {k}={capacity[k]}" for k in sorted(capacity) if any(p in k for p in _COUNTING)),
+    ]
 
 
 def _spawn(cluster: DevCluster, name: str, *args: str) -> ManagedProcess:
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
-    proc = ManagedProcess(name, [sys.executable, "-m", "gpustack_worker", *args], cluster.dir / "logs" / f"{name}.log", env)
+    proc = ManagedProcess(
+        name, [sys.executable, "-m", "gpustack_worker", *args], cluster.dir / "logs" / f"{name}.log", env
+    )
     proc.start()
     cluster.procs[name] = proc  # stopped with the cluster
     return proc
@@ -74,7 +75,11 @@ def run(args: argparse.Namespace) -> int:
         started = time.monotonic()
         nodes: list[dict[str, Any]] = []
         while time.monotonic() - started < CONVERGE_TIMEOUT_SECONDS:
-            nodes = [n for n in api.request("GET", "/api/v1/nodes").json()["items"] if n["metadata"]["name"] != NFD_MASTER_NODE]
+            nodes = [
+                n
+                for n in api.request("GET", "/api/v1/nodes").json()["items"]
+                if n["metadata"]["name"] != NFD_MASTER_NODE
+            ]
             if nodes and all(_stage3_done(n) for n in nodes):
                 break
             for name in ("agent", "controller"):
@@ -83,12 +88,17 @@ def run(args: argparse.Namespace) -> int:
                     return 1
             time.sleep(1)
         else:
-            print(f"stage 3 did not converge in {CONVERGE_TIMEOUT_SECONDS}s; logs in {cluster.dir / 'logs'}", file=sys.stderr)
+            print(
+                f"stage 3 did not converge in {CONVERGE_TIMEOUT_SECONDS}s; logs in {cluster.dir / 'logs'}",
+                file=sys.stderr,
+            )
             return 1
         print(f"stage 3 converged on {len(nodes)} nodes in {time.monotonic() - started:.1f}s\n")
         for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
             print("\n".join(_summary(node)))
-        lease = api.request("GET", "/apis/coordination.k8s.io/v1/namespaces/gpustack-system/leases/worker.gpustack.ai")
+        lease = api.request(
+            "GET", "/apis/coordination.k8s.io/v1/namespaces/gpustack-system/leases/worker.gpustack.ai"
+        )
         if lease.is_success:
             print(f"\ncontroller leader: {lease.json()['spec'].get('holderIdentity')}")
         api.close()

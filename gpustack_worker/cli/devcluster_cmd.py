@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpustack_worker.devcluster.supervise import read_state
+
+if TYPE_CHECKING:
+    import argparse
 
 #: Covers a cold build of all four components on a 2-core machine (about 10 minutes measured) with margin.
 UP_TIMEOUT_SECONDS = 45 * 60
@@ -77,9 +81,7 @@ def down(args: argparse.Namespace) -> int:
     # Components die with their supervisor (PDEATHSIG); make sure of it before reporting success.
     leftovers = [p for p in (state.get("components") or {}).values() if p and _alive(int(p))]
     for p in leftovers:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(int(p), signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     print(f"devcluster in {directory} stopped")
     return 0

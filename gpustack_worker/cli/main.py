@@ -1,4 +1,4 @@
-"""``gpustack-worker``: one entry point for the node agent, the controller, the simulator and the dev cluster."""
+"""``gpustack-worker``: one entry point for the agent, the controller, the simulator and the dev cluster."""
 
 from __future__ import annotations
 
@@ -6,19 +6,28 @@ import argparse
 import asyncio
 import os
 import sys
-from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 SYSTEM_NAMESPACE = os.environ.get("KUBERNETES_POD_NAMESPACE", "gpustack-system")
 SETTINGS_CONFIGMAP = "gpustack-settings"
 
 
 def _common_api_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--kubeconfig", default=None, help="kubeconfig path (default: $KUBECONFIG, else in-cluster)")
+    p.add_argument(
+        "--kubeconfig", default=None, help="kubeconfig path (default: $KUBECONFIG, else in-cluster)"
+    )
     p.add_argument("--namespace", default=SYSTEM_NAMESPACE, help="system namespace (default: %(default)s)")
     p.add_argument(
-        "--settings-configmap", default=SETTINGS_CONFIGMAP, help="settings ConfigMap name (default: %(default)s)"
+        "--settings-configmap",
+        default=SETTINGS_CONFIGMAP,
+        help="settings ConfigMap name (default: %(default)s)",
     )
-    p.add_argument("--metrics-bind", default="127.0.0.1:8080", help="health/metrics address (default: %(default)s)")
+    p.add_argument(
+        "--metrics-bind", default="127.0.0.1:8080", help="health/metrics address (default: %(default)s)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,13 +36,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     dev = sub.add_parser("devcluster", help="a local control plane (etcd, kube-apiserver, Kueue, nfd-master)")
     dev_sub = dev.add_subparsers(dest="action", required=True)
-    for action, text in (("up", "build if needed, start in the background, wait until ready"), ("down", "stop it")):
+    for action, text in (
+        ("up", "build if needed, start in the background, wait until ready"),
+        ("down", "stop it"),
+    ):
         p = dev_sub.add_parser(action, help=text)
-        p.add_argument("--dir", required=True, help="state directory (kubeconfig is written to DIR/kubeconfig)")
+        p.add_argument(
+            "--dir", required=True, help="state directory (kubeconfig is written to DIR/kubeconfig)"
+        )
 
     sim = sub.add_parser("simulate", help="simulate what stages 1-2 (NFD, Device Manager) would publish")
     sim_sub = sim.add_subparsers(dest="action", required=True)
-    apply = sim_sub.add_parser("apply", help="create/update the Nodes, NodeFeatures and Devices of a scenario")
+    apply = sim_sub.add_parser(
+        "apply", help="create/update the Nodes, NodeFeatures and Devices of a scenario"
+    )
     apply.add_argument("file", help="scenario YAML file")
     apply.add_argument("--kubeconfig", default=None)
 
@@ -44,7 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     agent = sub.add_parser("agent", help="the per-node stage-3 agent (DaemonSet)")
     _common_api_flags(agent)
     agent.add_argument("--all-nodes", action="store_true", help="serve every node from one process")
-    agent.add_argument("--node-name", default=os.environ.get("NODE_NAME"), help="node to serve (default: $NODE_NAME)")
+    agent.add_argument(
+        "--node-name", default=os.environ.get("NODE_NAME"), help="node to serve (default: $NODE_NAME)"
+    )
 
     demo = sub.add_parser("demo", help="a dev cluster, a simulated mixed cluster and the agent, end to end")
     demo.add_argument("--dir", default=".devcluster", help="state directory (default: %(default)s)")

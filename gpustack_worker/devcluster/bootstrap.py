@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import ssl
 import time
-from collections.abc import Iterable, Mapping
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import yaml
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+    from pathlib import Path
 
 __all__ = ("ApiBootstrap",)
 
@@ -63,7 +65,9 @@ class ApiBootstrap:
         return names
 
     def ensure_namespace(self, name: str) -> None:
-        self.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+        self.create(
+            "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+        )
 
     def create_node(self, node: Mapping[str, Any]) -> None:
         """Create a Node with its status in one POST (the Node strategy accepts status on create)."""

@@ -14,11 +14,14 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpustack_worker.devcluster import versions
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ("COMPONENTS", "BuildError", "Component", "cache_dir", "ensure_all", "ensure_binary", "module_dir")
 
@@ -91,8 +94,10 @@ COMPONENTS: dict[str, Component] = {
             versions.KUBERNETES,
             "k8s.io/kubernetes/cmd/kube-apiserver",
             "k8s.io/kubernetes",
-            lambda: "module local/kube-apiserver-build\n\ngo 1.25.0\n\ngodebug default=go1.25\n\n"
-            + _replace_block(versions.KUBERNETES_STAGING),
+            lambda: (
+                "module local/kube-apiserver-build\n\ngo 1.25.0\n\ngodebug default=go1.25\n\n"
+                + _replace_block(versions.KUBERNETES_STAGING)
+            ),
             _k8s_ldflags,
         ),
         Component(
@@ -100,13 +105,15 @@ COMPONENTS: dict[str, Component] = {
             versions.NFD,
             "sigs.k8s.io/node-feature-discovery/cmd/nfd-master",
             "sigs.k8s.io/node-feature-discovery",
-            lambda: "module local/nfd-build\n\ngo 1.26\n\n"
-            + _replace_block(
-                versions.NFD_STAGING,
-                (
-                    "\tsigs.k8s.io/node-feature-discovery/api/nfd => "
-                    f"sigs.k8s.io/node-feature-discovery/api/nfd {versions.NFD}",
-                ),
+            lambda: (
+                "module local/nfd-build\n\ngo 1.26\n\n"
+                + _replace_block(
+                    versions.NFD_STAGING,
+                    (
+                        "\tsigs.k8s.io/node-feature-discovery/api/nfd => "
+                        f"sigs.k8s.io/node-feature-discovery/api/nfd {versions.NFD}",
+                    ),
+                )
             ),
             lambda: f"-s -w -X sigs.k8s.io/node-feature-discovery/pkg/version.version={versions.NFD}",
         ),
@@ -133,9 +140,7 @@ def _go_env() -> dict[str, str]:
 def _run_go(args: list[str], cwd: Path, log: Callable[[str], None]) -> str:
     if shutil.which("go") is None:
         raise BuildError("the Go toolchain ('go') is not on PATH; it is needed to build the control plane")
-    proc = subprocess.run(
-        ["go", *args], cwd=cwd, env=_go_env(), capture_output=True, text=True, check=False
-    )
+    proc = subprocess.run(["go", *args], cwd=cwd, env=_go_env(), capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
         raise BuildError(f"`go {' '.join(args)}` failed (exit {proc.returncode}):\n{tail}")

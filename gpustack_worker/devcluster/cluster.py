@@ -27,7 +27,7 @@ import yaml
 from gpustack_worker.devcluster import build, versions
 from gpustack_worker.devcluster.bootstrap import ApiBootstrap, load_yaml_documents
 from gpustack_worker.devcluster.pki import Pki, make_pki
-from gpustack_worker.devcluster.procs import ManagedProcess, StartupError, free_port, wait_until
+from gpustack_worker.devcluster.procs import ManagedProcess, StartupError, free_port
 
 __all__ = ("NFD_MASTER_NODE", "SYSTEM_NAMESPACES", "DevCluster", "StartupError")
 
@@ -96,7 +96,8 @@ class DevCluster:
             self.stop()
             raise
         self.log(
-            f"devcluster ready in {time.monotonic() - built:.1f}s (build/cache check {built - started:.1f}s): "
+            f"devcluster ready in {time.monotonic() - built:.1f}s "
+            f"(build/cache check {built - started:.1f}s): "
             f"{self.server}, kubeconfig {self.kubeconfig}"
         )
         return self
@@ -219,9 +220,13 @@ class DevCluster:
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "devcluster", "cluster": {"server": self.server, "certificate-authority-data": ca}}],
+            "clusters": [
+                {"name": "devcluster", "cluster": {"server": self.server, "certificate-authority-data": ca}}
+            ],
             "users": [{"name": "devcluster-admin", "user": {"token": self.pki.admin_token}}],
-            "contexts": [{"name": "devcluster", "context": {"cluster": "devcluster", "user": "devcluster-admin"}}],
+            "contexts": [
+                {"name": "devcluster", "context": {"cluster": "devcluster", "user": "devcluster-admin"}}
+            ],
             "current-context": "devcluster",
         }
         self.kubeconfig.write_text(yaml.safe_dump(config, sort_keys=True))
@@ -234,7 +239,11 @@ class DevCluster:
         ours_files = sorted(ours.glob("*.yaml"))
         if not ours_files:
             raise StartupError(f"no CRDs of ours found in {ours} (run `nox -s crds`)")
-        files = [*sorted(kueue.glob("*.yaml")), nfd / "deployment/base/nfd-crds/nfd-api-crds.yaml", *ours_files]
+        files = [
+            *sorted(kueue.glob("*.yaml")),
+            nfd / "deployment/base/nfd-crds/nfd-api-crds.yaml",
+            *ours_files,
+        ]
         return load_yaml_documents(files)
 
     def _start_kueue(self) -> None:
@@ -342,4 +351,3 @@ def _nfd_master_node() -> dict[str, Any]:
             ],
         },
     }
-

@@ -12,12 +12,15 @@ import datetime
 import ipaddress
 import secrets
 from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = ("Pki", "make_pki")
 
@@ -120,6 +123,8 @@ def make_pki(directory: Path) -> Pki:
             ),
             0o644,
         ),
-        token_file=_write(directory / "tokens.csv", f'{token},devcluster-admin,uid-admin,"system:masters"\n'.encode()),
+        token_file=_write(
+            directory / "tokens.csv", f'{token},devcluster-admin,uid-admin,"system:masters"\n'.encode()
+        ),
         admin_token=token,
     )

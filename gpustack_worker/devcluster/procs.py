@@ -8,15 +8,19 @@ when a component fails to become ready.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from pathlib import Path
 
 __all__ = ("ManagedProcess", "StartupError", "free_port", "wait_until")
 
@@ -87,7 +91,7 @@ class ManagedProcess:
         return "\n".join(text.splitlines()[-lines:])
 
     def wait_ready(self, check: Callable[[], bool], timeout: float) -> None:
-        """Block until ``check`` passes; raise :class:`StartupError` with the log tail if it exits or times out."""
+        """Block until ``check`` passes; :class:`StartupError` with the log tail if it exits or times out."""
 
         def ready_or_dead() -> bool:
             return not self.alive() or check()
@@ -104,16 +108,10 @@ class ManagedProcess:
         if self.popen is None:
             return
         if self.popen.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.popen.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.popen.wait(grace)
-            except subprocess.TimeoutExpired:
-                pass
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.popen.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.popen.wait()

@@ -7,13 +7,15 @@ the operator runtime they are used to test.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from gpustack_worker.devcluster.bootstrap import ApiBootstrap
-from gpustack_worker.devcluster.cluster import DevCluster
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from gpustack_worker.devcluster.bootstrap import ApiBootstrap
+    from gpustack_worker.devcluster.cluster import DevCluster
 
 pytestmark = pytest.mark.cluster
 
@@ -80,13 +82,17 @@ def _get(api: ApiBootstrap, path: str) -> dict[str, Any]:
 
 
 def _queue_chain(api: ApiBootstrap, suffix: str, node_labels: dict[str, str], cpu: int, **flavor: Any) -> str:
-    """A ResourceFlavor + ClusterQueue + LocalQueue in namespace ``team-<suffix>``; returns the LocalQueue name."""
+    """A ResourceFlavor + ClusterQueue + LocalQueue in namespace ``team-<suffix>``; returns the namespace."""
     ns = f"team-{suffix}"
     api.ensure_namespace(ns)
     api.create(
         f"{KUEUE}/resourceflavors",
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": f"rf-{suffix}"},
-         "spec": {"nodeLabels": node_labels, **flavor}},
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": f"rf-{suffix}"},
+            "spec": {"nodeLabels": node_labels, **flavor},
+        },
     )
     api.create(
         f"{KUEUE}/clusterqueues",
@@ -99,7 +105,9 @@ def _queue_chain(api: ApiBootstrap, suffix: str, node_labels: dict[str, str], cp
                 "resourceGroups": [
                     {
                         "coveredResources": ["cpu"],
-                        "flavors": [{"name": f"rf-{suffix}", "resources": [{"name": "cpu", "nominalQuota": cpu}]}],
+                        "flavors": [
+                            {"name": f"rf-{suffix}", "resources": [{"name": "cpu", "nominalQuota": cpu}]}
+                        ],
                     }
                 ],
             },
@@ -107,8 +115,12 @@ def _queue_chain(api: ApiBootstrap, suffix: str, node_labels: dict[str, str], cp
     )
     api.create(
         f"{KUEUE}/namespaces/{ns}/localqueues",
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "lq", "namespace": ns},
-         "spec": {"clusterQueue": f"cq-{suffix}"}},
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": "lq", "namespace": ns},
+            "spec": {"clusterQueue": f"cq-{suffix}"},
+        },
     )
     return ns
 
@@ -128,7 +140,11 @@ def _workload(ns: str, name: str, count: int, pod_set: dict[str, Any] | None = N
                         "spec": {
                             "restartPolicy": "Never",
                             "containers": [
-                                {"name": "c", "image": "registry.invalid/x", "resources": {"requests": {"cpu": "1"}}}
+                                {
+                                    "name": "c",
+                                    "image": "registry.invalid/x",
+                                    "resources": {"requests": {"cpu": "1"}},
+                                }
                             ],
                         }
                     },
@@ -150,7 +166,9 @@ def decode_topology_assignment(assignment: dict[str, Any]) -> list[tuple[tuple[s
                 columns.append([level["universal"]] * n)
             else:
                 ind = level["individual"]
-                columns.append([f"{ind.get('prefix', '')}{root}{ind.get('suffix', '')}" for root in ind["roots"]])
+                columns.append(
+                    [f"{ind.get('prefix', '')}{root}{ind.get('suffix', '')}" for root in ind["roots"]]
+                )
         counts = piece["podCounts"]
         per_domain = [counts["universal"]] * n if "universal" in counts else list(counts["individual"])
         domains.extend((tuple(col[i] for col in columns), int(per_domain[i])) for i in range(n))
@@ -163,7 +181,10 @@ def test_decode_topology_assignment_expands_prefixes_and_counts() -> None:
         "slices": [
             {
                 "domainCount": 2,
-                "valuesPerLevel": [{"universal": "r1"}, {"individual": {"prefix": "n-", "roots": ["a", "b"]}}],
+                "valuesPerLevel": [
+                    {"universal": "r1"},
+                    {"individual": {"prefix": "n-", "roots": ["a", "b"]}},
+                ],
                 "podCounts": {"individual": [2, 1]},
             }
         ],
@@ -176,12 +197,15 @@ def test_kueue_activates_queue_and_admits_workload(api: ApiBootstrap) -> None:
         api.create_node(_node(name, {"pool": "kq"}, cpu="2"))
     ns = _queue_chain(api, "kq", {"pool": "kq"}, cpu=4)
 
-    cq = _eventually(lambda: _get(api, f"{KUEUE}/clusterqueues/cq-kq"), lambda o: _condition(o, "Active") == "True")
+    cq = _eventually(
+        lambda: _get(api, f"{KUEUE}/clusterqueues/cq-kq"), lambda o: _condition(o, "Active") == "True"
+    )
     assert cq["spec"]["resourceGroups"][0]["flavors"][0]["name"] == "rf-kq"
 
     api.create(f"{KUEUE}/namespaces/{ns}/workloads", _workload(ns, "wl", count=3))
     wl = _eventually(
-        lambda: _get(api, f"{KUEUE}/namespaces/{ns}/workloads/wl"), lambda o: _condition(o, "Admitted") == "True"
+        lambda: _get(api, f"{KUEUE}/namespaces/{ns}/workloads/wl"),
+        lambda o: _condition(o, "Admitted") == "True",
     )
     assignment = wl["status"]["admission"]["podSetAssignments"][0]
     assert wl["status"]["admission"]["clusterQueue"] == "cq-kq"
@@ -241,7 +265,9 @@ def test_topology_aware_admission_keeps_podset_in_one_rack(api: ApiBootstrap) ->
         },
     )
     ns = _queue_chain(api, "tas", {"pool": "tas"}, cpu=6, topologyName="racks")
-    _eventually(lambda: _get(api, f"{KUEUE}/clusterqueues/cq-tas"), lambda o: _condition(o, "Active") == "True")
+    _eventually(
+        lambda: _get(api, f"{KUEUE}/clusterqueues/cq-tas"), lambda o: _condition(o, "Active") == "True"
+    )
 
     api.create(
         f"{KUEUE}/namespaces/{ns}/workloads",
@@ -255,7 +281,9 @@ def test_topology_aware_admission_keeps_podset_in_one_rack(api: ApiBootstrap) ->
     levels = assignment["levels"]
     domains = decode_topology_assignment(assignment)
     assert sum(count for _, count in domains) == 3
-    racks = {values[levels.index("example.com/rack")] for values, _ in domains if "example.com/rack" in levels}
+    racks = {
+        values[levels.index("example.com/rack")] for values, _ in domains if "example.com/rack" in levels
+    }
     hosts = {values[levels.index("kubernetes.io/hostname")] for values, _ in domains}
     assert hosts <= {"tas-a", "tas-b"}, f"pods placed outside rack r1: {domains}"
     assert racks <= {"r1"}
