@@ -30,11 +30,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpustack_worker.agent.labels import is_qualified_name
 from gpustack_worker.agent.managed import is_managed
-from gpustack_worker.agent.quantity import ceil_quantity
+from gpustack_worker.agent.quantity import ceil_quantity, parse_quantity
 from gpustack_worker.api import keys, manufacturers
 
 if TYPE_CHECKING:
@@ -42,7 +42,19 @@ if TYPE_CHECKING:
 
     from gpustack_worker.agent.facts import Card, CardLedger, DevicesFacts, NodeFacts
 
-__all__ = ("desired", "is_counting_key", "profile_instances", "profile_suffix", "stale")
+__all__ = (
+    "FIELD_MANAGER",
+    "apply_body",
+    "desired",
+    "is_counting_key",
+    "profile_instances",
+    "profile_suffix",
+    "stale",
+    "up_to_date",
+)
+
+#: Server-side apply field manager of the counting keys (``nodes/status``).
+FIELD_MANAGER = "gpustack-worker-capacity"
 
 M = keys.UNITS_PER_ACCELERATOR
 _BASES = tuple(m.resource for m in manufacturers.MANUFACTURERS.values())
@@ -131,3 +143,34 @@ def is_counting_key(resource: str) -> bool:
 def stale(observed: Mapping[str, str], wanted: Mapping[str, int]) -> set[str]:
     """Counting keys present in ``observed`` capacity/allocatable that are not wanted any more."""
     return {k for k in observed if is_counting_key(k) and k not in wanted}
+
+
+def _equals(observed: Mapping[str, str], key: str, value: int) -> bool:
+    raw = observed.get(key)
+    if raw is None:
+        return False
+    try:
+        return parse_quantity(raw) == value
+    except ValueError:
+        return False
+
+
+def up_to_date(node: NodeFacts, wanted: Mapping[str, int]) -> bool:
+    """Whether capacity and allocatable already hold exactly ``wanted`` (compared as quantities, since
+    the API server canonicalises ``1600000`` to ``1600k``) and no stale counting key."""
+    for observed in (node.capacity, node.allocatable):
+        if stale(observed, wanted) or not all(_equals(observed, k, v) for k, v in wanted.items()):
+            return False
+    return True
+
+
+def apply_body(node_name: str, wanted: Mapping[str, int]) -> dict[str, Any]:
+    """The ``nodes/status`` apply body: the keys in capacity, mirrored into allocatable as the kubelet
+    does for extended resources (nothing else on the node consumes them)."""
+    values = {k: str(v) for k, v in sorted(wanted.items())}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": node_name},
+        "status": {"capacity": values, "allocatable": dict(values)},
+    }

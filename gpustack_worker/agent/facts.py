@@ -158,7 +158,8 @@ def _map(value: Any) -> dict[str, str]:
 
 
 def _list(value: Any) -> list[Mapping[str, Any]]:
-    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
+    # The informer cache freezes JSON lists into tuples; the API serves lists.
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list | tuple) else []
 
 
 def _int(value: Any) -> int:

@@ -20,6 +20,8 @@ that is not a valid qualified label name is skipped. A ledger entry without a ma
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from gpustack_worker.agent.facts import (
     MODE_FREE,
     MODE_SHARED,
@@ -33,7 +35,21 @@ from gpustack_worker.agent.labels import is_qualified_name
 from gpustack_worker.agent.managed import is_managed
 from gpustack_worker.api import keys
 
-__all__ = ("desired", "free_slice_units", "grants_share", "is_fit_label")
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = (
+    "FIELD_MANAGER",
+    "apply_body",
+    "desired",
+    "free_slice_units",
+    "grants_share",
+    "is_fit_label",
+    "observed",
+)
+
+#: Server-side apply field manager of the fit labels (Node metadata).
+FIELD_MANAGER = "gpustack-worker-fit"
 
 
 def free_slice_units(card: Card, ledger: CardLedger) -> int:
@@ -76,3 +92,13 @@ def desired(node: NodeFacts, devices: DevicesFacts | None, *, manual: bool) -> d
 def is_fit_label(key: str) -> bool:
     """Whether a Node label key is one of the fit labels (ours to prune)."""
     return key.startswith(keys.FIT_LABEL_DOMAINS)
+
+
+def observed(node: NodeFacts) -> dict[str, str]:
+    """The fit labels currently on the node."""
+    return {k: v for k, v in node.labels.items() if is_fit_label(k)}
+
+
+def apply_body(node_name: str, wanted: Mapping[str, str]) -> dict[str, Any]:
+    """The Node metadata apply body; keys left out are removed from what this manager owns."""
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name, "labels": dict(wanted)}}

@@ -1,0 +1,231 @@
+"""End to end on the real control plane: the simulated mixed-4 cluster, the agent in --all-nodes mode,
+nfd-master projecting the worker NodeFeature, capacity keys in Node status, one fit patch per ledger
+burst, and zero writes over a quiet minute."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from gpustack_worker.agent import fit
+from gpustack_worker.agent.controller import Agent
+from gpustack_worker.agent.quantity import parse_quantity
+from gpustack_worker.api import keys, kinds
+from gpustack_worker.runtime.client import Client
+from gpustack_worker.simulate.apply import apply_scenario
+from gpustack_worker.simulate.load import packaged_scenario
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable
+
+    from gpustack_worker.devcluster.cluster import DevCluster
+
+pytestmark = pytest.mark.cluster
+
+M = keys.UNITS_PER_ACCELERATOR
+#: The issue's "quiet minute".
+QUIET_S = 60.0
+
+
+async def _eventually(check: Callable[[], Any], *, within: float = 30.0, every: float = 0.25) -> Any:
+    """Poll an async ``check`` until it returns a truthy value (nfd-master batches about once a second)."""
+    deadline = time.monotonic() + within
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(every)
+    raise AssertionError(f"condition not met within {within}s; last value: {last!r}")
+
+
+def _q(resources: dict[str, str], key: str) -> int | None:
+    raw = resources.get(key)
+    return None if raw is None else int(parse_quantity(raw))
+
+
+@pytest.fixture(scope="module")
+async def cluster(devcluster: DevCluster) -> AsyncIterator[tuple[Client, Agent]]:
+    """The mixed-4 scenario applied, and an --all-nodes agent with its own client (own request counts)."""
+    admin = await Client.connect(str(devcluster.kubeconfig))
+    await apply_scenario(admin, packaged_scenario("mixed-4"))
+    agent_client = await Client.connect(str(devcluster.kubeconfig))
+    agent = Agent(agent_client, node_name=None, env={})
+    task = asyncio.create_task(agent.run())
+    await asyncio.wait_for(agent.ready.wait(), 60)
+    try:
+        yield admin, agent
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await agent_client.close()
+        await admin.close()
+
+
+async def _node(client: Client, name: str) -> dict[str, Any]:
+    obj = await client.get(kinds.NODE, name)
+    assert obj is not None, name
+    return obj
+
+
+async def test_nfd_projects_worker_nodefeature_labels(cluster: tuple[Client, Agent]) -> None:
+    admin, _ = cluster
+    expected = {
+        "cpu-a": {
+            keys.MANAGED: "true",
+            keys.general_key("intel"): "true",
+            keys.general_key("intel-xeon-platinum-8259cl"): "true",
+            keys.count_key(keys.general_key("intel-xeon-platinum-8259cl")): "96",
+        },
+        "gpu-a100": {
+            keys.MANAGED: "true",
+            keys.general_key("amd"): "true",
+            keys.general_key("amd-epyc-7763"): "true",
+            keys.count_key(keys.general_key("amd-epyc-7763")): "128",
+            keys.RDMA_CAPABLE: "true",
+            keys.RDMA_NUMA: "0",
+            keys.RDMA_DISTANCE: "PIX",
+        },
+    }
+
+    for name, want in expected.items():
+
+        async def projected(name: str = name, want: dict[str, str] = want) -> bool:
+            labels = (await _node(admin, name))["metadata"].get("labels") or {}
+            return all(labels.get(k) == v for k, v in want.items())
+
+        await _eventually(projected)
+    # Mixing is on by default: no node is marked cpu-only.
+    assert keys.CPU_ONLY not in ((await _node(admin, "cpu-a"))["metadata"].get("labels") or {})
+
+
+async def test_capacity_keys_in_node_status(cluster: tuple[Client, Agent]) -> None:
+    admin, _ = cluster
+    nv, hy, ppu = "nvidia.com/gpu", "hygon.com/dcu", "alibabacloud.com/ppu"
+    # gpu-a100: cards 0-3 sliceable (128 overcommittable slices, 80 GiB), cards 4-7 MIG with one
+    # 3g.40gb carved on card 4 (that card reads 0 for 7g.80gb, 1 allocated + 1 remaining 3g.40gb).
+    want = {
+        "gpu-a100": {
+            f"{nv}.sliced.units": 4 * M,
+            f"{nv}.sliced.cores-percentage": 4 * 128 * 100,
+            f"{nv}.sliced.memory-percentage": 400,
+            f"{nv}.sliced.memory-mib": 4 * 81920,
+            f"{nv}.partitioned.units": 4 * M,
+            f"{nv}.partitioned.mig-7g.80gb": 0 + 3 * 1,
+            f"{nv}.partitioned.mig-3g.40gb": 2 + 3 * 2,
+        },
+        "gpu-hygon": {
+            f"{hy}.sliced.units": 4 * M,
+            f"{hy}.sliced.cores-percentage": 4 * 100,
+            f"{hy}.sliced.memory-percentage": 400,
+            f"{hy}.sliced.memory-mib": 4 * 65536,
+        },
+        # T-Head's 4g48gb publishes as 4g.48gb.
+        "ppu-thead": {f"{ppu}.partitioned.units": 8 * M, f"{ppu}.partitioned.mig-4g.48gb": 8 * 2},
+    }
+    for name, keys_wanted in want.items():
+
+        async def applied(name: str = name, keys_wanted: dict[str, int] = keys_wanted) -> bool:
+            status = (await _node(admin, name))["status"]
+            return all(
+                _q(status["capacity"], k) == v and _q(status["allocatable"], k) == v
+                for k, v in keys_wanted.items()
+            )
+
+        await _eventually(applied)
+    cpu_status = (await _node(admin, "cpu-a"))["status"]["capacity"]
+    assert not [k for k in cpu_status if ".sliced." in k or ".partitioned." in k]
+
+
+async def test_wiped_key_is_reapplied_and_vanished_pool_removes_keys(cluster: tuple[Client, Agent]) -> None:
+    admin, _ = cluster
+    units = "hygon.com/dcu.sliced.units"
+    await _eventually(lambda: _has_capacity(admin, "gpu-hygon", units))
+    # Something (a kubelet restart) wipes a counting key: the agent puts it back.
+    await admin.patch(kinds.NODE, "gpu-hygon", {"status": {"capacity": {units: None}}}, subresource="status")
+    await _eventually(lambda: _has_capacity(admin, "gpu-hygon", units))
+    # The bare pool disappears: every .sliced.* key goes with it.
+    pool = (await _node(admin, "gpu-hygon"))["status"]["capacity"]["hygon.com/dcu.sliced"]
+    await admin.patch(
+        kinds.NODE,
+        "gpu-hygon",
+        {"status": {"capacity": {"hygon.com/dcu.sliced": None}}},
+        subresource="status",
+    )
+
+    async def gone() -> bool:
+        cap = (await _node(admin, "gpu-hygon"))["status"]["capacity"]
+        return not [k for k in cap if k.startswith("hygon.com/dcu.sliced.")]
+
+    await _eventually(gone)
+    # The pool comes back: so do the keys.
+    await admin.patch(
+        kinds.NODE,
+        "gpu-hygon",
+        {"status": {"capacity": {"hygon.com/dcu.sliced": pool}}},
+        subresource="status",
+    )
+    await _eventually(lambda: _has_capacity(admin, "gpu-hygon", units))
+
+
+async def _has_capacity(client: Client, name: str, key: str) -> bool:
+    return key in (await _node(client, name))["status"]["capacity"]
+
+
+async def test_ledger_burst_yields_one_fit_patch(cluster: tuple[Client, Agent]) -> None:
+    admin, agent = cluster
+    a_key = "hygon-k100_ai"
+    sliced_key = keys.sliced_max_free_units_key(a_key)
+    shared_key = keys.shared_free_cards_key(a_key)
+
+    async def labelled() -> dict[str, str]:
+        labels = (await _node(admin, "gpu-hygon"))["metadata"].get("labels") or {}
+        return {k: v for k, v in labels.items() if fit.is_fit_label(k)}
+
+    # Scenario: card 0 holds its four slices (full), card 1 one slice, cards 2-3 free.
+    assert await _eventually(labelled) == {sliced_key: str(M), shared_key: "2"}
+    await asyncio.sleep(agent.policy().fit_label_coalesce_seconds + 1)  # let every pending window close
+
+    devices = await admin.get(kinds.DEVICES, "gpu-hygon")
+    assert devices is not None
+    groups = copy.deepcopy(devices["status"]["groups"])
+    cards = sorted(groups[0]["accelerators"], key=lambda c: c["index"])
+    fit_before = agent.steps.writes[fit.FIELD_MANAGER]
+    writes_before = agent.client.writes
+    started = time.monotonic()
+    for i in range(1, 51):
+        # Cards 1 and 2 taken exclusively; card 3 gets one growing slice: 50 distinct ledgers.
+        for card in cards[1:3]:
+            card.update(mode=1, allocated=M, remaining=0, allocatedSlices=0)
+        cards[3].update(mode=3, allocated=16_000 * i, remaining=M - 16_000 * i, allocatedSlices=1)
+        await admin.patch(kinds.DEVICES, "gpu-hygon", {"status": {"groups": groups}}, subresource="status")
+    assert time.monotonic() - started < 1.0, "the burst must fit in one second"
+
+    final = {sliced_key: str(M - 16_000 * 50), shared_key: "0"}
+    assert await _eventually(lambda: _match(labelled, final), within=15) == final
+    await asyncio.sleep(agent.policy().fit_label_coalesce_seconds + 1)
+    assert agent.steps.writes[fit.FIELD_MANAGER] - fit_before == 1
+    assert agent.client.writes - writes_before == 1
+
+
+async def _match(read: Callable[[], Any], want: dict[str, str]) -> dict[str, str] | None:
+    got: dict[str, str] = await read()
+    return got if got == want else None
+
+
+async def test_zero_writes_over_a_quiet_minute(cluster: tuple[Client, Agent]) -> None:
+    admin, agent = cluster
+    # Converged first: NodeFeatures projected and every window closed.
+    await _eventually(lambda: _has_capacity(admin, "gpu-a100", "nvidia.com/gpu.sliced.units"))
+    await asyncio.sleep(agent.policy().fit_label_coalesce_seconds + 2)
+    before = dict(agent.client.requests_by_method)
+    await asyncio.sleep(QUIET_S)
+    after = dict(agent.client.requests_by_method)
+    writes = {m: after.get(m, 0) - before.get(m, 0) for m in ("POST", "PATCH", "PUT", "DELETE")}
+    assert writes == {"POST": 0, "PATCH": 0, "PUT": 0, "DELETE": 0}
