@@ -43,7 +43,6 @@ __all__ = (
     "group_id",
     "node_annotations",
     "node_labels",
-    "pci_present_key",
     "render_devices",
     "render_devices_status",
     "render_node",
@@ -58,11 +57,6 @@ FIELD_MANAGER: Final = "gpustack-simulator"
 READY_MESSAGE: Final = "simulated by gpustack-simulator"
 
 Obj = dict[str, Any]
-
-
-def pci_present_key(pci_vendor: str) -> str:
-    """NFD's ``feature.node.kubernetes.io/pci-<vendorID>.present``."""
-    return f"feature.node.kubernetes.io/pci-{pci_vendor}.present"
 
 
 def group_id(acc: Accelerator) -> str:
@@ -93,7 +87,7 @@ def node_labels(node: NodeSpec) -> dict[str, str]:
     if node.cpu.id is not None:
         labels[keys.NFD_CPU_ID] = str(node.cpu.id)
     for acc in node.accelerators:
-        labels[pci_present_key(cards.manufacturer_of(acc).pci_vendor)] = "true"
+        labels[keys.pci_present(cards.manufacturer_of(acc).pci_vendor)] = "true"
     if not node.accelerators:
         labels[keys.ACCELERATABLE] = "false"  # the gpustack-cpu-info rule marks accelerator-less nodes
     labels.update(node.labels)
