@@ -1,0 +1,114 @@
+"""Two real controller processes: exactly one leads, a kill -9 hands over within 17 s, never two leaders."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from typing import Any
+
+import pytest
+
+from gpustack_worker.api import kinds
+from gpustack_worker.cli.controller_cmd import LEASE_NAME
+from gpustack_worker.runtime.client import Client
+
+pytestmark = pytest.mark.cluster
+NS = kinds.SYSTEM_NAMESPACE
+HANDOVER_LIMIT_S = 17.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start(kubeconfig: str, identity: str, port: int) -> subprocess.Popen[bytes]:
+    cmd = [
+        sys.executable, "-m", "gpustack_worker.cli.main", "controller",
+        "--kubeconfig", kubeconfig, "--namespace", NS, "--metrics-bind", f"127.0.0.1:{port}",
+        "--identity", identity, "--settings-configmap", "gpustack-settings-leader-test",
+    ]  # fmt: skip
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ))
+
+
+def leader_gauge(port: int) -> float | None:
+    """The process' own ``leader_election_master_status`` (None when it does not answer)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("leader_election_master_status{") and f'name="{LEASE_NAME}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+async def test_exactly_one_leader_and_fast_handover(devcluster: Any) -> None:
+    kubeconfig = str(devcluster.kubeconfig)
+    client = await Client.connect(kubeconfig)
+    from gpustack_worker.runtime.leader import LEASE
+
+    await client.delete(LEASE, LEASE_NAME, NS)
+    ports = {"ctl-a": free_port(), "ctl-b": free_port()}
+    procs = {name: start(kubeconfig, name, port) for name, port in ports.items()}
+    max_simultaneous = 0
+
+    async def sample() -> dict[str, float | None]:
+        nonlocal max_simultaneous
+        gauges = {n: await asyncio.to_thread(leader_gauge, p) for n, p in ports.items()}
+        max_simultaneous = max(max_simultaneous, sum(1 for g in gauges.values() if g == 1.0))
+        return gauges
+
+    try:
+        # 1. exactly one of the two leads, and the Lease names it
+        deadline = time.monotonic() + 60
+        leader = None
+        while time.monotonic() < deadline:
+            gauges = await sample()
+            leading = [n for n, g in gauges.items() if g == 1.0]
+            if len(leading) == 1 and all(g is not None for g in gauges.values()):
+                leader = leading[0]
+                break
+            await asyncio.sleep(0.2)
+        assert leader is not None, "no leader elected within 60 s"
+        lease = await client.get(LEASE, LEASE_NAME, NS)
+        assert lease is not None and lease["spec"]["holderIdentity"] == leader
+        for _ in range(15):  # stays stable: the standby does not grab the lease
+            await sample()
+            await asyncio.sleep(0.2)
+        standby = next(n for n in ports if n != leader)
+
+        # 2. kill -9 the leader; the standby must lead within lease + retry = 17 s
+        procs[leader].send_signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+        procs[leader].wait(10)
+        took = None
+        while time.monotonic() - killed_at < HANDOVER_LIMIT_S + 5:
+            if (await sample())[standby] == 1.0:
+                took = time.monotonic() - killed_at
+                break
+            await asyncio.sleep(0.2)
+        assert took is not None and took <= HANDOVER_LIMIT_S, f"handover took {took}"
+        lease = await client.get(LEASE, LEASE_NAME, NS)
+        assert lease is not None and lease["spec"]["holderIdentity"] == standby
+        assert max_simultaneous == 1
+
+        # 3. graceful stop releases the Lease
+        procs[standby].send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(procs[standby].wait, 30) == 0
+        lease = await client.get(LEASE, LEASE_NAME, NS)
+        assert lease is not None and not lease["spec"].get("holderIdentity")
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+        await client.close()
