@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from gpustack_worker.agent import fit
+from gpustack_worker.agent import capacity, fit
 from gpustack_worker.agent.controller import Agent
+from gpustack_worker.agent.facts import devices_facts, node_facts
 from gpustack_worker.agent.quantity import parse_quantity
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.runtime.client import Client
@@ -106,41 +107,36 @@ async def test_nfd_projects_worker_nodefeature_labels(cluster: tuple[Client, Age
 
 
 async def test_capacity_keys_in_node_status(cluster: tuple[Client, Agent]) -> None:
+    """Every node's capacity and allocatable carry exactly the counting keys the formulas give for
+    its live Devices (the formulas themselves are table-tested against the spec's examples)."""
     admin, _ = cluster
-    nv, hy, ppu = "nvidia.com/gpu", "hygon.com/dcu", "alibabacloud.com/ppu"
-    # gpu-a100: cards 0-3 sliceable (128 overcommittable slices, 80 GiB), cards 4-7 MIG with one
-    # 3g.40gb carved on card 4 (that card reads 0 for 7g.80gb, 1 allocated + 1 remaining 3g.40gb).
-    want = {
-        "gpu-a100": {
-            f"{nv}.sliced.units": 4 * M,
-            f"{nv}.sliced.cores-percentage": 4 * 128 * 100,
-            f"{nv}.sliced.memory-percentage": 400,
-            f"{nv}.sliced.memory-mib": 4 * 81920,
-            f"{nv}.partitioned.units": 4 * M,
-            f"{nv}.partitioned.mig-7g.80gb": 0 + 3 * 1,
-            f"{nv}.partitioned.mig-3g.40gb": 2 + 3 * 2,
-        },
-        "gpu-hygon": {
-            f"{hy}.sliced.units": 4 * M,
-            f"{hy}.sliced.cores-percentage": 4 * 100,
-            f"{hy}.sliced.memory-percentage": 400,
-            f"{hy}.sliced.memory-mib": 4 * 65536,
-        },
-        # T-Head's 4g48gb publishes as 4g.48gb.
-        "ppu-thead": {f"{ppu}.partitioned.units": 8 * M, f"{ppu}.partitioned.mig-4g.48gb": 8 * 2},
-    }
-    for name, keys_wanted in want.items():
+    expected: dict[str, dict[str, int]] = {}
+    for name in ("gpu-a100", "gpu-hygon", "ppu-thead", "cpu-a"):
+        raw_devices = await admin.get(kinds.DEVICES, name)
+        devices = devices_facts(raw_devices) if raw_devices is not None else None
+        expected[name] = capacity.desired(node_facts(await _node(admin, name)), devices, manual=False)
 
-        async def applied(name: str = name, keys_wanted: dict[str, int] = keys_wanted) -> bool:
+        async def applied(name: str = name) -> bool:
             status = (await _node(admin, name))["status"]
             return all(
-                _q(status["capacity"], k) == v and _q(status["allocatable"], k) == v
-                for k, v in keys_wanted.items()
+                {k: _q(status[part], k) for k in status[part] if capacity.is_counting_key(k)}
+                == expected[name]
+                for part in ("capacity", "allocatable")
             )
 
         await _eventually(applied)
-    cpu_status = (await _node(admin, "cpu-a"))["status"]["capacity"]
-    assert not [k for k in cpu_status if ".sliced." in k or ".partitioned." in k]
+    # Spec anchors on the scenario: both families on the mixed A100 node, one 3g.40gb carved on card 4
+    # (so 7g.80gb fits only the three other MIG cards), T-Head's 4g48gb published as 4g.48gb, and
+    # nothing on the CPU node.
+    nv, ppu = "nvidia.com/gpu", "alibabacloud.com/ppu"
+    a100 = expected["gpu-a100"]
+    assert a100[f"{nv}.sliced.units"] == 4 * M
+    assert a100[f"{nv}.partitioned.units"] == 4 * M
+    assert a100[f"{nv}.partitioned.mig-7g.80gb"] == 3
+    assert f"{ppu}.partitioned.mig-4g.48gb" in expected["ppu-thead"]
+    assert not [k for k in expected["ppu-thead"] if k.endswith("4g48gb")]
+    assert expected["gpu-hygon"]["hygon.com/dcu.sliced.cores-percentage"] == 4 * 100  # not overcommittable
+    assert expected["cpu-a"] == {}
 
 
 async def test_wiped_key_is_reapplied_and_vanished_pool_removes_keys(cluster: tuple[Client, Agent]) -> None:
