@@ -16,6 +16,7 @@ import asyncio
 import datetime as dt
 import os
 import time
+import uuid
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import structlog
@@ -261,7 +262,7 @@ class SettingsSource:
         event = {
             "apiVersion": _EVENT.api_version,
             "kind": "Event",
-            "metadata": {"generateName": f"{self.name}.", "namespace": self.namespace},
+            "metadata": {"name": f"{self.name}.{uuid.uuid4().hex[:16]}", "namespace": self.namespace},
             "eventTime": _micro_time(),
             "reportingController": "gpustack.ai/worker",
             "reportingInstance": self._instance[:128],
