@@ -12,12 +12,9 @@ per object").
 from __future__ import annotations
 
 import sys
-from typing import Any, NoReturn
+from typing import Any, Final, NoReturn
 
-__all__ = ("FrozenDict", "freeze", "thaw")
-
-#: Strings longer than this are not interned (unique blobs such as certificates gain nothing).
-_INTERN_MAX = 256
+__all__ = ("EMPTY", "FrozenDict", "freeze", "thaw")
 
 
 class FrozenDict(dict[str, Any]):
@@ -44,15 +41,22 @@ class FrozenDict(dict[str, Any]):
         return (FrozenDict, (dict(self),))
 
 
-def _s(value: str) -> str:
-    return sys.intern(value) if len(value) <= _INTERN_MAX else value
+_s = sys.intern  # interned strings are mortal: freed with their last reference
+
+
+#: The one empty frozen mapping (managedFields trees are mostly ``{}`` leaves).
+EMPTY: Final = FrozenDict()
 
 
 def freeze(value: Any) -> Any:
     """Return a deep-frozen copy of a JSON value (dicts → FrozenDict, lists → tuples, strings interned)."""
+    if isinstance(value, FrozenDict | tuple):
+        return value  # already frozen (JSON never yields tuples): share, do not copy
     if isinstance(value, dict):
+        if not value:
+            return EMPTY
         return FrozenDict({_s(k): freeze(v) for k, v in value.items()})
-    if isinstance(value, list | tuple):
+    if isinstance(value, list):
         return tuple(freeze(v) for v in value)
     if isinstance(value, str):
         return _s(value)

@@ -14,9 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, Final
 
+import orjson
+
 from gpustack_worker.runtime.frozen import freeze
 
-__all__ = ("KIND_TRIMS", "LAST_APPLIED", "Transform", "make_transform", "trim_node")
+__all__ = ("KIND_TRIMS", "LAST_APPLIED", "SHARED_PATHS", "Transform", "make_transform", "trim_node")
 
 Transform = Callable[[dict[str, Any]], Any]
 LAST_APPLIED: Final = "kubectl.kubernetes.io/last-applied-configuration"
@@ -41,31 +43,66 @@ def trim_node(obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
+#: Sub-objects that are usually identical across many objects of a kind (same machine class): frozen once
+#: and shared, which is most of what keeps a cached GPU Node near 4 KiB.
+SHARED_PATHS: Final[Mapping[str, tuple[tuple[str, str], ...]]] = {
+    "Node": (
+        ("status", "capacity"),
+        ("status", "allocatable"),
+        ("status", "conditions"),
+        ("metadata", "annotations"),
+        ("spec", "taints"),
+    ),
+}
+
 #: Kind-specific trims applied after the generic strip (kind → trim).
 KIND_TRIMS: Final[Mapping[str, Callable[[dict[str, Any]], dict[str, Any]]]] = {"Node": trim_node}
 
 
-def _compact_managed(entries: Any, managers: Collection[str]) -> list[dict[str, Any]]:
+class _SharedEntries:
+    """Structural sharing of frozen managedFields entries.
+
+    Our field manager writes the same set of fields on every object of a class (every GPU node gets the
+    same label keys), so identical entries are frozen once and shared by all objects. Bounded: when
+    full, the table is cleared (entries in use stay alive through the objects that hold them).
+    """
+
+    def __init__(self, limit: int = 4096) -> None:
+        self._limit = limit
+        self._table: dict[bytes, Any] = {}
+
+    def get(self, entry: Any) -> Any:
+        key = orjson.dumps(entry, option=orjson.OPT_SORT_KEYS)
+        shared = self._table.get(key)
+        if shared is None:
+            if len(self._table) >= self._limit:
+                self._table.clear()
+            shared = self._table[key] = freeze(entry)
+        return shared
+
+
+def _compact_managed(entries: Any, managers: Collection[str], shared: _SharedEntries) -> list[Any]:
     """Keep only our managers' entries, and of those only what the no-op check reads."""
-    kept: list[dict[str, Any]] = []
+    kept: list[Any] = []
     if not isinstance(entries, list):
         return kept
     for entry in entries:
         if not isinstance(entry, dict) or entry.get("manager") not in managers:
             continue
         compact = {k: entry[k] for k in ("manager", "operation", "subresource", "fieldsV1") if k in entry}
-        kept.append(compact)
+        kept.append(shared.get(compact))
     return kept
 
 
 def make_transform(field_managers: Collection[str] = ()) -> Transform:
     """Build the ingest transform keeping the managedFields entries of ``field_managers``."""
     managers = frozenset(field_managers)
+    shared = _SharedEntries()
 
     def transform(obj: dict[str, Any]) -> Any:
         meta = obj.get("metadata")
         if isinstance(meta, dict):
-            managed = _compact_managed(meta.pop("managedFields", None), managers)
+            managed = _compact_managed(meta.pop("managedFields", None), managers, shared)
             if managed:
                 meta["managedFields"] = managed
             annotations = meta.get("annotations")
@@ -74,9 +111,14 @@ def make_transform(field_managers: Collection[str] = ()) -> Transform:
         status = obj.get("status")
         if isinstance(status, dict):
             status.pop("images", None)
-        trim = KIND_TRIMS.get(str(obj.get("kind") or ""))
+        kind = str(obj.get("kind") or "")
+        trim = KIND_TRIMS.get(kind)
         if trim is not None:
             obj = trim(obj)
+        for outer, inner in SHARED_PATHS.get(kind, ()):
+            parent = obj.get(outer)
+            if isinstance(parent, dict) and inner in parent:
+                parent[inner] = shared.get(parent[inner])
         return freeze(obj)
 
     return transform
