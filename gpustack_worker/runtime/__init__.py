@@ -1,1 +1,53 @@
+"""The runtime every controller in the project runs on (no imports from the rest of the package).
 
+kr8s provides authentication and HTTP; informer, cache, workqueue, server-side apply, leader election
+and settings are ours (kr8s has none of them, and its watch does not survive a 410 or a silent stream
+end). Public surface, one module per idea:
+
+* :class:`~.client.Client` (``client.py``) — ``connect``, ``list`` (all pages, returns the list RV),
+  ``watch`` (raw events, bookmarks, ``ERROR`` raised as :class:`~.client.ApiError`:
+  :class:`~.client.NotFound` 404, :class:`~.client.Conflict` 409, :class:`~.client.Gone` 410), ``get``,
+  ``create``, ``apply`` (SSA), ``patch``, ``replace``, ``delete`` (preconditions), ``close``;
+  ``requests_by_method`` / ``writes`` count requests for tests.
+* :class:`~.informer.Informer` (``informer.py``) — list-then-watch of one kind with label/field selectors,
+  ``add_handler(fn(event, old, new))``, ``wait_synced()``, ``store``.
+* :class:`~.store.Store` (``store.py``) — ``get(key)``, ``list()``, ``keys()``, ``by_index(name, value)``;
+  objects are immutable :class:`~.frozen.FrozenDict` projections made by ``transform.make_transform``
+  (keeps only our field managers' managedFields entries; drops ``status.images`` …).
+* indexers (``indexers.py``) — the :data:`~.indexers.IndexFunc` shape and the generic indexes
+  (namespace, owner uid, ``by_label(key)``); controller packages declare theirs in one module each.
+* :class:`~.queue.WorkQueue` (``queue.py``) — dedup, one worker per key, ``add``/``add_after``/
+  ``add_rate_limited``/``forget``/``shutdown``/``drain``; rate limiters in ``ratelimit.py``; the
+  injectable :class:`~.clock.Clock` (``FakeClock`` for tests).
+* :class:`~.controller.Controller` and :class:`~.controller.Result` (``controller.py``) — N workers,
+  ``watch(informer, mapper=, predicates=)``, predicates ``generation_changed``, ``labels_changed``,
+  ``semantic_changed(view)``.
+* :class:`~.apply.Applier` (``apply.py``) — SSA as one field manager with the client-side no-op check
+  ``is_noop`` (zero writes at steady state); ``apply_status`` via ``/status``; ``delete`` with
+  preconditions.
+* :class:`~.manager.Manager` (``manager.py``) — starts informers, waits for sync, runs controllers
+  (under a :class:`~.leader.LeaderElector` when given), serves ``/healthz`` ``/readyz`` ``/metrics``.
+* :class:`~.settings.Settings` and :class:`~.settings.SettingsSource` (``settings.py``) — every tunable
+  once; the live settings ConfigMap; ``source.current`` is the last good snapshot.
+* ``telemetry.py`` (structlog JSON, OTLP when ``OTEL_*`` say so), ``metrics.py`` (conventional names).
+
+Wiring a controller::
+
+    client = await Client.connect(kubeconfig)
+    settings = SettingsSource(client, name=..., namespace=...)
+    nodes = Informer(client, NODE, field_selector=f"metadata.name={node}",
+                     transform=make_transform([FIELD_MANAGER]), indexers={...})
+    applier = Applier(client, FIELD_MANAGER)
+
+    async def reconcile(key: str) -> Result:
+        desired = desired_for(nodes.store.get(key), settings.current)   # pure
+        await applier.apply(KIND, desired, cache_of_target.get(target_key))
+        return Result.done()
+
+    ctl = Controller("my-controller", reconcile, WorkQueue("my-controller"),
+                     workers=settings.current.controller_workers)
+    ctl.watch(nodes, predicates=[labels_changed])
+    manager = Manager(settings=settings, health_bind="127.0.0.1:8080")   # + elector=LeaderElector(...)
+    manager.add_informer(nodes); manager.add_controller(ctl)
+    exit_code = await manager.run(stop_event)
+"""
