@@ -225,3 +225,24 @@ async def test_zero_writes_over_a_quiet_minute(cluster: tuple[Client, Agent]) ->
     after = dict(agent.client.requests_by_method)
     writes = {m: after.get(m, 0) - before.get(m, 0) for m in ("POST", "PATCH", "PUT", "DELETE")}
     assert writes == {"POST": 0, "PATCH": 0, "PUT": 0, "DELETE": 0}
+
+
+async def test_per_node_mode_watches_only_its_node(
+    cluster: tuple[Client, Agent], devcluster: DevCluster
+) -> None:
+    """The DaemonSet mode: informers narrowed to one node; it agrees with the all-nodes agent (no writes)."""
+    client = await Client.connect(str(devcluster.kubeconfig))
+    agent = Agent(client, node_name="gpu-hygon", env={})
+    task = asyncio.create_task(agent.run())
+    try:
+        await asyncio.wait_for(agent.ready.wait(), 30)
+        await asyncio.sleep(1)
+        assert agent.nodes.store.keys() == ["gpu-hygon"]
+        assert agent.devices.store.keys() == ["gpu-hygon"]
+        assert agent.features.store.keys() == [f"{kinds.SYSTEM_NAMESPACE}/gpu-hygon-gpustack-worker"]
+        assert client.writes == 0
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await client.close()
