@@ -102,17 +102,19 @@ def count_key(feature_key: str) -> str:
     return f"{feature_key}.count"
 
 
+SLICED_FIT_PREFIX: Final = "sliced-max-free-units.fit.gpustack.ai/"
+SHARED_FIT_PREFIX: Final = "shared-free-cards.fit.gpustack.ai/"
+FIT_LABEL_DOMAINS: Final = (SLICED_FIT_PREFIX, SHARED_FIT_PREFIX)
+
+
 def sliced_max_free_units_key(a_key: str) -> str:
     """Per-card fit label: the largest free slice units on any one card of the model."""
-    return f"sliced-max-free-units.fit.gpustack.ai/{a_key}"
+    return f"{SLICED_FIT_PREFIX}{a_key}"
 
 
 def shared_free_cards_key(a_key: str) -> str:
     """Per-card fit label: how many cards of the model can still grant an ownership share."""
-    return f"shared-free-cards.fit.gpustack.ai/{a_key}"
-
-
-FIT_LABEL_DOMAINS: Final = ("sliced-max-free-units.fit.gpustack.ai/", "shared-free-cards.fit.gpustack.ai/")
+    return f"{SHARED_FIT_PREFIX}{a_key}"
 
 
 def credits_resource(manufacturer: str) -> str:

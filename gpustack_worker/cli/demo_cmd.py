@@ -28,7 +28,6 @@ __all__ = ("run",)
 
 CONVERGE_TIMEOUT_SECONDS = 120
 _COUNTING = (".sliced.", ".partitioned.")
-_FIT = ".fit.gpustack.ai/"
 
 
 def _stage3_done(node: dict[str, Any]) -> bool:
@@ -37,16 +36,27 @@ def _stage3_done(node: dict[str, Any]) -> bool:
     if labels.get(keys.MANAGED) != "true" or not any(k.startswith(keys.GENERAL_PREFIX) for k in labels):
         return False
     pools = [k for k in capacity if k.endswith((keys.SLICED_SUFFIX, keys.PARTITIONED_SUFFIX))]
-    return all(any(k.startswith(pool + ".") for k in capacity) for pool in pools)
+    counted = all(any(k.startswith(pool + ".") for k in capacity) for pool in pools)
+    # Cards that serve the shared or sliced family also get their per-card fit label (after the 3 s window).
+    fit_domains = {
+        keys.SHARED_SUFFIX: keys.SHARED_FIT_PREFIX,
+        keys.SLICED_SUFFIX: keys.SLICED_FIT_PREFIX,
+    }
+    fitted = all(
+        any(label.startswith(domain) for label in labels)
+        for suffix, domain in fit_domains.items()
+        if any(k.endswith(suffix) for k in capacity)
+    )
+    return counted and fitted
 
 
 def _summary(node: dict[str, Any]) -> list[str]:
     labels = node["metadata"].get("labels") or {}
     capacity = (node.get("status") or {}).get("capacity") or {}
-    shown = (keys.GENERAL_PREFIX, keys.FEATURE_PREFIX, keys.MANAGED)
+    shown = (keys.GENERAL_PREFIX, keys.FEATURE_PREFIX, keys.MANAGED, *keys.FIT_LABEL_DOMAINS)
     return [
         f"node {node['metadata']['name']}",
-        *(f"  label    {k}={labels[k]}" for k in sorted(labels) if k.startswith(shown) or _FIT in k),
+        *(f"  label    {k}={labels[k]}" for k in sorted(labels) if k.startswith(shown)),
         *(f"  capacity {k}={capacity[k]}" for k in sorted(capacity) if any(p in k for p in _COUNTING)),
     ]
 
