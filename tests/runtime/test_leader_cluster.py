@@ -86,7 +86,7 @@ async def test_exactly_one_leader_and_fast_handover(devcluster: Any) -> None:
             await asyncio.sleep(0.2)
         standby = next(n for n in ports if n != leader)
 
-        # 2. kill -9 the leader; the standby must lead within lease + retry = 17 s
+        # 2. kill -9 the leader; the standby must lead within 17 s (lease + retry; ~15.5 s by design)
         procs[leader].send_signal(signal.SIGKILL)
         killed_at = time.monotonic()
         procs[leader].wait(10)
@@ -97,6 +97,7 @@ async def test_exactly_one_leader_and_fast_handover(devcluster: Any) -> None:
                 break
             await asyncio.sleep(0.2)
         assert took is not None and took <= HANDOVER_LIMIT_S, f"handover took {took}"
+        print(f"handover after kill -9: {took:.1f}s")
         lease = await client.get(LEASE, LEASE_NAME, NS)
         assert lease is not None and lease["spec"]["holderIdentity"] == standby
         assert max_simultaneous == 1
