@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Final
 
+from gpustack_worker.runtime.resources import CONFIG_MAP as CONFIG_MAP  # the runtime's own kinds, re-exported
+from gpustack_worker.runtime.resources import EVENT as EVENT
+from gpustack_worker.runtime.resources import LEASE as LEASE
 from gpustack_worker.runtime.resources import Resource
 
 WORKER_GROUP: Final = "worker.gpustack.ai"
@@ -14,10 +17,7 @@ KUEUE_VERSION: Final = "v1beta2"
 # core / built-in
 NODE: Final = Resource("", "v1", "Node", "nodes", namespaced=False)
 NAMESPACE: Final = Resource("", "v1", "Namespace", "namespaces", namespaced=False)
-CONFIG_MAP: Final = Resource("", "v1", "ConfigMap", "configmaps", namespaced=True)
 SECRET: Final = Resource("", "v1", "Secret", "secrets", namespaced=True)
-EVENT: Final = Resource("events.k8s.io", "v1", "Event", "events", namespaced=True)
-LEASE: Final = Resource("coordination.k8s.io", "v1", "Lease", "leases", namespaced=True)
 CRD: Final = Resource(
     "apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", namespaced=False
 )

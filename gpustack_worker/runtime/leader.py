@@ -20,21 +20,20 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from gpustack_worker.runtime.client import ApiError, Conflict
 from gpustack_worker.runtime.clock import Clock, MonotonicClock
 from gpustack_worker.runtime.metrics import LEADER_SLOWPATH, LEADER_STATUS
-from gpustack_worker.runtime.resources import Resource
+from gpustack_worker.runtime.resources import LEASE
 
 if TYPE_CHECKING:
     from gpustack_worker.runtime.client import Client
 
 __all__ = ("LEASE", "LeaderElector")
 
-LEASE: Final = Resource("coordination.k8s.io", "v1", "Lease", "leases", namespaced=True)
 _log = structlog.get_logger("gpustack_worker.runtime.leader")
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
-__all__ = ("Resource",)
+__all__ = ("CONFIG_MAP", "EVENT", "LEASE", "Resource")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,3 +44,10 @@ class Resource:
     def key(self, name: str, namespace: str | None = None) -> str:
         """The cache/workqueue key of one object: ``namespace/name`` or ``name``."""
         return f"{namespace}/{name}" if self.namespaced and namespace else name
+
+
+# The built-in kinds the runtime itself uses (settings, Events, leader election). The rest of the project
+# declares its kinds in ``gpustack_worker.api.kinds``, which re-exports these.
+CONFIG_MAP: Final = Resource("", "v1", "ConfigMap", "configmaps", namespaced=True)
+EVENT: Final = Resource("events.k8s.io", "v1", "Event", "events", namespaced=True)
+LEASE: Final = Resource("coordination.k8s.io", "v1", "Lease", "leases", namespaced=True)

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpustack_worker.runtime.informer import DELETED, Informer, InformerOptions
 from gpustack_worker.runtime.metrics import SETTINGS_INVALID, SETTINGS_LAST_GOOD
-from gpustack_worker.runtime.resources import Resource
+from gpustack_worker.runtime.resources import CONFIG_MAP, EVENT
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -45,8 +45,6 @@ __all__ = (
 DEFAULT_CONFIGMAP: Final = "gpustack-settings"
 DEFAULT_NAMESPACE: Final = "gpustack-system"
 ENV_PREFIX: Final = "GPUSTACK_"
-_CONFIG_MAP: Final = Resource("", "v1", "ConfigMap", "configmaps", namespaced=True)
-_EVENT: Final = Resource("events.k8s.io", "v1", "Event", "events", namespaced=True)
 _log = structlog.get_logger("gpustack_worker.runtime.settings")
 
 
@@ -189,7 +187,7 @@ class SettingsSource:
         self.rejections = 0
         self.last_error: SettingsError | None = None
         self.informer = Informer(
-            client, _CONFIG_MAP, namespace=namespace, field_selector=f"metadata.name={name}"
+            client, CONFIG_MAP, namespace=namespace, field_selector=f"metadata.name={name}"
         )
         self.informer.add_handler(self._on_event)
         SETTINGS_INVALID.labels(configmap=f"{namespace}/{name}")
@@ -260,7 +258,7 @@ class SettingsSource:
     async def _post_event(self, configmap: Any, exc: SettingsError) -> None:
         meta = configmap.get("metadata") or {}
         event = {
-            "apiVersion": _EVENT.api_version,
+            "apiVersion": EVENT.api_version,
             "kind": "Event",
             "metadata": {"name": f"{self.name}.{uuid.uuid4().hex[:16]}", "namespace": self.namespace},
             "eventTime": _micro_time(),
@@ -280,6 +278,6 @@ class SettingsSource:
             },
         }
         try:
-            await self.client.create(_EVENT, event, namespace=self.namespace)
+            await self.client.create(EVENT, event, namespace=self.namespace)
         except Exception as err:
             _log.warning("could not post settings event", error=repr(err))

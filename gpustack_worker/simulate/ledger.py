@@ -14,10 +14,10 @@ Everything here is pure: no I/O, deterministic for equal inputs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import IntEnum
 from typing import TYPE_CHECKING
 
 from gpustack_worker.api import keys
+from gpustack_worker.api.crds.devices import AllocationMode
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -26,7 +26,6 @@ __all__ = (
     "CardGeometry",
     "CardLedger",
     "CarveError",
-    "Mode",
     "Placement",
     "ProfileGeometry",
     "carve",
@@ -40,16 +39,6 @@ __all__ = (
 )
 
 M = keys.UNITS_PER_ACCELERATOR
-
-
-class Mode(IntEnum):
-    """``AcceleratorAllocation.mode``; serialised as a number (5 ``Visibility`` is never written)."""
-
-    NONE = 0
-    EXCLUSIVE = 1
-    SHARED = 2
-    SLICED = 3
-    PARTITIONED = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +162,7 @@ def remaining_profiles(card: CardGeometry, occupied: Iterable[Placement]) -> dic
 class CardLedger:
     """One ``status.groups[].accelerators[]`` entry, minus identity."""
 
-    mode: Mode
+    mode: AllocationMode
     allocated: int
     remaining: int
     allocated_slices: int = 0
@@ -183,12 +172,12 @@ class CardLedger:
 
 def free_card() -> CardLedger:
     """An unpartitioned card nobody holds."""
-    return CardLedger(Mode.NONE, 0, M)
+    return CardLedger(AllocationMode.NONE, 0, M)
 
 
 def exclusive_card() -> CardLedger:
     """A card held whole by one container."""
-    return CardLedger(Mode.EXCLUSIVE, M, 0)
+    return CardLedger(AllocationMode.EXCLUSIVE, M, 0)
 
 
 def shared_card(shares: int) -> CardLedger:
@@ -196,7 +185,7 @@ def shared_card(shares: int) -> CardLedger:
     if not 1 <= shares <= keys.SHARES_PER_ACCELERATOR:
         raise ValueError(f"shares must be within 1..{keys.SHARES_PER_ACCELERATOR}")
     allocated = shares * keys.UNITS_PER_SHARE
-    return CardLedger(Mode.SHARED, allocated, M - allocated)
+    return CardLedger(AllocationMode.SHARED, allocated, M - allocated)
 
 
 def sliced_card(units: int, slices: int, max_slices: int) -> CardLedger:
@@ -205,7 +194,7 @@ def sliced_card(units: int, slices: int, max_slices: int) -> CardLedger:
         raise ValueError(f"slices must be within 1..{max_slices} (the card's logicalSliced.count)")
     if not slices <= units <= M:
         raise ValueError(f"units must be within {slices}..{M}")
-    return CardLedger(Mode.SLICED, units, M - units, allocated_slices=slices)
+    return CardLedger(AllocationMode.SLICED, units, M - units, allocated_slices=slices)
 
 
 def partitioned_card(card: CardGeometry, wanted: Mapping[str, int]) -> CardLedger:
@@ -220,7 +209,7 @@ def partitioned_card(card: CardGeometry, wanted: Mapping[str, int]) -> CardLedge
     for p in placed:
         counts[p.profile] = counts.get(p.profile, 0) + 1
     return CardLedger(
-        Mode.PARTITIONED if placed else Mode.NONE,
+        AllocationMode.PARTITIONED if placed else AllocationMode.NONE,
         allocated,
         M - allocated,
         allocated_profiles=dict(sorted(counts.items())),

@@ -54,7 +54,7 @@ def leader_gauge(port: int) -> float | None:
 async def test_exactly_one_leader_and_fast_handover(devcluster: Any) -> None:
     kubeconfig = str(devcluster.kubeconfig)
     client = await Client.connect(kubeconfig)
-    from gpustack_worker.runtime.leader import LEASE
+    from gpustack_worker.runtime.resources import LEASE
 
     await client.delete(LEASE, LEASE_NAME, NS)
     ports = {"ctl-a": free_port(), "ctl-b": free_port()}

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from gpustack_worker.api import keys
+from gpustack_worker.api.crds.devices import AllocationMode
 from gpustack_worker.simulate import ledger
-from gpustack_worker.simulate.ledger import CardGeometry, Mode, ProfileGeometry
+from gpustack_worker.simulate.ledger import CardGeometry, ProfileGeometry
 
 
 def _geometry(compute: int, memory: int, *profiles: tuple[str, int, int, int]) -> CardGeometry:
@@ -87,7 +88,7 @@ def test_remaining_profiles_respect_geometry(
     entry = ledger.partitioned_card(card, carved)
     assert entry.remaining_profiles == expected
     assert entry.allocated_profiles == {k: v for k, v in carved.items() if v}
-    assert entry.mode == (Mode.PARTITIONED if carved else Mode.NONE)
+    assert entry.mode == (AllocationMode.PARTITIONED if carved else AllocationMode.NONE)
 
 
 def test_partition_units_follow_memory_slices() -> None:
@@ -112,14 +113,22 @@ def test_carve_rejects_what_does_not_fit(wanted: dict[str, int]) -> None:
 @pytest.mark.parametrize(
     ("entry", "mode", "allocated", "slices"),
     [
-        pytest.param(ledger.free_card(), Mode.NONE, 0, 0, id="free"),
-        pytest.param(ledger.exclusive_card(), Mode.EXCLUSIVE, keys.UNITS_PER_ACCELERATOR, 0, id="exclusive"),
-        pytest.param(ledger.shared_card(3), Mode.SHARED, 3 * keys.UNITS_PER_SHARE, 0, id="three-shares"),
-        pytest.param(ledger.sliced_card(480_000, 1, 128), Mode.SLICED, 480_000, 1, id="nvidia-30pct-slice"),
-        pytest.param(ledger.sliced_card(1_600_000, 4, 4), Mode.SLICED, 1_600_000, 4, id="hygon-four-slices"),
+        pytest.param(ledger.free_card(), AllocationMode.NONE, 0, 0, id="free"),
+        pytest.param(
+            ledger.exclusive_card(), AllocationMode.EXCLUSIVE, keys.UNITS_PER_ACCELERATOR, 0, id="exclusive"
+        ),
+        pytest.param(
+            ledger.shared_card(3), AllocationMode.SHARED, 3 * keys.UNITS_PER_SHARE, 0, id="three-shares"
+        ),
+        pytest.param(
+            ledger.sliced_card(480_000, 1, 128), AllocationMode.SLICED, 480_000, 1, id="nvidia-30pct-slice"
+        ),
+        pytest.param(
+            ledger.sliced_card(1_600_000, 4, 4), AllocationMode.SLICED, 1_600_000, 4, id="hygon-four-slices"
+        ),
     ],
 )
-def test_unit_accounting(entry: ledger.CardLedger, mode: Mode, allocated: int, slices: int) -> None:
+def test_unit_accounting(entry: ledger.CardLedger, mode: AllocationMode, allocated: int, slices: int) -> None:
     assert entry.mode == mode
     assert entry.allocated == allocated
     assert entry.allocated + entry.remaining == keys.UNITS_PER_ACCELERATOR

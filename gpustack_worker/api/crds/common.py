@@ -20,6 +20,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
+from gpustack_worker.runtime import quantity
 from gpustack_worker.runtime.resources import Resource
 
 __all__ = (
@@ -60,9 +61,6 @@ QUANTITY_PATTERN = (
     r"|(\.[0-9]+))))?$"
 )
 _QUANTITY = re.compile(QUANTITY_PATTERN)
-_BINARY_SUFFIX = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL_SUFFIX = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
-_QUANTITY_PARTS = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(.*)$")
 
 
 def _quantity_text(value: object) -> object:
@@ -79,15 +77,10 @@ def _check_quantity(value: str) -> str:
 def parse_quantity(value: str | int) -> Decimal:
     """The exact numeric value of a quantity (``16Gi`` → 17179869184, ``500m`` → 0.5)."""
     text = _check_quantity(str(value))
-    m = _QUANTITY_PARTS.match(text)
-    if m is None:  # pragma: no cover - _QUANTITY already accepted it
-        raise ValueError(text)
-    number, suffix = Decimal(m.group(1)), m.group(2)
-    if suffix in _BINARY_SUFFIX:
-        return number * _BINARY_SUFFIX[suffix]
-    if suffix in _DECIMAL_SUFFIX:
-        return number.scaleb(_DECIMAL_SUFFIX[suffix])
-    return number.scaleb(int(suffix[1:]))  # e/E exponent
+    parsed = quantity.parse(text)
+    if parsed is None:  # pragma: no cover - the pattern already accepted it
+        raise ValueError(f"{text!r} is not a Kubernetes quantity")
+    return parsed
 
 
 Quantity = Annotated[
