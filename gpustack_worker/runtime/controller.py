@@ -126,8 +126,15 @@ class Controller:
         *,
         mapper: Mapper | None = None,
         predicates: Iterable[Predicate] = (),
+        delay: Callable[[], float] | None = None,
     ) -> None:
-        """Enqueue ``mapper(obj)`` (default: the object's own key) for events passing all predicates."""
+        """Enqueue ``mapper(obj)`` (default: the object's own key) for events passing all predicates.
+
+        With ``delay``, keys are added with ``queue.add_after(key, delay())`` instead (``delay`` is read
+        per event, so a settings change applies from the next event on). A pending deadline is never
+        pushed back by a later add, so a burst of events collapses into one reconcile that runs once the
+        first event's window has passed and reads the state at that moment (write coalescing).
+        """
         to_keys = mapper or _own_key
         preds = tuple(predicates)
 
@@ -136,7 +143,10 @@ class Controller:
                 return
             for obj in (new, old) if new is not None and old is not None else (new or old,):
                 for key in to_keys(obj):
-                    self.queue.add(key)
+                    if delay is None:
+                        self.queue.add(key)
+                    else:
+                        self.queue.add_after(key, delay())
 
         informer.add_handler(handler)
 

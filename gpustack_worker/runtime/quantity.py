@@ -3,15 +3,18 @@
 The API server canonicalises quantities it stores (allocatable, requests, Kueue nominal quotas), so
 the value we apply and the value we read back can differ in spelling only. The apply no-op check uses
 :func:`parse` to compare such strings semantically instead of issuing a write every reconcile.
+Values are exact decimals, so :func:`ceil_quantity` rounds ``3500m`` up to 4 cores without a float
+rounding a boundary the wrong way (the node agent publishes CPU counts and gates on device pools).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from decimal import Decimal, InvalidOperation
 from typing import Final
 
-__all__ = ("parse", "same_quantity")
+__all__ = ("ceil_quantity", "parse", "same_quantity")
 
 _RE: Final = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$")
 _SUFFIX: Final = {
@@ -53,3 +56,9 @@ def same_quantity(a: str, b: str) -> bool:
     """True when both strings are quantities of equal value."""
     qa, qb = parse(a), parse(b)
     return qa is not None and qb is not None and qa == qb
+
+
+def ceil_quantity(text: str | None) -> int:
+    """A quantity rounded up to a whole number; ``0`` when absent, empty or not a quantity."""
+    value = parse(text) if text else None
+    return 0 if value is None else math.ceil(value)
