@@ -23,7 +23,8 @@ Presence gating: a family's keys exist only while its bare pool (``<base>.sliced
 ``<base>.partitioned``, written by the device plugin) is present and positive in
 ``status.capacity`` — not allocatable, which also drops to 0 when the family is merely saturated.
 Unmanaged nodes get nothing. Everything not desired is removed, which covers every suffix and every
-per-profile key (see :func:`stale`).
+per-profile key: keys we applied are released by the next apply, and :func:`stale` finds the ones
+another field manager holds (cleaned up with a merge patch).
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 from gpustack_worker.agent.labels import is_qualified_name
 from gpustack_worker.agent.managed import is_managed
-from gpustack_worker.agent.quantity import ceil_quantity, parse_quantity
 from gpustack_worker.api import keys, manufacturers
+from gpustack_worker.runtime.quantity import ceil_quantity
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -50,7 +51,6 @@ __all__ = (
     "profile_instances",
     "profile_suffix",
     "stale",
-    "up_to_date",
 )
 
 #: Server-side apply field manager of the counting keys (``nodes/status``).
@@ -145,32 +145,12 @@ def stale(observed: Mapping[str, str], wanted: Mapping[str, int]) -> set[str]:
     return {k for k in observed if is_counting_key(k) and k not in wanted}
 
 
-def _equals(observed: Mapping[str, str], key: str, value: int) -> bool:
-    raw = observed.get(key)
-    if raw is None:
-        return False
-    try:
-        return parse_quantity(raw) == value
-    except ValueError:
-        return False
-
-
-def up_to_date(node: NodeFacts, wanted: Mapping[str, int]) -> bool:
-    """Whether capacity and allocatable already hold exactly ``wanted`` (compared as quantities, since
-    the API server canonicalises ``1600000`` to ``1600k``) and no stale counting key."""
-    for observed in (node.capacity, node.allocatable):
-        if stale(observed, wanted) or not all(_equals(observed, k, v) for k, v in wanted.items()):
-            return False
-    return True
-
-
 def apply_body(node_name: str, wanted: Mapping[str, int]) -> dict[str, Any]:
     """The ``nodes/status`` apply body: the keys in capacity, mirrored into allocatable as the kubelet
-    does for extended resources (nothing else on the node consumes them)."""
-    values = {k: str(v) for k, v in sorted(wanted.items())}
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": node_name},
-        "status": {"capacity": values, "allocatable": dict(values)},
-    }
+    does for extended resources (nothing else on the node consumes them). With nothing wanted the body
+    is bare, which releases (and so removes) every key this manager held."""
+    body: dict[str, Any] = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name}}
+    if wanted:
+        values = {k: str(v) for k, v in sorted(wanted.items())}
+        body["status"] = {"capacity": values, "allocatable": dict(values)}
+    return body

@@ -1,50 +1,73 @@
-"""The node agent process: informers, three keyed work queues and their workers.
+"""The node agent's wiring: informers, three runtime controllers and a Manager (no leader election).
 
 One process serves either its own node (``node_name`` set: every informer narrowed by
 ``metadata.name`` field selector or node-name label, the DaemonSet mode) or every node (``--all-nodes``
 for simulation and benchmarks). The reconcilers are the same; only the informers' selectors widen.
+Everything generic — workers, retries with rate limiting, metrics, spans, cache sync before the first
+reconcile, ``/healthz`` ``/readyz`` ``/metrics``, graceful shutdown — is the runtime's
+(:class:`~gpustack_worker.runtime.controller.Controller`, :class:`~gpustack_worker.runtime.manager.Manager`);
+this module only says which event enqueues which key. Keys are node names; reconciles are
+level-triggered.
 
-Event → key mapping (keys are node names; reconciles are level-triggered):
+- Node (when what a reconciler reads changed) or Devices → ``agent-nodefeature`` and
+  ``agent-capacity`` at once, ``agent-fit`` after the coalescing window;
+- worker NodeFeature change (someone edited or deleted ours) → ``agent-nodefeature``;
+- a new settings snapshot (:meth:`SettingsSource.subscribe`) → every node, every controller.
 
-- Node / Devices change → ``nodefeature`` and ``capacity`` at once, ``fit`` after the coalescing
-  window;
-- worker NodeFeature change (someone edited or deleted ours) → ``nodefeature``;
-- settings ConfigMap change → every node, every queue.
-
-The fit queue uses ``add_after(window)``, and a pending deadline is never pushed back by a later add,
-so the first ledger change of a burst schedules the reconcile and the rest collapse into it: a burst
-yields at most one Node metadata patch, computed from the state at the end of the window.
+The fit controller enqueues with ``add_after(window)``, the window read from the settings per event,
+and a pending deadline is never pushed back by a later add: the first ledger change of a burst
+schedules the reconcile and the rest collapse into it, so a burst yields at most one Node metadata
+patch, computed from the state at the end of the window.
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from gpustack_worker.agent import capacity, fit, nodefeature
-from gpustack_worker.agent.policy import AgentPolicy, resolve
-from gpustack_worker.agent.steps import Steps
+from gpustack_worker.agent.facts import node_facts
+from gpustack_worker.agent.steps import FIELD_MANAGERS, Steps
 from gpustack_worker.api import keys, kinds
+from gpustack_worker.runtime import ratelimit
+from gpustack_worker.runtime.clock import MonotonicClock
+from gpustack_worker.runtime.controller import Controller, semantic_changed
 from gpustack_worker.runtime.informer import Informer
+from gpustack_worker.runtime.manager import Manager
 from gpustack_worker.runtime.queue import WorkQueue
 from gpustack_worker.runtime.transform import make_transform
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Mapping
+    import asyncio
+    from collections.abc import Awaitable, Callable, Iterable
 
     from gpustack_worker.runtime.client import Client
+    from gpustack_worker.runtime.controller import Result
+    from gpustack_worker.runtime.settings import Settings, SettingsSource
 
 __all__ = ("Agent",)
 
 _log = structlog.get_logger("gpustack_worker.agent")
-_MANAGERS = (nodefeature.FIELD_MANAGER, capacity.FIELD_MANAGER, fit.FIELD_MANAGER)
+#: Node events pass only when something a reconciler reads (labels, annotations, capacity) changed.
+_node_read_changed = semantic_changed(node_facts)
 
 
-def _name(obj: Any) -> str:
-    return str((obj.get("metadata") or {}).get("name") or "") if obj is not None else ""
+def _feature_node(obj: Any) -> Iterable[str]:
+    """The node of a worker NodeFeature (other NodeFeatures of the node map to nothing)."""
+    meta = obj.get("metadata") or {}
+    node = str((meta.get("labels") or {}).get(keys.NFD_NODE_NAME) or "")
+    return (node,) if node and meta.get("name") == keys.worker_nodefeature_name(node) else ()
+
+
+def _queue(name: str, settings: Settings) -> WorkQueue:
+    limiter = ratelimit.default(
+        MonotonicClock(),
+        base=settings.requeue_base_delay_seconds,
+        cap=settings.requeue_max_delay_seconds,
+        qps=settings.requeue_qps,
+        burst=settings.requeue_burst,
+    )
+    return WorkQueue(name, rate_limiter=limiter)
 
 
 class Agent:
@@ -53,115 +76,84 @@ class Agent:
     def __init__(
         self,
         client: Client,
+        settings: SettingsSource,
         *,
         node_name: str | None,
         namespace: str = kinds.SYSTEM_NAMESPACE,
-        settings_configmap: str = "gpustack-settings",
-        env: Mapping[str, str] | None = None,
-        workers: int | None = None,
+        health_bind: str | None = None,
     ) -> None:
         self.client = client
+        self.settings = settings
         self.node_name = node_name
-        self.namespace = namespace
-        self._env = dict(os.environ if env is None else env)
-        self._workers = workers or (1 if node_name else 8)
-        transform = make_transform(_MANAGERS)
+        boot = settings.current
+        transform = make_transform(FIELD_MANAGERS)
+        options = boot.informer_options()
         by_name = f"metadata.name={node_name}" if node_name else None
         feature_selector = f"{keys.PART_OF}={keys.WORKER_PART_OF}"
         if node_name:
             feature_selector += f",{keys.NFD_NODE_NAME}={node_name}"
-        self.nodes = Informer(client, kinds.NODE, field_selector=by_name, transform=transform)
-        self.devices = Informer(client, kinds.DEVICES, field_selector=by_name, transform=transform)
+        self.nodes = Informer(
+            client, kinds.NODE, field_selector=by_name, transform=transform, options=options
+        )
+        self.devices = Informer(
+            client, kinds.DEVICES, field_selector=by_name, transform=transform, options=options
+        )
         self.features = Informer(
             client,
             kinds.NODE_FEATURE,
             namespace=namespace,
             label_selector=feature_selector,
             transform=transform,
+            options=options,
         )
-        self.settings = Informer(
+        self.steps = Steps(
             client,
-            kinds.CONFIG_MAP,
+            self.nodes.store,
+            self.devices.store,
+            self.features.store,
+            settings=lambda: self.settings.current,
             namespace=namespace,
-            field_selector=f"metadata.name={settings_configmap}",
         )
-        self._settings_key = kinds.CONFIG_MAP.key(settings_configmap, namespace)
-        self.steps = Steps(client, self.nodes.store, self.devices.store, self.features.store, namespace)
-        self.queues: dict[str, WorkQueue] = {
-            "nodefeature": WorkQueue("agent-nodefeature"),
-            "capacity": WorkQueue("agent-capacity"),
-            "fit": WorkQueue("agent-fit"),
-        }
-        self.ready = asyncio.Event()
+        self.nodefeature = self._controller("agent-nodefeature", self.steps.nodefeature, boot)
+        self.capacity = self._controller("agent-capacity", self.steps.capacity, boot)
+        self.fit = self._controller("agent-fit", self.steps.fit, boot)
+        for ctl in (self.nodefeature, self.capacity):
+            ctl.watch(self.nodes, predicates=[_node_read_changed])
+            ctl.watch(self.devices)
+        self.nodefeature.watch(self.features, mapper=_feature_node)
+        self.fit.watch(self.nodes, predicates=[_node_read_changed], delay=self._window)
+        self.fit.watch(self.devices, delay=self._window)
+        settings.subscribe(self._settings_changed)
+        self.manager = Manager(
+            settings=settings, health_bind=health_bind, cache_sync_timeout=boot.cache_sync_timeout_seconds
+        )
+        for informer in (self.nodes, self.devices, self.features):
+            self.manager.add_informer(informer)
+        for ctl in (self.nodefeature, self.capacity, self.fit):
+            self.manager.add_controller(ctl)
 
-    # -- settings, read per reconcile ------------------------------------------------------------------
+    @staticmethod
+    def _controller(name: str, reconcile: Callable[[str], Awaitable[Result]], boot: Settings) -> Controller:
+        return Controller(name, reconcile, _queue(name, boot), workers=boot.controller_workers)
 
-    def policy(self) -> AgentPolicy:
-        """The settings as of now (ConfigMap data over env seeds over defaults)."""
-        cm = self.settings.store.get(self._settings_key)
-        return resolve((cm or {}).get("data"), self._env)
+    def _window(self) -> float:
+        return self.settings.current.fit_label_coalesce_seconds
 
-    # -- event handlers (enqueue only) -------------------------------------------------------------------
+    def _settings_changed(self, _settings: Settings) -> None:
+        names = self.nodes.store.keys()
+        self.nodefeature.enqueue_all(names)
+        self.capacity.enqueue_all(names)
+        for name in names:
+            self.fit.queue.add_after(name, self._window())
 
-    def _node_changed(self, name: str) -> None:
-        if not name:
-            return
-        self.queues["nodefeature"].add(name)
-        self.queues["capacity"].add(name)
-        self.queues["fit"].add_after(name, self.policy().fit_label_coalesce_seconds)
+    @property
+    def ready(self) -> asyncio.Event:
+        """Set once every cache has synced and the controllers run."""
+        return self.manager.leading
 
-    def _on_node_or_devices(self, _event: str, old: Any, new: Any) -> None:
-        self._node_changed(_name(new if new is not None else old))
-
-    def _on_feature(self, _event: str, old: Any, new: Any) -> None:
-        obj = new if new is not None else old
-        node = str(((obj.get("metadata") or {}).get("labels") or {}).get(keys.NFD_NODE_NAME) or "")
-        if node and _name(obj) == keys.worker_nodefeature_name(node):
-            self.queues["nodefeature"].add(node)
-
-    def _on_settings(self, _event: str, _old: Any, _new: Any) -> None:
-        for name in self.nodes.store:
-            self._node_changed(name)
-
-    # -- workers -----------------------------------------------------------------------------------------
-
-    async def _work(self, queue: WorkQueue, step: Callable[[str, AgentPolicy], Awaitable[None]]) -> None:
-        while (key := await queue.get()) is not None:
-            try:
-                await step(key, self.policy())
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                _log.warning("reconcile failed", queue=queue.name, node=key, error=repr(exc))
-                queue.add_rate_limited(key)
-            else:
-                queue.forget(key)
-            finally:
-                queue.done(key)
-
-    async def run(self) -> None:
-        """Run until cancelled: informers first, then handlers and workers once every cache synced."""
-        informers = (self.settings, self.nodes, self.devices, self.features)
-        async with asyncio.TaskGroup() as tg:
-            for informer in informers:
-                tg.create_task(informer.run())
-            await asyncio.gather(*(i.wait_synced() for i in informers))
-            self.settings.add_handler(self._on_settings)
-            self.features.add_handler(self._on_feature)
-            self.devices.add_handler(self._on_node_or_devices)
-            self.nodes.add_handler(self._on_node_or_devices)
-            steps = {
-                "nodefeature": self.steps.nodefeature,
-                "capacity": self.steps.capacity,
-                "fit": self.steps.fit,
-            }
-            for name, queue in self.queues.items():
-                for _ in range(self._workers):
-                    tg.create_task(self._work(queue, steps[name]))
-            _log.info("agent started", node=self.node_name or "*", nodes=len(self.nodes.store))
-            self.ready.set()
-
-    def shutdown(self) -> None:
-        """Stop intake on every queue (workers exit once the queues are empty)."""
-        for queue in self.queues.values():
-            queue.shutdown()
+    async def run(self, stop: asyncio.Event) -> int:
+        """Run until ``stop`` is set; returns the manager's exit code (0 after a graceful stop)."""
+        _log.info("agent starting", node=self.node_name or "*")
+        code = await self.manager.run(stop)
+        _log.info("agent stopped", node=self.node_name or "*", exit_code=code)
+        return code

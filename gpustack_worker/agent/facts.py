@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpustack_worker.api.crds.devices import AllocationMode
+
 __all__ = (
     "Card",
     "CardLedger",
@@ -27,13 +29,6 @@ __all__ = (
     "devices_facts",
     "node_facts",
 )
-
-#: Ledger modes (``AcceleratorAllocation.mode``, serialized as a number).
-MODE_FREE = 0
-MODE_EXCLUSIVE = 1
-MODE_SHARED = 2
-MODE_SLICED = 3
-MODE_PARTITIONED = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +97,8 @@ class CardLedger:
 
     id: str
     index: int = 0
-    mode: int = MODE_FREE
+    #: :class:`~gpustack_worker.api.crds.devices.AllocationMode` (an unknown number is kept as is).
+    mode: int = AllocationMode.NONE
     allocated: int = 0
     remaining: int = 0
     allocated_slices: int = 0

@@ -22,21 +22,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gpustack_worker.agent.facts import (
-    MODE_FREE,
-    MODE_SHARED,
-    MODE_SLICED,
-    Card,
-    CardLedger,
-    DevicesFacts,
-    NodeFacts,
-)
 from gpustack_worker.agent.labels import is_qualified_name
 from gpustack_worker.agent.managed import is_managed
 from gpustack_worker.api import keys
+from gpustack_worker.api.crds.devices import AllocationMode
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    from gpustack_worker.agent.facts import Card, CardLedger, DevicesFacts, NodeFacts
 
 __all__ = (
     "FIELD_MANAGER",
@@ -54,14 +48,20 @@ FIELD_MANAGER = "gpustack-worker-fit"
 
 def free_slice_units(card: Card, ledger: CardLedger) -> int:
     """Units one more logical slice could take on this card (Gate 3's slice predicate)."""
-    if ledger.mode in (MODE_FREE, MODE_SLICED) and ledger.allocated_slices < card.logical_count:
+    if (
+        ledger.mode in (AllocationMode.NONE, AllocationMode.SLICED)
+        and ledger.allocated_slices < card.logical_count
+    ):
         return max(ledger.remaining, 0)
     return 0
 
 
 def grants_share(ledger: CardLedger) -> bool:
     """Whether this card can still grant one ownership share (Gate 3's shared predicate)."""
-    return ledger.mode in (MODE_FREE, MODE_SHARED) and ledger.remaining >= keys.UNITS_PER_SHARE
+    return (
+        ledger.mode in (AllocationMode.NONE, AllocationMode.SHARED)
+        and ledger.remaining >= keys.UNITS_PER_SHARE
+    )
 
 
 def desired(node: NodeFacts, devices: DevicesFacts | None, *, manual: bool) -> dict[str, str]:
@@ -100,5 +100,9 @@ def observed(node: NodeFacts) -> dict[str, str]:
 
 
 def apply_body(node_name: str, wanted: Mapping[str, str]) -> dict[str, Any]:
-    """The Node metadata apply body; keys left out are removed from what this manager owns."""
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name, "labels": dict(wanted)}}
+    """The Node metadata apply body; keys left out are removed from what this manager owns (with no
+    label wanted the body is bare, which releases every label this manager held)."""
+    meta: dict[str, Any] = {"name": node_name}
+    if wanted:
+        meta["labels"] = dict(wanted)
+    return {"apiVersion": "v1", "kind": "Node", "metadata": meta}

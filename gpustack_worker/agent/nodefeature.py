@@ -25,15 +25,13 @@ from typing import TYPE_CHECKING, Any
 from gpustack_worker.agent import rdma
 from gpustack_worker.agent.labels import is_label_value, is_qualified_name
 from gpustack_worker.agent.managed import stamps_managed
-from gpustack_worker.agent.quantity import ceil_quantity
 from gpustack_worker.api import identity, keys, kinds
+from gpustack_worker.runtime.quantity import ceil_quantity
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     from gpustack_worker.agent.facts import DevicesFacts, NodeFacts
 
-__all__ = ("FIELD_MANAGER", "desired", "desired_labels", "has_accelerator", "up_to_date")
+__all__ = ("FIELD_MANAGER", "desired", "desired_labels", "has_accelerator")
 
 #: Server-side apply field manager of the worker NodeFeature.
 FIELD_MANAGER = "gpustack-worker-nodefeature"
@@ -96,19 +94,3 @@ def desired(
             "labels": desired_labels(node, devices, manual=manual, mixed_on_node=mixed_on_node),
         },
     }
-
-
-def up_to_date(observed: Mapping[str, Any] | None, wanted: Mapping[str, Any]) -> bool:
-    """Whether the cached NodeFeature already carries ``wanted``'s labels, selector labels and owner."""
-    if observed is None:
-        return False
-    meta = observed.get("metadata") or {}
-    want_meta = wanted["metadata"]
-    labels = meta.get("labels") or {}
-    if any(labels.get(k) != v for k, v in want_meta["labels"].items()):
-        return False
-    owners = {(o.get("kind"), o.get("name"), o.get("uid")) for o in meta.get("ownerReferences") or ()}
-    if not all((o["kind"], o["name"], o["uid"]) in owners for o in want_meta["ownerReferences"]):
-        return False
-    current: dict[str, str] = dict((observed.get("spec") or {}).get("labels") or {})
-    return bool(current == wanted["spec"]["labels"])

@@ -3,57 +3,70 @@
 In a cluster the DaemonSet runs it with ``NODE_NAME`` from the downward API, and the informers watch
 that one Node (field selector). ``--all-nodes`` serves every node with the same reconcilers, for the
 simulator, the dev cluster and the benchmarks. The kubeconfig comes from ``--kubeconfig``, else
-``$KUBECONFIG``, else the in-cluster service account. Metrics (the default Prometheus registry) are
-served on ``--metrics-bind``.
+``$KUBECONFIG``, else the in-cluster service account. Settings are the live ConfigMap
+``--settings-configmap`` in ``--namespace`` (env seeds ``GPUSTACK_*`` under it). The agent runs on a
+runtime :class:`~gpustack_worker.runtime.manager.Manager` without leader election (every node has its
+own agent): ``/healthz``, ``/readyz`` (ready once the caches synced) and ``/metrics`` on
+``--metrics-bind``; SIGTERM/SIGINT stop it gracefully (queues drain) and the exit code is the
+manager's. Logs are structlog JSON lines.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import sys
 from typing import TYPE_CHECKING
 
-from prometheus_client import start_http_server
+import structlog
 
 from gpustack_worker.agent.controller import Agent
+from gpustack_worker.api import kinds
 from gpustack_worker.runtime.client import Client
+from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP, SettingsSource, settings_from
+from gpustack_worker.runtime.telemetry import configure_logging, configure_tracing
 
 if TYPE_CHECKING:
     import argparse
 
 __all__ = ("run",)
 
-
-def _split_bind(bind: str) -> tuple[str, int]:
-    host, _, port = bind.rpartition(":")
-    return host or "0.0.0.0", int(port)
+_log = structlog.get_logger("gpustack_worker.cli.agent")
 
 
 async def run(args: argparse.Namespace) -> int:
     """Run the agent until SIGINT/SIGTERM; returns the process exit code."""
-    node_name = None if args.all_nodes else (args.node_name or os.environ.get("NODE_NAME"))
-    if not args.all_nodes and not node_name:
+    all_nodes = bool(getattr(args, "all_nodes", False))
+    node_name = None if all_nodes else (getattr(args, "node_name", None) or os.environ.get("NODE_NAME"))
+    if not all_nodes and not node_name:
         print("agent: --node-name or $NODE_NAME is required unless --all-nodes", file=sys.stderr)
         return 2
-    if args.metrics_bind:
-        host, port = _split_bind(args.metrics_bind)
-        start_http_server(port, addr=host)
-    client = await Client.connect(args.kubeconfig)
-    agent = Agent(
-        client,
-        node_name=node_name,
-        namespace=args.namespace,
-        settings_configmap=args.settings_configmap,
-    )
-    task = asyncio.create_task(agent.run())
+    namespace: str = getattr(args, "namespace", None) or kinds.SYSTEM_NAMESPACE
+    boot = settings_from(None)
+    configure_logging(boot.log_level)
+    configure_tracing()
+    client = await Client.connect(getattr(args, "kubeconfig", None), timeout_s=boot.api_timeout_seconds)
+    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, task.cancel)
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-    agent.shutdown()
-    return 0
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        settings = SettingsSource(
+            client,
+            name=getattr(args, "settings_configmap", None) or DEFAULT_CONFIGMAP,
+            namespace=namespace,
+            reporting_instance=f"agent-{node_name or 'all-nodes'}",
+        )
+        agent = Agent(
+            client,
+            settings,
+            node_name=node_name,
+            namespace=namespace,
+            health_bind=getattr(args, "metrics_bind", None) or "127.0.0.1:8080",
+        )
+        return await agent.run(stop)
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        await client.close()
