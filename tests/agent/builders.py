@@ -118,3 +118,33 @@ def node_of(parts: NodeParts, name: str = "n1") -> NodeFacts:
     return node(
         name, labels=parts.get("labels"), annotations=parts.get("annotations"), capacity=parts.get("capacity")
     )
+
+
+#: Top-level/metadata identity fields SSA never records in managedFields.
+_IDENTITY = {("apiVersion",), ("kind",), ("metadata", "name"), ("metadata", "namespace")}
+
+
+def managed_entry(manager: str, body: dict[str, Any], subresource: str | None = None) -> dict[str, Any]:
+    """The managedFields entry kube-apiserver records for ``manager`` applying ``body`` (ownerReferences
+    are a list keyed by uid; other lists are atomic)."""
+
+    def walk(node: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            here = (*path, key)
+            if here in _IDENTITY:
+                continue
+            if isinstance(value, dict) and value:
+                inner = walk(value, here)
+                if inner or any((*here, k) not in _IDENTITY for k in value):
+                    out[f"f:{key}"] = inner
+            elif key == "ownerReferences":
+                out[f"f:{key}"] = {f'k:{{"uid":"{o["uid"]}"}}': {".": {}} for o in value}
+            else:
+                out[f"f:{key}"] = {}
+        return out
+
+    entry: dict[str, Any] = {"manager": manager, "operation": "Apply", "fieldsV1": walk(body, ())}
+    if subresource:
+        entry["subresource"] = subresource
+    return entry

@@ -1,6 +1,7 @@
 """End to end on the real control plane: the simulated mixed-4 cluster, the agent in --all-nodes mode,
 nfd-master projecting the worker NodeFeature, capacity keys in Node status, one fit patch per ledger
-burst, and zero writes over a quiet minute."""
+burst, zero writes over a quiet minute, and live settings (manual node management; an invalid value
+keeps the last good settings)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ import pytest
 from gpustack_worker.agent import capacity, fit
 from gpustack_worker.agent.controller import Agent
 from gpustack_worker.agent.facts import devices_facts, node_facts
-from gpustack_worker.agent.quantity import parse_quantity
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.runtime.client import Client
+from gpustack_worker.runtime.quantity import parse
+from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP, DEFAULT_NAMESPACE, SettingsSource
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario
 
@@ -47,7 +49,8 @@ async def _eventually(check: Callable[[], Any], *, within: float = 30.0, every: 
 
 def _q(resources: dict[str, str], key: str) -> int | None:
     raw = resources.get(key)
-    return None if raw is None else int(parse_quantity(raw))
+    value = None if raw is None else parse(raw)
+    return None if value is None else int(value)
 
 
 @pytest.fixture(scope="module")
@@ -56,15 +59,15 @@ async def cluster(devcluster: DevCluster) -> AsyncIterator[tuple[Client, Agent]]
     admin = await Client.connect(str(devcluster.kubeconfig))
     await apply_scenario(admin, packaged_scenario("mixed-4"))
     agent_client = await Client.connect(str(devcluster.kubeconfig))
-    agent = Agent(agent_client, node_name=None, env={})
-    task = asyncio.create_task(agent.run())
+    agent = Agent(agent_client, SettingsSource(agent_client, env={}), node_name=None)
+    stop = asyncio.Event()
+    task = asyncio.create_task(agent.run(stop))
     await asyncio.wait_for(agent.ready.wait(), 60)
     try:
         yield admin, agent
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        stop.set()
+        assert await asyncio.wait_for(task, 30) == 0  # graceful stop
         await agent_client.close()
         await admin.close()
 
@@ -186,7 +189,9 @@ async def test_ledger_burst_yields_one_fit_patch(cluster: tuple[Client, Agent]) 
 
     # Scenario: card 0 holds its four slices (full), card 1 one slice, cards 2-3 free.
     assert await _eventually(labelled) == {sliced_key: str(M), shared_key: "2"}
-    await asyncio.sleep(agent.policy().fit_label_coalesce_seconds + 1)  # let every pending window close
+    await asyncio.sleep(
+        agent.settings.current.fit_label_coalesce_seconds + 1
+    )  # let every pending window close
 
     devices = await admin.get(kinds.DEVICES, "gpu-hygon")
     assert devices is not None
@@ -205,7 +210,7 @@ async def test_ledger_burst_yields_one_fit_patch(cluster: tuple[Client, Agent]) 
 
     final = {sliced_key: str(M - 16_000 * 50), shared_key: "0"}
     assert await _eventually(lambda: _match(labelled, final), within=15) == final
-    await asyncio.sleep(agent.policy().fit_label_coalesce_seconds + 1)
+    await asyncio.sleep(agent.settings.current.fit_label_coalesce_seconds + 1)
     assert agent.steps.writes[fit.FIELD_MANAGER] - fit_before == 1
     assert agent.client.writes - writes_before == 1
 
@@ -219,7 +224,7 @@ async def test_zero_writes_over_a_quiet_minute(cluster: tuple[Client, Agent]) ->
     admin, agent = cluster
     # Converged first: NodeFeatures projected and every window closed.
     await _eventually(lambda: _has_capacity(admin, "gpu-a100", "nvidia.com/gpu.sliced.units"))
-    await asyncio.sleep(agent.policy().fit_label_coalesce_seconds + 2)
+    await asyncio.sleep(agent.settings.current.fit_label_coalesce_seconds + 2)
     before = dict(agent.client.requests_by_method)
     await asyncio.sleep(QUIET_S)
     after = dict(agent.client.requests_by_method)
@@ -232,8 +237,9 @@ async def test_per_node_mode_watches_only_its_node(
 ) -> None:
     """The DaemonSet mode: informers narrowed to one node; it agrees with the all-nodes agent (no writes)."""
     client = await Client.connect(str(devcluster.kubeconfig))
-    agent = Agent(client, node_name="gpu-hygon", env={})
-    task = asyncio.create_task(agent.run())
+    agent = Agent(client, SettingsSource(client, env={}), node_name="gpu-hygon")
+    stop = asyncio.Event()
+    task = asyncio.create_task(agent.run(stop))
     try:
         await asyncio.wait_for(agent.ready.wait(), 30)
         await asyncio.sleep(1)
@@ -242,7 +248,95 @@ async def test_per_node_mode_watches_only_its_node(
         assert agent.features.store.keys() == [f"{kinds.SYSTEM_NAMESPACE}/gpu-hygon-gpustack-worker"]
         assert client.writes == 0
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        stop.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, 30)
         await client.close()
+
+
+MANUAL = "node-management-manual"
+
+
+async def _settings_data(client: Client) -> dict[str, str] | None:
+    cm = await client.get(kinds.CONFIG_MAP, DEFAULT_CONFIGMAP, DEFAULT_NAMESPACE)
+    return None if cm is None else dict(cm.get("data") or {})
+
+
+async def _set_manual(client: Client, value: str | None, *, existed: bool) -> None:
+    """Set (or, with None, remove) ``node-management-manual`` in the live settings ConfigMap."""
+    if existed or value is None:
+        await client.patch(
+            kinds.CONFIG_MAP, DEFAULT_CONFIGMAP, {"data": {MANUAL: value}}, namespace=DEFAULT_NAMESPACE
+        )
+        return
+    body = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": DEFAULT_CONFIGMAP, "namespace": DEFAULT_NAMESPACE},
+        "data": {MANUAL: value},
+    }
+    await client.create(kinds.CONFIG_MAP, body, namespace=DEFAULT_NAMESPACE)
+
+
+async def test_manual_node_management_withdraws_stamp_keys_and_labels(cluster: tuple[Client, Agent]) -> None:
+    """``node-management-manual: "true"`` in the settings ConfigMap: the worker NodeFeature stops stamping
+    ``gpustack.ai/managed`` and a node without an admin label loses its counting keys and fit labels;
+    an invalid value then keeps the last good settings; restoring brings everything back."""
+    admin, agent = cluster
+    name = "gpu-hygon"
+    units = "hygon.com/dcu.sliced.units"
+    feature = keys.worker_nodefeature_name(name)
+
+    async def stamped() -> bool:
+        nf = await admin.get(kinds.NODE_FEATURE, feature, kinds.SYSTEM_NAMESPACE)
+        return nf is not None and (nf.get("spec") or {}).get("labels", {}).get(keys.MANAGED) == "true"
+
+    async def withdrawn() -> bool:
+        nf = await admin.get(kinds.NODE_FEATURE, feature, kinds.SYSTEM_NAMESPACE)
+        node = await _node(admin, name)
+        status = node["status"]
+        return bool(
+            nf is not None
+            and keys.MANAGED not in ((nf.get("spec") or {}).get("labels") or {})
+            and not [
+                k for part in ("capacity", "allocatable") for k in status[part] if capacity.is_counting_key(k)
+            ]
+            and not [k for k in node["metadata"].get("labels") or {} if fit.is_fit_label(k)]
+        )
+
+    async def restored() -> bool:
+        node = await _node(admin, name)
+        fit_labels = [k for k in node["metadata"].get("labels") or {} if fit.is_fit_label(k)]
+        return await stamped() and units in node["status"]["capacity"] and len(fit_labels) == 2
+
+    await _eventually(restored)
+    saved = await _settings_data(admin)
+    existed = saved is not None
+    try:
+        await _set_manual(admin, "true", existed=existed)
+        await _eventually(withdrawn, within=30)
+        assert agent.settings.current.node_management_manual is True
+
+        rejected_before = agent.settings.rejections
+        await _set_manual(admin, "maybe", existed=True)
+        await _eventually(lambda: _true(agent.settings.rejections > rejected_before))
+        assert agent.settings.current.node_management_manual is True  # last good settings stay
+        assert agent.settings.last_error is not None
+        assert MANUAL in str(agent.settings.last_error)
+        # A Node event reconciles all three outputs again, under the last good (manual) settings.
+        poke = "test.gpustack.ai/poke"
+        await admin.patch(kinds.NODE, name, {"metadata": {"labels": {poke: "1"}}})
+        await asyncio.sleep(agent.settings.current.fit_label_coalesce_seconds + 2)
+        assert await withdrawn()
+        await admin.patch(kinds.NODE, name, {"metadata": {"labels": {poke: None}}})
+    finally:
+        if existed:
+            await _set_manual(admin, (saved or {}).get(MANUAL), existed=True)
+        else:
+            await admin.delete(kinds.CONFIG_MAP, DEFAULT_CONFIGMAP, DEFAULT_NAMESPACE)
+    await _eventually(restored, within=30)
+    assert agent.settings.current.node_management_manual is False
+
+
+async def _true(value: bool) -> bool:
+    return value
