@@ -2,9 +2,11 @@
 
 1. **Pure cost** — N synthetic nodes (the four mixed-4 node shapes, cloned) rendered exactly as the
    simulator writes them and frozen like the informer cache holds them; per node the adapters, the
-   three ``desired`` functions and the no-op checks, i.e. everything a reconcile does except I/O.
+   three ``desired`` functions, the runtime Applier's no-op check (``is_noop``) on each apply body and
+   the stale-key scans, i.e. everything a reconcile does except I/O.
 2. **Cluster** (unless ``--no-cluster``) — a fresh dev cluster, N simulated nodes applied, then one
-   ``--all-nodes`` agent started: time until every NodeFeature is written, until nfd-master has
+   ``--all-nodes`` agent started (runtime Manager, 8 workers per controller through the settings env
+   seed ``GPUSTACK_CONTROLLER_WORKERS``): time until every NodeFeature is written, until nfd-master has
    projected ``gpustack.ai/managed`` onto every node, and until every accelerated node carries its
    counting keys; plus the agent's requests per node.
 
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import statistics
 import sys
 import tempfile
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from gpustack_worker.agent import capacity, fit, nodefeature
 from gpustack_worker.agent.facts import devices_facts, node_facts
 from gpustack_worker.api import keys, kinds
+from gpustack_worker.runtime.apply import is_noop
 from gpustack_worker.runtime.frozen import freeze
 from gpustack_worker.simulate import render
 from gpustack_worker.simulate.load import packaged_scenario
@@ -60,11 +62,14 @@ def reconcile_pure(node: Any, devices: Any | None) -> int:
     n = node_facts(node)
     d = devices_facts(devices) if devices is not None else None
     feature = nodefeature.desired(n, d, manual=False, mixed_on_node=True)
-    nodefeature.up_to_date(None, feature)
+    is_noop(feature, None, nodefeature.FIELD_MANAGER)
     counting = capacity.desired(n, d, manual=False)
-    capacity.up_to_date(n, counting)
+    is_noop(capacity.apply_body(n.name, counting), node, capacity.FIELD_MANAGER, "status")
+    stale = capacity.stale(n.capacity, counting) | capacity.stale(n.allocatable, counting)
     labels = fit.desired(n, d, manual=False)
-    return len(feature["spec"]["labels"]) + len(counting) + len(labels) + (fit.observed(n) == labels)
+    is_noop(fit.apply_body(n.name, labels), node, fit.FIELD_MANAGER)
+    stale |= set(fit.observed(n)) - set(labels)
+    return len(feature["spec"]["labels"]) + len(counting) + len(labels) + len(stale)
 
 
 def bench_pure(count: int, rounds: int) -> None:
@@ -103,6 +108,7 @@ async def bench_cluster(count: int, directory: Path) -> None:
     from gpustack_worker.agent.controller import Agent
     from gpustack_worker.devcluster.cluster import DevCluster
     from gpustack_worker.runtime.client import Client
+    from gpustack_worker.runtime.settings import SettingsSource
     from gpustack_worker.simulate.apply import ApplyReport, apply_node
 
     cluster = DevCluster(directory, log=lambda msg: print(f"  [devcluster] {msg}"))
@@ -122,11 +128,13 @@ async def bench_cluster(count: int, directory: Path) -> None:
         print(f"cluster: {count} simulated nodes applied in {time.perf_counter() - start:.1f} s")
 
         agent_client = await Client.connect(str(cluster.kubeconfig))
-        agent = Agent(agent_client, node_name=None, env={})
+        settings = SettingsSource(agent_client, env={"GPUSTACK_CONTROLLER_WORKERS": "8"})
+        agent = Agent(agent_client, settings, node_name=None)
         names = {s.name for s in specs}
         accelerated = {s.name for s in specs if s.accelerators}
         start = time.perf_counter()
-        task = asyncio.create_task(agent.run())
+        stop = asyncio.Event()
+        task = asyncio.create_task(agent.run(stop))
         await agent.ready.wait()
         synced = time.perf_counter() - start
         features_at = projected_at = capacity_at = None
@@ -156,9 +164,8 @@ async def bench_cluster(count: int, directory: Path) -> None:
                 )
                 break
         await asyncio.sleep(4)  # let the fit windows close before counting requests
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        stop.set()
+        await task
         requests = dict(agent_client.requests_by_method)
         print(f"  agent caches synced after {synced:.2f} s")
         print(f"  all NodeFeatures written after {features_at or float('nan'):.2f} s")
