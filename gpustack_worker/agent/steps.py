@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Final
 from gpustack_worker.agent import capacity, fit, nodefeature
 from gpustack_worker.agent.facts import devices_facts, node_facts
 from gpustack_worker.api import keys, kinds
-from gpustack_worker.runtime.apply import Applier, desired_fields, owned_fields
+from gpustack_worker.runtime.apply import Applier
 from gpustack_worker.runtime.controller import Result
 
 if TYPE_CHECKING:
@@ -43,20 +43,10 @@ if TYPE_CHECKING:
     from gpustack_worker.runtime.settings import Settings
     from gpustack_worker.runtime.store import Store
 
-__all__ = ("FIELD_MANAGERS", "Steps", "owns_fields")
+__all__ = ("FIELD_MANAGERS", "Steps")
 
 #: The agent's field managers; the informers' transform must keep their managedFields entries.
 FIELD_MANAGERS: Final = (nodefeature.FIELD_MANAGER, capacity.FIELD_MANAGER, fit.FIELD_MANAGER)
-
-
-def owns_fields(cached: Mapping[str, Any] | None, manager: str, subresource: str | None = None) -> bool:
-    """Whether ``manager`` holds any field of ``cached`` through an Apply (on ``subresource``)."""
-    for entry in ((cached or {}).get("metadata") or {}).get("managedFields") or ():
-        if entry.get("manager") != manager or entry.get("operation", "Apply") != "Apply":
-            continue
-        if (entry.get("subresource") or None) == subresource and owned_fields(entry.get("fieldsV1") or {}):
-            return True
-    return False
 
 
 @dataclass(slots=True)
@@ -84,9 +74,7 @@ class Steps:
     async def _apply_node(
         self, manager: str, body: Mapping[str, Any], cached: Mapping[str, Any], subresource: str | None
     ) -> dict[str, Any] | None:
-        """Apply ``body`` to the Node as ``manager`` unless the Applier (or an empty intent) says no-op."""
-        if not desired_fields(body) and not owns_fields(cached, manager, subresource):
-            return None
+        """Apply ``body`` to the Node as ``manager`` unless the Applier's no-op check says so."""
         applier = self._appliers[manager]
         if subresource == "status":
             result = await applier.apply_status(kinds.NODE, body, cached)

@@ -40,6 +40,8 @@ CPU_ONLY: Final = "feature.gpustack.ai/cpu-only"
 NFD_CPU_VENDOR: Final = "feature.node.kubernetes.io/cpu-model.vendor_id"
 NFD_CPU_FAMILY: Final = "feature.node.kubernetes.io/cpu-model.family"
 NFD_CPU_ID: Final = "feature.node.kubernetes.io/cpu-model.id"
+
+
 def pci_present(pci_vendor: str) -> str:
     """NFD's PCI presence label ``feature.node.kubernetes.io/pci-<vendorID>.present``."""
     return f"feature.node.kubernetes.io/pci-{pci_vendor}.present"

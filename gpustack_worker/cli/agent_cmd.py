@@ -14,7 +14,6 @@ manager's. Logs are structlog JSON lines.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import signal
 import sys
@@ -46,7 +45,6 @@ async def run(args: argparse.Namespace) -> int:
     namespace: str = getattr(args, "namespace", None) or kinds.SYSTEM_NAMESPACE
     boot = settings_from(None)
     configure_logging(boot.log_level)
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one plain-text line per request otherwise
     configure_tracing()
     client = await Client.connect(getattr(args, "kubeconfig", None), timeout_s=boot.api_timeout_seconds)
     stop = asyncio.Event()

@@ -20,7 +20,8 @@ end). Public surface, one module per idea:
   ``add_rate_limited``/``forget``/``shutdown``/``drain``; rate limiters in ``ratelimit.py``; the
   injectable :class:`~.clock.Clock` (``FakeClock`` for tests).
 * :class:`~.controller.Controller` and :class:`~.controller.Result` (``controller.py``) — N workers,
-  ``watch(informer, mapper=, predicates=)``, predicates ``generation_changed``, ``labels_changed``,
+  ``watch(informer, mapper=, predicates=, delay=)`` (``delay`` coalesces an event burst into one
+  reconcile via ``add_after``), predicates ``generation_changed``, ``labels_changed``,
   ``semantic_changed(view)``.
 * :class:`~.apply.Applier` (``apply.py``) — SSA as one field manager with the client-side no-op check
   ``is_noop`` (zero writes at steady state); ``apply_status`` via ``/status``; ``delete`` with
@@ -29,6 +30,7 @@ end). Public surface, one module per idea:
   (under a :class:`~.leader.LeaderElector` when given), serves ``/healthz`` ``/readyz`` ``/metrics``.
 * :class:`~.settings.Settings` and :class:`~.settings.SettingsSource` (``settings.py``) — every tunable
   once; the live settings ConfigMap; ``source.current`` is the last good snapshot.
+* ``quantity.py`` — Kubernetes quantities by value: ``parse``, ``same_quantity``, ``ceil_quantity``.
 * ``telemetry.py`` (structlog JSON, OTLP when ``OTEL_*`` say so), ``metrics.py`` (conventional names).
 
 Wiring a controller::

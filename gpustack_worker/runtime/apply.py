@@ -140,9 +140,11 @@ def is_noop(
     if cached is None:
         return False
     owned = _manager_fields(cached, field_manager, subresource)
-    if owned is None:
-        return False
     wanted = desired_fields(desired)
+    if owned is None:
+        # The server drops a manager's managedFields entry once it owns nothing, so an empty intent
+        # against an object we own nothing on is the steady state, not a write.
+        return not wanted
     if wanted != owned and not _lists_compatible(wanted, owned):
         return False
     for path in wanted:

@@ -27,6 +27,10 @@ def configure_logging(level: str = "INFO", *, json: bool = True) -> None:
     if not isinstance(numeric, int):
         numeric = logging.INFO
     logging.basicConfig(stream=sys.stderr, level=numeric, format="%(message)s")
+    # httpx/httpcore log one plain-text line per request at INFO; requests are counted and traced by
+    # the client instead, and every line on stderr stays JSON.
+    for noisy in ("httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(max(numeric, logging.WARNING))
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
     )

@@ -151,3 +151,13 @@ def test_owned_fields(fields_v1: dict[str, Any], expected: dict[tuple[str, ...],
 
 def test_desired_fields_ignores_identity() -> None:
     assert desired_fields(SPEC_BODY) == {("metadata", "labels", "a"): None, ("spec", "taints"): 1}
+
+
+def test_empty_intent_is_noop_only_while_we_own_nothing() -> None:
+    # The server drops a manager's managedFields entry once it owns nothing: applying nothing again
+    # would be a write every reconcile.
+    empty = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}
+    assert is_noop(empty, CACHED, "manager-that-owns-nothing")
+    # While we still own fields, an empty intent must be sent so the server removes them.
+    assert not is_noop(empty, CACHED, MANAGER)
+    assert not is_noop(empty, None, MANAGER)
