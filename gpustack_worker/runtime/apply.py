@@ -191,7 +191,8 @@ class Applier:
             self._skipped.inc()
             return None
         meta = desired.get("metadata") or {}
-        _log.info(
+        # debug: a cold start applies once per object; counts are in rest_client_requests_total.
+        _log.debug(
             "apply",
             field_manager=self.field_manager,
             kind=resource.kind,
