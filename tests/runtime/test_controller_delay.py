@@ -1,16 +1,13 @@
-"""Runtime additions the node agent relies on: delayed (coalescing) watches and rounding quantities up."""
+"""Controller.watch(delay=): an event burst coalesces into one reconcile after the window."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import TYPE_CHECKING, Any, cast
 
-import pytest
-
 from gpustack_worker.runtime import ratelimit
 from gpustack_worker.runtime.clock import FakeClock
 from gpustack_worker.runtime.controller import Controller, Result, labels_changed
-from gpustack_worker.runtime.quantity import ceil_quantity
 from gpustack_worker.runtime.queue import WorkQueue
 
 if TYPE_CHECKING:
@@ -92,21 +89,3 @@ async def test_watch_without_delay_still_adds_immediately() -> None:
     source.emit("ADDED", None, _node("n1"))
     assert len(queue) == 1
     assert queue.delayed == 0
-
-
-@pytest.mark.parametrize(
-    ("text", "whole"),
-    [
-        pytest.param("64", 64, id="whole"),
-        pytest.param("3500m", 4, id="milli-rounded-up"),
-        pytest.param("4000m", 4, id="exact-milli"),
-        pytest.param("1m", 1, id="tiny"),
-        pytest.param("1e3", 1000, id="exponent"),
-        pytest.param("1Ki", 1024, id="binary-suffix"),
-        pytest.param(None, 0, id="absent"),
-        pytest.param("", 0, id="empty"),
-        pytest.param("lots", 0, id="unparsable"),
-    ],
-)
-def test_ceil_quantity(text: str | None, whole: int) -> None:
-    assert ceil_quantity(text) == whole

@@ -1,4 +1,4 @@
-"""The agent reads quantities through the runtime's exact parser: ``3500m`` is 4 cores, not 3."""
+"""Kubernetes quantities by value: exact parsing, rounding up (``3500m`` is 4 cores, not 3), equality."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from gpustack_worker.runtime.quantity import ceil_quantity, parse
+from gpustack_worker.runtime.quantity import ceil_quantity, parse, same_quantity
 
 
 @pytest.mark.parametrize(
@@ -26,20 +26,36 @@ def test_parse_quantity(text: str, value: Decimal) -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "cores"),
+    ("text", "whole"),
     [
         pytest.param("64", 64, id="whole"),
-        pytest.param("3500m", 4, id="rounded-up"),
+        pytest.param("3500m", 4, id="milli-rounded-up"),
         pytest.param("4000m", 4, id="exact-milli"),
         pytest.param("1m", 1, id="tiny"),
+        pytest.param("1e3", 1000, id="exponent"),
+        pytest.param("1Ki", 1024, id="binary-suffix"),
         pytest.param(None, 0, id="absent"),
         pytest.param("", 0, id="empty"),
         pytest.param("lots", 0, id="unparsable"),
     ],
 )
-def test_ceil_quantity(text: str | None, cores: int) -> None:
-    assert ceil_quantity(text) == cores
+def test_ceil_quantity(text: str | None, whole: int) -> None:
+    assert ceil_quantity(text) == whole
 
 
 def test_parse_quantity_rejects_garbage() -> None:
     assert parse("12 cores") is None
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [
+        pytest.param("64", "64000m", True, id="milli"),
+        pytest.param("1Gi", "1024Mi", True, id="binary"),
+        pytest.param("6400k", "6400000", True, id="server-canonical"),
+        pytest.param("1G", "1Gi", False, id="decimal-vs-binary"),
+        pytest.param("1", "x", False, id="not-a-quantity"),
+    ],
+)
+def test_same_quantity(a: str, b: str, same: bool) -> None:
+    assert same_quantity(a, b) is same
