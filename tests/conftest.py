@@ -6,9 +6,11 @@ StartupError carry go's or the component's own output) — they are never skippe
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import tempfile
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,3 +43,20 @@ def devcluster() -> Iterator[DevCluster]:
             os.environ.pop("KUBECONFIG", None)
         else:
             os.environ["KUBECONFIG"] = previous
+
+
+#: ``await eventually(predicate, within=30.0)``: poll until true, else TimeoutError.
+Poll = Callable[..., Awaitable[None]]
+
+
+@pytest.fixture
+def eventually() -> Poll:
+    """Poll a predicate over state that other tasks build from server events (there is no single event
+    to await); fails with TimeoutError after ``within`` seconds."""
+
+    async def poll(predicate: Callable[[], bool], within: float = 30.0) -> None:
+        async with asyncio.timeout(within):
+            while not predicate():  # noqa: ASYNC110 - state is built by other tasks; nothing to await
+                await asyncio.sleep(0.05)
+
+    return poll

@@ -14,17 +14,12 @@ from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.informer import DELETED, Informer, InformerOptions
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator
+
+    from tests.conftest import Poll
 
 pytestmark = pytest.mark.cluster
 NS = kinds.SYSTEM_NAMESPACE
-
-
-async def eventually(predicate: Callable[[], bool], within: float = 30.0) -> None:
-    """Poll ``predicate`` (state built by other tasks from server events; there is no single event)."""
-    async with asyncio.timeout(within):
-        while not predicate():  # noqa: ASYNC110
-            await asyncio.sleep(0.05)
 
 
 def configmap(name: str, label: str, value: str) -> dict[str, Any]:
@@ -52,7 +47,7 @@ async def server_state(client: Client, selector: str) -> dict[str, str]:
     return {i["metadata"]["name"]: i["data"]["v"] for i in items}
 
 
-async def test_watch_survives_restart_and_forced_410(devcluster: Any) -> None:
+async def test_watch_survives_restart_and_forced_410(devcluster: Any, eventually: Poll) -> None:
     client = await Client.connect(str(devcluster.kubeconfig))
     run = uuid.uuid4().hex[:8]
     selector = f"test.gpustack.ai/run={run}"

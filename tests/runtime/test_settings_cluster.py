@@ -15,24 +15,17 @@ from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.settings import SettingsSource
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from tests.conftest import Poll
 
 pytestmark = pytest.mark.cluster
 NS = kinds.SYSTEM_NAMESPACE
-
-
-async def eventually(predicate: Callable[[], bool], within: float = 30.0) -> None:
-    """Poll ``predicate`` over state other tasks build from server events."""
-    async with asyncio.timeout(within):
-        while not predicate():  # noqa: ASYNC110
-            await asyncio.sleep(0.05)
 
 
 def invalid_count(name: str) -> float:
     return REGISTRY.get_sample_value("gpustack_settings_invalid_total", {"configmap": f"{NS}/{name}"}) or 0.0
 
 
-async def test_broken_value_keeps_last_good_and_is_reported(devcluster: Any) -> None:
+async def test_broken_value_keeps_last_good_and_is_reported(devcluster: Any, eventually: Poll) -> None:
     client = await Client.connect(str(devcluster.kubeconfig))
     name = f"settings-test-{uuid.uuid4().hex[:8]}"
     source = SettingsSource(client, name=name, namespace=NS, env={}, reporting_instance="settings-test")

@@ -19,18 +19,11 @@ from gpustack_worker.runtime.queue import WorkQueue
 from gpustack_worker.runtime.transform import make_transform
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from tests.conftest import Poll
 
 pytestmark = pytest.mark.cluster
 MANAGER = "gpustack-worker/zero-writes-test"
 RUN_LABEL = "test.gpustack.ai/run"
-
-
-async def eventually(predicate: Callable[[], bool], within: float = 30.0) -> None:
-    """Poll ``predicate`` over state other tasks build from server events."""
-    async with asyncio.timeout(within):
-        while not predicate():  # noqa: ASYNC110
-            await asyncio.sleep(0.05)
 
 
 def desired_labels(name: str) -> dict[str, Any]:
@@ -69,7 +62,7 @@ async def settle(controller: Controller, quiet_s: float = 1.0) -> None:
             await asyncio.sleep(0.05)
 
 
-async def test_converged_controller_issues_zero_writes(devcluster: Any) -> None:
+async def test_converged_controller_issues_zero_writes(devcluster: Any, eventually: Poll) -> None:
     setup = await Client.connect(str(devcluster.kubeconfig))
     client = await Client.connect(str(devcluster.kubeconfig))
     run = uuid.uuid4().hex[:8]
