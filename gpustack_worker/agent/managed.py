@@ -3,9 +3,7 @@
 Two writers can put ``gpustack.ai/managed`` on a Node: an admin directly, and nfd-master projecting
 the agent's NodeFeature. nfd-master records every key it projected in the Node annotation
 ``nfd.node.kubernetes.io/feature-labels``, so a value that is present on the Node but *not* listed
-there is the admin's. So is any value other than ``true`` even when listed: the agent only ever stamps
-``true``, so an admin who edits a projected label to ``false`` is recognised (and not overwritten).
-The rules (reference §3.2, §4.2, scheduling-chain "Stage 3"):
+there is the admin's. The rules (reference §3.2, §4.2, scheduling-chain "Stage 3"):
 
 - ``node-management-manual=false``: stamp ``true`` unless an admin value is already on the Node —
   the admin's value wins, so ``managed=false`` set by hand opts a node out.
@@ -29,8 +27,6 @@ __all__ = ("admin_managed_value", "is_managed", "stamps_managed")
 
 #: nfd-master strips this default namespace from the names it lists in the feature-labels annotation.
 _NFD_DEFAULT_NS = "feature.node.kubernetes.io/"
-#: The only value the worker NodeFeature ever stamps.
-_STAMP = "true"
 
 
 def _nfd_projected(node: NodeFacts) -> frozenset[str]:
@@ -42,7 +38,7 @@ def _nfd_projected(node: NodeFacts) -> frozenset[str]:
 def admin_managed_value(node: NodeFacts) -> str | None:
     """The admin-set ``gpustack.ai/managed`` value, or None when absent or projected by nfd-master."""
     value = node.labels.get(keys.MANAGED)
-    if value is None or (value == _STAMP and keys.MANAGED in _nfd_projected(node)):
+    if value is None or keys.MANAGED in _nfd_projected(node):
         return None
     return value
 

@@ -18,12 +18,10 @@ NOT_PROJECTED = {keys.NFD_FEATURE_LABELS_ANNOTATION: "cpu-model.vendor_id"}
         pytest.param(False, "true", PROJECTED, None, True, True, id="auto-our-own-projection"),
         pytest.param(False, "true", NOT_PROJECTED, "true", False, True, id="auto-admin-true-wins"),
         pytest.param(False, "false", {}, "false", False, False, id="auto-admin-false-opts-out"),
-        pytest.param(False, "false", PROJECTED, "false", False, False, id="auto-admin-edit-wins"),
         pytest.param(True, None, {}, None, False, False, id="manual-no-label"),
         pytest.param(True, "true", {}, "true", False, True, id="manual-admin-true"),
         pytest.param(True, "true", PROJECTED, None, False, False, id="manual-stale-projection-ignored"),
         pytest.param(True, "false", {}, "false", False, False, id="manual-admin-false"),
-        pytest.param(True, "false", PROJECTED, "false", False, False, id="manual-admin-edit-of-projection"),
     ],
 )
 def test_managed_decision(
