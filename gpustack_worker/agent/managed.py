@@ -3,7 +3,10 @@
 Two writers can put ``gpustack.ai/managed`` on a Node: an admin directly, and nfd-master projecting
 the agent's NodeFeature. nfd-master records every key it projected in the Node annotation
 ``nfd.node.kubernetes.io/feature-labels``, so a value that is present on the Node but *not* listed
-there is the admin's. The rules (reference §3.2, §4.2, scheduling-chain "Stage 3"):
+there is the admin's. A listed value stays nfd-master's even if an admin edits it afterwards: were the
+agent to stop stamping, nfd-master would remove the key it owns (taking the admin's value with it) and
+the next reconcile would stamp it again. To opt a node out, label it before the agent stamps it, or use
+``node-management-manual``. The rules (reference §3.2, §4.2, scheduling-chain "Stage 3"):
 
 - ``node-management-manual=false``: stamp ``true`` unless an admin value is already on the Node —
   the admin's value wins, so ``managed=false`` set by hand opts a node out.
