@@ -13,9 +13,7 @@ manager's. Logs are structlog JSON lines.
 
 from __future__ import annotations
 
-import asyncio
 import os
-import signal
 import sys
 from typing import TYPE_CHECKING
 
@@ -23,9 +21,8 @@ import structlog
 
 from gpustack_worker.agent.controller import Agent
 from gpustack_worker.api import kinds
-from gpustack_worker.runtime.client import Client
-from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP, SettingsSource, settings_from
-from gpustack_worker.runtime.telemetry import configure_logging, configure_tracing
+from gpustack_worker.cli.process import running
+from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP, SettingsSource
 
 if TYPE_CHECKING:
     import argparse
@@ -43,30 +40,18 @@ async def run(args: argparse.Namespace) -> int:
         print("agent: --node-name or $NODE_NAME is required unless --all-nodes", file=sys.stderr)
         return 2
     namespace: str = getattr(args, "namespace", None) or kinds.SYSTEM_NAMESPACE
-    boot = settings_from(None)
-    configure_logging(boot.log_level)
-    configure_tracing()
-    client = await Client.connect(getattr(args, "kubeconfig", None), timeout_s=boot.api_timeout_seconds)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
+    async with running(getattr(args, "kubeconfig", None)) as proc:
         settings = SettingsSource(
-            client,
+            proc.client,
             name=getattr(args, "settings_configmap", None) or DEFAULT_CONFIGMAP,
             namespace=namespace,
             reporting_instance=f"agent-{node_name or 'all-nodes'}",
         )
         agent = Agent(
-            client,
+            proc.client,
             settings,
             node_name=node_name,
             namespace=namespace,
             health_bind=getattr(args, "metrics_bind", None) or "127.0.0.1:8080",
         )
-        return await agent.run(stop)
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
-        await client.close()
+        return await agent.run(proc.stop)

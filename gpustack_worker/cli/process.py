@@ -1,0 +1,51 @@
+"""What every long-running command sets up the same way: JSON logs, tracing, the API client, and a stop
+event set by SIGTERM/SIGINT (removed again, and the client closed, when the command returns)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gpustack_worker.runtime.client import Client
+from gpustack_worker.runtime.settings import Settings, settings_from
+from gpustack_worker.runtime.telemetry import configure_logging, configure_tracing
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+__all__ = ("Process", "running")
+
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+@dataclass(frozen=True, slots=True)
+class Process:
+    """The process-wide pieces a command builds its manager from."""
+
+    #: Settings from the environment alone, for what must be known before the ConfigMap is read.
+    boot: Settings
+    client: Client
+    #: Set by SIGTERM/SIGINT: the manager drains and returns.
+    stop: asyncio.Event
+
+
+@contextlib.asynccontextmanager
+async def running(kubeconfig: str | None) -> AsyncIterator[Process]:
+    """Configure logging and tracing, connect, and turn SIGTERM/SIGINT into a graceful stop."""
+    boot = settings_from(None)
+    configure_logging(boot.log_level)
+    configure_tracing()
+    client = await Client.connect(kubeconfig, timeout_s=boot.api_timeout_seconds)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in _STOP_SIGNALS:
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        yield Process(boot, client, stop)
+    finally:
+        for sig in _STOP_SIGNALS:
+            loop.remove_signal_handler(sig)
+        await client.close()
