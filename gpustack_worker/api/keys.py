@@ -48,23 +48,22 @@ def pci_present(pci_vendor: str) -> str:
 
 
 CPU_NAME_ANNOTATION: Final = "feature.gpustack.ai/cpu-name"
-CPU_DETAIL_ANNOTATIONS: Final = tuple(
-    f"{FEATURE_PREFIX}cpu-{suffix}"
-    for suffix in (
-        "family",
-        "physical-cores",
-        "threads-per-core",
-        "logical-cores",
-        "stepping",
-        "cache-line",
-        "hz",
-        "boost-freq",
-        "cache-l1i",
-        "cache-l1d",
-        "cache-l2",
-        "cache-l3",
-    )
+#: The CPU detail annotations ``feature.gpustack.ai/cpu-<suffix>`` (NodeFeatureRule ``gpustack-cpu-info``).
+CPU_DETAIL_SUFFIXES: Final = (
+    "family",
+    "physical-cores",
+    "threads-per-core",
+    "logical-cores",
+    "stepping",
+    "cache-line",
+    "hz",
+    "boost-freq",
+    "cache-l1i",
+    "cache-l1d",
+    "cache-l2",
+    "cache-l3",
 )
+CPU_DETAIL_ANNOTATIONS: Final = tuple(f"{FEATURE_PREFIX}cpu-{suffix}" for suffix in CPU_DETAIL_SUFFIXES)
 
 # --- RDMA -------------------------------------------------------------------------------------------
 RDMA_CAPABLE: Final = "feature.gpustack.ai/rdma.capable"

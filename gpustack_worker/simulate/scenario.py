@@ -12,9 +12,11 @@ message must say where to look, not how pydantic walked the tree.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Final, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints, ValidationError
+
+from gpustack_worker.api import keys
 
 __all__ = (
     "CPU_DETAIL_FIELDS",
@@ -40,22 +42,11 @@ _PROFILE_NAME = r"^[0-9a-z][0-9a-z.+-]*$"
 NodeName = Annotated[str, StringConstraints(pattern=_DNS_SUBDOMAIN, max_length=253)]
 Quantity = Annotated[str, StringConstraints(pattern=_QUANTITY)]
 Text = Annotated[str, StringConstraints(min_length=1, max_length=256)]
-CpuDetail = Literal[
-    "family",
-    "physical-cores",
-    "threads-per-core",
-    "logical-cores",
-    "stepping",
-    "cache-line",
-    "hz",
-    "boost-freq",
-    "cache-l1i",
-    "cache-l1d",
-    "cache-l2",
-    "cache-l3",
-]
-#: CPU detail annotation suffixes (``feature.gpustack.ai/cpu-<suffix>``) accepted under ``cpu.details``.
-CPU_DETAIL_FIELDS: Final[tuple[str, ...]] = get_args(CpuDetail)
+if TYPE_CHECKING:
+    CpuDetail = str
+else:  # a Literal built from the one list in api.keys, so pydantic reports the allowed names
+    CpuDetail = Literal[keys.CPU_DETAIL_SUFFIXES]
+CPU_DETAIL_FIELDS: Final[tuple[str, ...]] = keys.CPU_DETAIL_SUFFIXES
 
 
 class _Strict(BaseModel):
