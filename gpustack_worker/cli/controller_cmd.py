@@ -47,7 +47,15 @@ async def run(args: argparse.Namespace) -> int:
             namespace=namespace,
             reporting_instance=identity,
         )
-        elector = LeaderElector(proc.client, name=LEASE_NAME, namespace=namespace, identity=identity)
+        elector = LeaderElector(
+            proc.client,
+            name=LEASE_NAME,
+            namespace=namespace,
+            identity=identity,
+            lease_duration=proc.boot.leader_lease_seconds,
+            renew_deadline=proc.boot.leader_renew_deadline_seconds,
+            retry_period=proc.boot.leader_retry_period_seconds,
+        )
         manager = Manager(
             elector=elector,
             settings=settings,

@@ -110,6 +110,14 @@ class Settings(BaseModel):
     """Per-request HTTP timeout (kr8s has none by default; a hung request would stall a worker)."""
     cache_sync_timeout_seconds: float = Field(default=120.0, gt=0, le=3600)
     """How long start-up waits for informers to list before failing (controller-runtime: 2 min)."""
+    leader_lease_seconds: float = Field(default=15.0, gt=0, le=600)
+    """How long a crashed leader's Lease blocks the standbys (controller-runtime/Kueue default); read at
+    start-up from the environment, since the election starts before the ConfigMap is read."""
+    leader_renew_deadline_seconds: float = Field(default=10.0, gt=0, le=600)
+    """A leader that could not renew for this long steps down; shorter than the lease, so it always stops
+    before a standby may take over (never two leaders)."""
+    leader_retry_period_seconds: float = Field(default=2.0, gt=0, le=60)
+    """How often the leader renews (a standby looks four times as often, to take over promptly)."""
     fit_label_coalesce_seconds: float = Field(default=3.0, ge=0, le=300)
     """The node agent batches fit-label changes this long, so a burst of device events is one write."""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
