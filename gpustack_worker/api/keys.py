@@ -103,6 +103,11 @@ def count_key(feature_key: str) -> str:
     return f"{feature_key}.count"
 
 
+def capacity_key(feature_key: str) -> str:
+    """``<feature key>.capacity``: a flavor's contributing nodes × per-node count."""
+    return f"{feature_key}.capacity"
+
+
 SLICED_FIT_PREFIX: Final = "sliced-max-free-units.fit.gpustack.ai/"
 SHARED_FIT_PREFIX: Final = "shared-free-cards.fit.gpustack.ai/"
 FIT_LABEL_DOMAINS: Final = (SLICED_FIT_PREFIX, SHARED_FIT_PREFIX)

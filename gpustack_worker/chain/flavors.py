@@ -1,0 +1,176 @@
+"""Capacity flavors: one Kueue ResourceFlavor per (key, os, arch, count, topology profile) group of Nodes.
+
+Pure part of the NodeFlavor controller (scheduling-chain "Capacity flavors", reference §3.2 and
+Appendix A.2). A flavor is the finest grain and independent of the grouping settings: always the CPU
+key, plus the accelerator key when accelerated. Its ``spec.nodeLabels`` pin the feature key, full
+``kubernetes.io/os|arch`` and ``topology.gpustack.ai/profile``; eligibility is by labels, so it carries a
+blanket ``{operator: Exists}`` toleration; ``spec.topologyName`` references the profile's Kueue Topology.
+
+The per-node count is part of the selector (``<key>.count``), so two flavors of one queue never select
+the same Node. ``instance-type-mixed-on-node=false`` keeps accelerated Nodes out of CPU flavors and adds
+``feature.gpustack.ai/cpu-only=true`` to the CPU flavors' selector.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from gpustack_worker.api import keys, kinds
+from gpustack_worker.chain.nodes import CpuIdentity, DeviceIdentity, NodeHardware
+
+__all__ = ("FLAVOR_RESOURCE_TYPE", "FlavorPlan", "desired_flavors", "flavor_body", "plan_flavors")
+
+#: ``resource.gpustack.ai/type`` of operator-owned flavors.
+FLAVOR_RESOURCE_TYPE: Final = "nodes"
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorPlan:
+    """One group of Nodes sharing hardware identity and topology profile."""
+
+    name: str
+    os: str
+    arch: str
+    profile: str
+    #: Per-node count: CPU cores, or cards of the accelerator model.
+    count: int
+    #: The first contributing Node's identity (every contributor shares the name, hence the identity).
+    cpu: CpuIdentity
+    device: DeviceIdentity | None
+    #: Contributing Node names, sorted.
+    nodes: tuple[str, ...]
+
+    @property
+    def accelerated(self) -> bool:
+        return self.device is not None
+
+    @property
+    def capacity(self) -> int:
+        """Contributing nodes × per-node count."""
+        return len(self.nodes) * self.count
+
+    @property
+    def own_key(self) -> str:
+        """The flavor's feature key: ``acceleratable.…/<aKey>`` or ``general.…/<gKey>``."""
+        if self.device is not None:
+            return keys.accelerator_key(self.device.a_key)
+        return keys.general_key(self.cpu.g_key)
+
+    @property
+    def manufacturer(self) -> str:
+        """The device manufacturer, or the CPU manufacturer of a CPU flavor."""
+        return self.device.manufacturer if self.device is not None else self.cpu.manufacturer
+
+
+def _cpu_member(node: NodeHardware, mixed_on_node: bool) -> bool:
+    return node.cpu.cores > 0 and (mixed_on_node or not node.accelerated)
+
+
+def plan_flavors(nodes: Iterable[NodeHardware], *, mixed_on_node: bool) -> list[FlavorPlan]:
+    """Group managed, profiled Nodes into flavors (sorted by name)."""
+    groups: dict[str, list[tuple[NodeHardware, DeviceIdentity | None, int]]] = {}
+    for node in sorted(nodes, key=lambda n: n.name):
+        if _cpu_member(node, mixed_on_node):
+            name = keys.cpu_flavor_name(node.cpu.g_key, node.os, node.arch, node.cpu.cores, node.profile)
+            groups.setdefault(name, []).append((node, None, node.cpu.cores))
+        for device in node.devices:
+            name = keys.device_flavor_name(
+                node.cpu.g_key, device.a_key, node.os, node.arch, device.cards, node.profile
+            )
+            groups.setdefault(name, []).append((node, device, device.cards))
+    plans = []
+    for name, members in sorted(groups.items()):
+        first, device, count = members[0]
+        plans.append(
+            FlavorPlan(
+                name=name,
+                os=first.os,
+                arch=first.arch,
+                profile=first.profile,
+                count=count,
+                cpu=first.cpu,
+                device=device,
+                nodes=tuple(n.name for n, _, _ in members),
+            )
+        )
+    return plans
+
+
+def node_labels(plan: FlavorPlan, *, mixed_on_node: bool) -> dict[str, str]:
+    """``spec.nodeLabels``: the selector that pins a workload to exactly this group's Nodes."""
+    labels = {
+        keys.MANAGED: "true",
+        keys.OS: plan.os,
+        keys.ARCH: plan.arch,
+        keys.general_key(plan.cpu.g_key): "true",
+        keys.count_key(plan.own_key): str(plan.count),
+        keys.TOPOLOGY_PROFILE: plan.profile,
+    }
+    if plan.device is not None:
+        labels[plan.own_key] = "true"
+    elif not mixed_on_node:
+        labels[keys.CPU_ONLY] = "true"
+    return labels
+
+
+def _notes(plan: FlavorPlan, *, aware: bool) -> dict[str, str]:
+    device = plan.device
+    notes = {
+        "acceleratable": "true" if device is not None else "false",
+        "generalGroup": plan.cpu.g_key,
+        "acceleratorGroup": device.a_key if device is not None else "",
+        "manufacturer": plan.manufacturer,
+        "product": device.product if device is not None else plan.cpu.product,
+        "family": device.family if device is not None else plan.cpu.family,
+        "memory": device.memory if device is not None else "",
+        "cores": device.cores if device is not None else str(plan.count),
+        "topologyProfile": plan.profile,
+    }
+    if device is None or aware:
+        notes["cpuDetail"] = plan.cpu.detail_json(with_identity=device is not None)
+    # Empty notes are left out rather than written as "" (reference Appendix C #5: UNCONFIRMED).
+    return {f"{keys.NOTE_PREFIX}{k}": v for k, v in notes.items() if v}
+
+
+def flavor_body(plan: FlavorPlan, *, mixed_on_node: bool, aware: bool) -> dict[str, Any]:
+    """The ResourceFlavor this controller applies for ``plan``."""
+    labels = {
+        keys.RESOURCE_TYPE: FLAVOR_RESOURCE_TYPE,
+        keys.OS: plan.os,
+        keys.ARCH: plan.arch,
+        keys.ACCELERATABLE: "true" if plan.accelerated else "false",
+        keys.general_key(plan.cpu.g_key): "true",
+        keys.count_key(plan.own_key): str(plan.count),
+        keys.capacity_key(plan.own_key): str(plan.capacity),
+        keys.TOPOLOGY_PROFILE: plan.profile,
+    }
+    if plan.device is not None:
+        labels[plan.own_key] = "true"
+    return {
+        "apiVersion": kinds.RESOURCE_FLAVOR.api_version,
+        "kind": kinds.RESOURCE_FLAVOR.kind,
+        "metadata": {"name": plan.name, "labels": labels, "annotations": _notes(plan, aware=aware)},
+        "spec": {
+            "nodeLabels": node_labels(plan, mixed_on_node=mixed_on_node),
+            "tolerations": [{"operator": "Exists"}],
+            "topologyName": keys.topology_name(plan.profile),
+        },
+    }
+
+
+def desired_flavors(
+    nodes: Iterable[NodeHardware], *, mixed_on_node: bool, aware: bool
+) -> dict[str, dict[str, Any]]:
+    """Every ResourceFlavor the cluster's managed Nodes call for, by name."""
+    return {
+        plan.name: flavor_body(plan, mixed_on_node=mixed_on_node, aware=aware)
+        for plan in plan_flavors(nodes, mixed_on_node=mixed_on_node)
+    }
+
+
+def flavor_nodes(flavor: Mapping[str, Any], nodes: Iterable[NodeHardware]) -> list[str]:
+    """Names of the Nodes a live flavor's ``spec.nodeLabels`` select."""
+    selector: Mapping[str, str] = (flavor.get("spec") or {}).get("nodeLabels") or {}
+    return sorted(n.name for n in nodes if all(n.labels.get(k) == v for k, v in selector.items()))
