@@ -59,3 +59,41 @@ def test_parse_quantity_rejects_garbage() -> None:
 )
 def test_same_quantity(a: str, b: str, same: bool) -> None:
     assert same_quantity(a, b) is same
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("1e1000000", id="issue-8-cpu-as-written"),
+        pytest.param("10e999999", id="issue-8-cpu-as-stored"),
+        pytest.param("1e99999999999", id="exponent-beyond-int-conversion"),
+        pytest.param("9" * 5000, id="5000-digit-mantissa"),
+        pytest.param("1e65", id="just-above-range"),
+        pytest.param("1e-65", id="just-below-range"),
+        pytest.param("1e-1000000000", id="tiny"),
+        pytest.param("1" * 70 + "Ei", id="huge-binary"),
+    ],
+)
+def test_out_of_range_is_none_never_an_exception(text: str) -> None:
+    """Parsing never raises: what cannot be evaluated in range reads as "not a quantity"."""
+    assert parse(text) is None
+    assert ceil_quantity(text) == 0
+    assert same_quantity(text, text) is False
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        pytest.param(12, Decimal(12), id="bare-int-from-the-server"),
+        pytest.param(True, None, id="bool"),
+        pytest.param(1.5, None, id="float"),
+        pytest.param(None, None, id="none"),
+        pytest.param({"a": 1}, None, id="mapping"),
+        pytest.param(10**80, None, id="int-out-of-range"),
+        pytest.param("0e999999", Decimal(0), id="zero-with-huge-exponent"),
+        pytest.param("1e64", Decimal("1e64"), id="upper-edge"),
+        pytest.param("007", Decimal(7), id="leading-zeros"),
+    ],
+)
+def test_parse_any_input(value: object, expected: Decimal | None) -> None:
+    assert parse(value) == expected
