@@ -34,11 +34,20 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop
 from gpustack_worker.runtime.metrics import REST_REQUESTS
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator
+    from collections.abc import AsyncGenerator, Callable
 
     from gpustack_worker.runtime.resources import Resource
 
-__all__ = ("WRITE_METHODS", "ApiError", "Client", "Conflict", "Gone", "NotFound")
+__all__ = (
+    "TRANSPORT_ERRORS",
+    "WRITE_METHODS",
+    "ApiError",
+    "Client",
+    "Conflict",
+    "Gone",
+    "NotFound",
+    "Unauthorized",
+)
 
 _TRACER: Final = trace.get_tracer(__name__)
 #: HTTP methods that change state; ``requests_by_method`` summed over these is the write count.
@@ -50,6 +59,8 @@ _PATCH_TYPES: Final = {
     "apply": "application/apply-patch+yaml",
 }
 _RETRIABLE_STATUS: Final = frozenset({401, 429, 500, 502, 503, 504})
+#: Connection-level failures (refused, reset, timed out): no answer from the server at all.
+TRANSPORT_ERRORS: Final = (httpx.TransportError, kr8s.APITimeoutError)
 #: Default per-request timeout; kr8s' own default is "none at all".
 DEFAULT_TIMEOUT_S: Final = 30.0
 
@@ -73,6 +84,10 @@ class ApiError(Exception):
         return cls(status, reason, body, message)
 
 
+class Unauthorized(ApiError):
+    """401: the credentials were rejected (an expired token); :meth:`Client.reauthenticate` reloads them."""
+
+
 class NotFound(ApiError):
     """404: the object (or its kind) does not exist."""
 
@@ -85,7 +100,7 @@ class Gone(ApiError):
     """410: the requested resourceVersion is older than etcd keeps; the caller must relist."""
 
 
-_BY_STATUS: Final[dict[int, type[ApiError]]] = {404: NotFound, 409: Conflict, 410: Gone}
+_BY_STATUS: Final[dict[int, type[ApiError]]] = {401: Unauthorized, 404: NotFound, 409: Conflict, 410: Gone}
 
 
 class _TransientError(Exception):
@@ -136,6 +151,8 @@ class Client:
         self.host: str = urlsplit(str(getattr(api.auth, "server", "") or "")).netloc
         #: Requests issued by this instance, by HTTP method (``WATCH`` counted separately from ``GET``).
         self.requests_by_method: collections.Counter[str] = collections.Counter()
+        #: Credential reloads after a 401 (:meth:`reauthenticate`).
+        self.reauthentications = 0
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> Client:
@@ -154,6 +171,26 @@ class Client:
     def writes(self) -> int:
         """Total write requests (POST/PUT/PATCH/DELETE) issued by this instance."""
         return sum(n for m, n in self.requests_by_method.items() if m in WRITE_METHODS)
+
+    async def reauthenticate(self) -> None:
+        """Reload the credentials (kubeconfig, exec plugin or service-account token) after a 401.
+
+        kr8s re-reads them in ``auth.reauthenticate()`` but sends the bearer token as a default header
+        of its HTTP session. That session is shared by every open watch of this process, so the header
+        is replaced in place rather than the session recreated (which would cut all of them); only
+        certificate-based credentials, which live in the TLS context, get a new session.
+        """
+        self.reauthentications += 1
+        auth = self._api.auth
+        await auth.reauthenticate()
+        session = getattr(self._api, "_session", None)
+        token = getattr(auth, "token", None)
+        if session is None or session.is_closed:
+            return  # kr8s creates the next session from the fresh credentials
+        if token:
+            session.headers["Authorization"] = f"Bearer {token}"
+        else:
+            await self._api._create_session()
 
     # -- transport ---------------------------------------------------------------------------------
 
@@ -191,8 +228,7 @@ class Client:
             self._count(method, code)
             if code == 401:
                 # kr8s only re-authenticates when it raises; refresh ourselves and let tenacity retry.
-                await self._api.auth.reauthenticate()
-                await self._api._create_session()
+                await self.reauthenticate()
             if code >= 400:
                 err = ApiError.from_status(code, _status_of(response))
                 retry_after = response.headers.get("Retry-After")
@@ -237,11 +273,18 @@ class Client:
         label_selector: str | None = None,
         field_selector: str | None = None,
         limit: int = 500,
+        resource_version: str | None = None,
+        resource_version_match: str | None = None,
     ) -> tuple[list[dict[str, Any]], str]:
         """LIST every page; returns ``(items, list resourceVersion)``.
 
-        Items get ``apiVersion``/``kind`` filled in (the server omits them inside a List) so they look
-        like watch objects.
+        ``resource_version`` / ``resource_version_match`` choose where the list is served from (the
+        API's list semantics): unset is a consistent read; ``"0"`` is "any", served from the API server's
+        watch cache; a real RV with ``"NotOlderThan"`` is served from the watch cache once it has caught
+        up to that RV (with ``limit`` but no match the same RV would mean an exact read from etcd). Both
+        go on the first page only: the server rejects them next to a ``continue`` token, which carries
+        the snapshot's RV itself. Items get ``apiVersion``/``kind`` filled in (the server omits them
+        inside a List) so they look like watch objects.
         """
         path = resource.collection_path(namespace)
         params: dict[str, str] = {}
@@ -251,6 +294,10 @@ class Client:
             params["fieldSelector"] = field_selector
         if limit > 0:
             params["limit"] = str(limit)
+        if resource_version is not None:
+            params["resourceVersion"] = resource_version
+            if resource_version_match:
+                params["resourceVersionMatch"] = resource_version_match
         items: list[dict[str, Any]] = []
         while True:
             page = await self._request("GET", path, params=params)
@@ -262,6 +309,8 @@ class Client:
             token = meta.get("continue")
             if not token:
                 return items, str(meta.get("resourceVersion") or "")
+            params.pop("resourceVersion", None)
+            params.pop("resourceVersionMatch", None)
             params["continue"] = str(token)
 
     async def watch(
@@ -274,13 +323,16 @@ class Client:
         field_selector: str | None = None,
         timeout_seconds: int,
         bookmarks: bool = True,
+        on_open: Callable[[], None] | None = None,
     ) -> AsyncGenerator[dict[str, Any], None]:
         """Stream raw watch events ``{"type", "object"}`` until the server ends the watch.
 
-        ``ERROR`` events are raised as :class:`ApiError` (``Gone`` for 410) instead of yielded. The
-        stream is not retried here: the informer owns reconnection, backoff and relisting. The
-        HTTP read timeout is ``timeout_seconds`` plus a margin, so a dead connection cannot hang forever
-        even without the informer's watchdog.
+        A non-2xx answer is raised as :class:`ApiError` (``Unauthorized`` for 401, not retried here)
+        and ``ERROR`` events likewise (``Gone`` for 410) instead of yielded; ``on_open`` is called once
+        the server has accepted the watch, so the caller can tell a refused watch from one that broke.
+        The stream is not retried here: the informer owns reconnection, re-authentication, backoff and
+        relisting. The HTTP read timeout is ``timeout_seconds`` plus a margin, so a dead connection
+        cannot hang forever even without the informer's watchdog.
         """
         params: dict[str, str] = {
             "watch": "1",
@@ -306,6 +358,8 @@ class Client:
                 if response.status_code >= 400:
                     await response.aread()
                     raise ApiError.from_status(response.status_code, _status_of(response))
+                if on_open is not None:
+                    on_open()
                 async for line in response.aiter_lines():
                     if not line:
                         continue

@@ -1,15 +1,28 @@
 """List-then-watch informer: keeps a :class:`Store` equal to the server's objects of one kind.
 
 kr8s' watch ends silently, cannot resume from a list resourceVersion and loops on 410, so this is our
-own reflector (client-go ``tools/cache/reflector.go`` is the model):
+own reflector with client-go's semantics (``tools/cache/reflector.go``):
 
 1. paginated LIST, objects pushed through the ingest transform, ``Store.replace`` (emitting deletes
-   for objects that vanished while we were not watching);
+   for objects that vanished while we were not watching). Lists are served from the API server's watch
+   cache, never as a quorum read from etcd unless they have to be: the first with
+   ``resourceVersion=0``, a relist from the last seen RV with ``resourceVersionMatch=NotOlderThan``;
+   only after that RV was answered 410 (or "too large") does the next list ask for ``RV=""`` (a
+   consistent read). A DaemonSet restarting on every node thus costs no etcd range read per pod;
 2. WATCH from the list's resourceVersion with bookmarks, a random 5-10 min ``timeoutSeconds`` (spreads
    reconnects) and an inactivity watchdog (a silently dropped TCP stream is noticed);
-3. a watch that ends normally or stalls is resumed from the last seen resourceVersion; 410 Gone means a
-   relist; other errors back off (0.8 s x2 -> 30 s, jitter, reset after 2 min healthy); 429 backs off
-   without relisting.
+3. a watch that ends normally, stalls or breaks mid-stream is resumed at once from the last seen RV.
+   Everything else backs off (0.8 s x2 -> 30 s, jitter, reset after 2 min without failures) before the
+   next attempt: a watch that ends within a second without a single event (client-go's "very short
+   watch": the server is refusing us quietly), 410 Gone (then relist), any other error on the watch
+   stream (relist), a LIST that fails (410 on LIST: relist consistently); a watch refused with 429 or
+   a connection error is retried without relisting, and one refused with 401 first reloads the
+   credentials (:meth:`Client.reauthenticate`), since the informer only watches at steady state and
+   would otherwise keep a stale cache on an expired token.
+
+:attr:`Informer.healthy` turns false once ``unhealthy_after_failures`` list/watch attempts in a row
+failed and no watch has been open for a second since; readiness reports it, so a cache that has gone
+stale is visible. Time (backoff sleeps, "very short" watches) comes from the injectable clock.
 
 Handlers receive ``(event, old, new)`` with ``event`` in ADDED/MODIFIED/DELETED; they must be quick
 and non-blocking (controllers only enqueue keys). Label and field selectors are per informer: a node
@@ -19,6 +32,7 @@ agent watches only its own Node with ``field_selector="metadata.name=<node>"``.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import random
 from collections.abc import Callable, Mapping
@@ -28,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Final
 import structlog
 
 from gpustack_worker.runtime.backoff import Backoff
-from gpustack_worker.runtime.client import ApiError, Gone
+from gpustack_worker.runtime.client import TRANSPORT_ERRORS, ApiError, Gone, Unauthorized
 from gpustack_worker.runtime.clock import Clock, MonotonicClock
 from gpustack_worker.runtime.metrics import INFORMER_OBJECTS, INFORMER_RELISTS
 from gpustack_worker.runtime.store import Store, object_key, resource_version
@@ -39,11 +53,13 @@ if TYPE_CHECKING:
     from gpustack_worker.runtime.indexers import IndexFunc
     from gpustack_worker.runtime.resources import Resource
 
-__all__ = ("ADDED", "DELETED", "MODIFIED", "Handler", "Informer", "InformerOptions")
+__all__ = ("ADDED", "DELETED", "MODIFIED", "Handler", "Informer", "InformerOptions", "ShortWatchError")
 
 ADDED: Final = "ADDED"
 MODIFIED: Final = "MODIFIED"
 DELETED: Final = "DELETED"
+#: ``resourceVersionMatch`` for a relist from a seen RV (served by the watch cache, never older).
+NOT_OLDER_THAN: Final = "NotOlderThan"
 Handler = Callable[[str, Any | None, Any | None], None]
 _log = structlog.get_logger("gpustack_worker.runtime.informer")
 
@@ -59,6 +75,29 @@ class InformerOptions:
     backoff_max_s: float = 30.0
     backoff_reset_s: float = 120.0
     page_size: int = 500
+    #: A watch that ends sooner than this without one event is a failure (client-go: 1 s), so a server
+    #: that closes every watch at once is not hammered with immediate reconnects.
+    short_watch_s: float = 1.0
+    #: Failed list/watch attempts in a row after which :attr:`Informer.healthy` is false: with the
+    #: default backoff the fifth failure comes ~20-50 s into an outage, long enough to ride out an API
+    #: server restart, short enough for readiness to show a cache that stopped following the server.
+    unhealthy_after_failures: int = 5
+
+
+class ShortWatchError(Exception):
+    """The watch ended within ``short_watch_s`` without delivering a single event."""
+
+
+class _Relist(Exception):
+    """Internal: a failure after which the next attempt must list again (``reason`` for the metric)."""
+
+
+def _too_large_rv(exc: BaseException) -> bool:
+    """The server has not caught up with the requested RV (504 with cause ``ResourceVersionTooLarge``)."""
+    if not isinstance(exc, ApiError):
+        return False
+    causes = (exc.body.get("details") or {}).get("causes") or ()
+    return any(isinstance(c, dict) and c.get("reason") == "ResourceVersionTooLarge" for c in causes)
 
 
 class Informer:
@@ -90,8 +129,18 @@ class Informer:
         self._rng = rng or random.Random()
         self._handlers: list[Handler] = []
         self._synced = asyncio.Event()
+        #: The newest resourceVersion seen (list, event or bookmark); watches and relists resume here.
         self.last_resource_version = ""
+        #: Set when the server answered 410 / "too large" for :attr:`last_resource_version` on a LIST:
+        #: the next list is a consistent read (``RV=""``) instead of one from the watch cache.
+        self.rv_unavailable = False
+        #: Successful lists, in total and by reason (``initial``, ``gone``, ``error``).
         self.relists = 0
+        self.relists_by_reason: collections.Counter[str] = collections.Counter()
+        #: Failed list/watch attempts since the last success, and the last failure (for diagnostics).
+        self.consecutive_failures = 0
+        self.last_error: str | None = None
+        self._watch_open_since: float | None = None
         self._gauge = INFORMER_OBJECTS.labels(resource=resource.plural)
         self._log = _log.bind(resource=resource.plural, namespace=namespace, selector=label_selector)
 
@@ -101,6 +150,25 @@ class Informer:
     def has_synced(self) -> bool:
         """True once the first LIST has been stored and dispatched."""
         return self._synced.is_set()
+
+    @property
+    def healthy(self) -> bool:
+        """False once ``unhealthy_after_failures`` attempts in a row failed, until a list succeeds, a
+        watch delivers an event, or a watch has stayed open for ``short_watch_s``."""
+        if self.consecutive_failures < self.options.unhealthy_after_failures:
+            return True
+        opened = self._watch_open_since
+        return opened is not None and self._clock.now() - opened >= self.options.short_watch_s
+
+    @property
+    def watching(self) -> bool:
+        """True while a watch accepted by the server is open."""
+        return self._watch_open_since is not None
+
+    @property
+    def field_managers(self) -> frozenset[str]:
+        """Whose managedFields entries the cached objects keep (an Applier bound here checks its own)."""
+        return frozenset(getattr(self._transform, "field_managers", ()))
 
     async def wait_synced(self) -> None:
         """Wait for the first complete LIST."""
@@ -136,37 +204,76 @@ class Informer:
                     await self._list(reason)
                     need_list = False
                 await self._watch()
-            except Gone:
-                self._log.info("watch expired, relisting", resource_version=self.last_resource_version)
-                need_list, reason = True, "gone"
+                continue
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # connection errors, 5xx, 429, decode errors: back off
-                delay = backoff.next()
-                status = exc.status if isinstance(exc, ApiError) else None
-                self._log.warning(
-                    "list/watch failed, backing off",
-                    error=repr(exc),
-                    status=status,
-                    delay_s=round(delay, 3),
-                    relist=need_list,
-                )
-                if need_list:
-                    reason = "error"
-                await self._clock.sleep(delay)
+            except _Relist as exc:  # the watch failed: list again (from the last RV) after the backoff
+                need_list, reason = True, str(exc)
+                cause = exc.__cause__ or exc
+            except Exception as exc:  # a failed LIST, or a watch refused without needing a relist
+                cause = exc
+                if need_list and (isinstance(exc, Gone) or _too_large_rv(exc)):
+                    self.rv_unavailable = True  # client-go: the next list is a consistent read
+                    reason = "gone"
+                elif isinstance(exc, Unauthorized):
+                    await self._reauthenticate()
+            delay = backoff.next()
+            self._failed(cause, delay, relist=need_list)
+            await self._clock.sleep(delay)
+
+    def _failed(self, exc: BaseException, delay: float, *, relist: bool) -> None:
+        self.consecutive_failures += 1
+        self.last_error = repr(exc)
+        status = exc.status if isinstance(exc, ApiError) else None
+        log = self._log.warning if self.healthy else self._log.error
+        log(
+            "list/watch failed, backing off",
+            error=self.last_error,
+            status=status,
+            delay_s=round(delay, 3),
+            relist=relist,
+            consecutive_failures=self.consecutive_failures,
+            healthy=self.healthy,
+            resource_version=self.last_resource_version,
+        )
+
+    def _succeeded(self) -> None:
+        self.consecutive_failures = 0
+
+    async def _reauthenticate(self) -> None:
+        try:
+            await self.client.reauthenticate()
+        except Exception as exc:  # no credentials to reload: the backoff and the next 401 repeat this
+            self._log.warning("re-authentication failed", error=repr(exc))
+        else:
+            self._log.info("credentials reloaded after 401 on watch")
+
+    def _list_version(self) -> tuple[str, str | None]:
+        """``(resourceVersion, resourceVersionMatch)`` of the next LIST, as client-go picks them."""
+        if self.rv_unavailable:
+            return "", None  # the RV we know is compacted: consistent read (quorum, or cache + progress)
+        if not self.last_resource_version:
+            return "0", None  # first list: whatever the watch cache holds
+        return self.last_resource_version, NOT_OLDER_THAN
 
     async def _list(self, reason: str) -> None:
-        items, rv = await self.client.list(
+        rv, match = self._list_version()
+        items, list_rv = await self.client.list(
             self.resource,
             namespace=self.namespace,
             label_selector=self.label_selector,
             field_selector=self.field_selector,
             limit=self.options.page_size,
+            resource_version=rv,
+            resource_version_match=match,
         )
         objs = [self._transform(item) for item in items]
         added, updated, deleted = self.store.replace(objs)
-        self.last_resource_version = rv
+        self.last_resource_version = list_rv
+        self.rv_unavailable = False
         self.relists += 1
+        self.relists_by_reason[reason] += 1
+        self._succeeded()
         INFORMER_RELISTS.labels(resource=self.resource.plural, reason=reason).inc()
         self._gauge.set(len(self.store))
         for obj in deleted:
@@ -182,13 +289,24 @@ class Informer:
             added=len(added),
             updated=len(updated),
             deleted=len(deleted),
-            resource_version=rv,
+            requested_resource_version=rv,
+            resource_version=list_rv,
         )
         self._synced.set()
 
+    def _opened(self) -> None:
+        self._watch_open_since = self._clock.now()
+
     async def _watch(self) -> None:
+        """One watch: returns when it ended in a way that allows resuming at once from the last RV.
+
+        Raises :class:`_Relist` (caused by the error) when the next attempt must list first; lets a
+        refusal that needs no relist (429, 401, connection errors) propagate.
+        """
         opts = self.options
         timeout = int(self._rng.uniform(opts.watch_timeout_min_s, opts.watch_timeout_max_s))
+        started = self._clock.now()  # before the request, as client-go: proxies may hold headers back
+        self._watch_open_since = None
         stream = self.client.watch(
             self.resource,
             resource_version=self.last_resource_version,
@@ -196,15 +314,41 @@ class Informer:
             label_selector=self.label_selector,
             field_selector=self.field_selector,
             timeout_seconds=max(1, timeout),
+            on_open=self._opened,
         )
+        events = 0
         loop = asyncio.get_running_loop()
         try:
             async with contextlib.aclosing(stream), asyncio.timeout(opts.inactivity_timeout_s) as deadline:
                 async for event in stream:
                     deadline.reschedule(loop.time() + opts.inactivity_timeout_s)
+                    events += 1
+                    if events == 1:
+                        self._succeeded()
                     self._apply(event)
         except TimeoutError:
             self._log.warning("watch inactive, reconnecting", inactivity_s=opts.inactivity_timeout_s)
+        except Gone as exc:
+            self._log.info("watch expired, relisting", resource_version=self.last_resource_version)
+            raise _Relist("gone") from exc
+        except ApiError as exc:
+            if self._watch_open_since is not None or exc.status not in (401, 429):
+                raise _Relist("error") from exc  # an ERROR event, or a refusal other than 401/429
+            raise  # refused with 401 / 429: retry the watch itself after the backoff
+        except TRANSPORT_ERRORS as exc:
+            if self._watch_open_since is None:
+                raise  # could not connect (API server down): retry the watch after the backoff
+            # broke mid-stream (the server went away): an end like any other, judged below
+            self._log.info("watch stream broke", error=repr(exc))
+        except Exception as exc:  # an undecodable event: start over from a list
+            raise _Relist("error") from exc
+        finally:
+            self._watch_open_since = None
+        if events == 0 and self._clock.now() - started < opts.short_watch_s:
+            raise _Relist("error") from ShortWatchError(
+                f"watch ended within {opts.short_watch_s} s without an event"
+            )
+        self._succeeded()
 
     def _apply(self, event: dict[str, Any]) -> None:
         kind = event.get("type")

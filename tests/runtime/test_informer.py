@@ -1,0 +1,406 @@
+"""``Informer.run`` against a scripted fake client and a fake clock (client-go's reflector tests per
+failure mode): where lists are served from, when the informer backs off, relists, re-authenticates and
+reports itself unhealthy. No wall-clock sleeps: time only moves when a test advances the clock."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import random
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+import httpx
+import pytest
+
+from gpustack_worker.runtime.client import ApiError, Gone, Unauthorized
+from gpustack_worker.runtime.clock import FakeClock
+from gpustack_worker.runtime.informer import ADDED, DELETED, MODIFIED, Informer, InformerOptions
+from gpustack_worker.runtime.resources import CONFIG_MAP, Resource
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncGenerator, AsyncIterator, Callable
+
+    from gpustack_worker.runtime.client import Client
+
+THINGS = CONFIG_MAP
+NS = "ns"
+#: client-go's backoff without jitter (the tests' rng draws 0): 0.8 s doubling to 30 s.
+FIRST, SECOND, THIRD = 0.8, 1.6, 3.2
+
+
+def obj(name: str, rv: str, value: str = "") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": NS, "resourceVersion": rv},
+        "data": {"v": value or rv},
+    }
+
+
+def event(kind: str, name: str, rv: str) -> dict[str, Any]:
+    return {"type": kind, "object": obj(name, rv)}
+
+
+def bookmark(rv: str) -> dict[str, Any]:
+    return {"type": "BOOKMARK", "object": {"kind": "ConfigMap", "metadata": {"resourceVersion": rv}}}
+
+
+def status(code: int, reason: str, *causes: str) -> dict[str, Any]:
+    body: dict[str, Any] = {"kind": "Status", "code": code, "reason": reason}
+    if causes:
+        body["details"] = {"causes": [{"reason": c} for c in causes]}
+    return body
+
+
+def gone() -> Gone:
+    return Gone(410, "Expired", status(410, "Expired"))
+
+
+@dataclass(frozen=True)
+class Advance:
+    """A watch step: fake time passes while the stream is open."""
+
+    seconds: float
+
+
+@dataclass
+class Watch:
+    """One scripted WATCH: refused with ``refuse``, else opened and played ``steps`` (events, Advance,
+    exceptions raised mid-stream), then ended by the server (or held open when ``hold``)."""
+
+    steps: list[Any] = field(default_factory=list)
+    refuse: BaseException | None = None
+    hold: bool = False
+
+
+class ZeroJitter(random.Random):
+    """Backoff without jitter and the shortest watch timeout, so delays are exact."""
+
+    def random(self) -> float:
+        return 0.0
+
+
+class RecordingClock(FakeClock):
+    """A fake clock that records every sleep (the informer only sleeps to back off)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.slept: list[float] = []
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        await super().sleep(seconds)
+
+
+class FakeClient:
+    """``list`` and ``watch`` scripted per call and recorded; an exhausted script parks the informer."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.list_script: collections.deque[tuple[list[dict[str, Any]], str] | BaseException] = (
+            collections.deque()
+        )
+        self.watch_script: collections.deque[Watch] = collections.deque()
+        self.lists: list[dict[str, Any]] = []
+        self.watches: list[dict[str, Any]] = []
+        self.reauthentications = 0
+        self._parked = asyncio.Event()  # never set
+
+    async def list(self, resource: Resource, **kwargs: Any) -> tuple[list[dict[str, Any]], str]:
+        assert resource is THINGS
+        self.lists.append(kwargs)
+        if not self.list_script:
+            await self._parked.wait()
+        step = self.list_script.popleft()
+        if isinstance(step, BaseException):
+            raise step
+        items, rv = step
+        return [dict(i) for i in items], rv
+
+    async def watch(
+        self, resource: Resource, *, on_open: Callable[[], None] | None = None, **kwargs: Any
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        assert resource is THINGS
+        self.watches.append(kwargs)
+        if not self.watch_script:
+            await self._parked.wait()
+        script = self.watch_script.popleft()
+        if script.refuse is not None:
+            raise script.refuse
+        if on_open is not None:
+            on_open()
+        for step in script.steps:
+            if isinstance(step, BaseException):
+                raise step
+            if isinstance(step, Advance):
+                await self.clock.advance(step.seconds)
+            else:
+                yield step
+        if script.hold:
+            await self._parked.wait()
+
+    async def reauthenticate(self) -> None:
+        self.reauthentications += 1
+
+
+@dataclass
+class Rig:
+    clock: RecordingClock
+    client: FakeClient
+    informer: Informer
+    seen: list[tuple[str, str, str]]  # (event, name, data.v) as handlers received them
+
+    def list_versions(self) -> list[tuple[str | None, str | None]]:
+        return [(c.get("resource_version"), c.get("resource_version_match")) for c in self.client.lists]
+
+    def watch_versions(self) -> list[str]:
+        return [str(c["resource_version"]) for c in self.client.watches]
+
+
+async def until(predicate: Callable[[], bool], spins: int = 2000) -> None:
+    """Let the informer task run until ``predicate`` holds (event-loop turns, not wall time)."""
+    for _ in range(spins):
+        if predicate():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("the informer never reached the expected state")
+
+
+@contextlib.asynccontextmanager
+async def rig(
+    lists: list[tuple[list[dict[str, Any]], str] | BaseException],
+    watches: list[Watch],
+    **options: Any,
+) -> AsyncIterator[Rig]:
+    clock = RecordingClock()
+    client = FakeClient(clock)
+    client.list_script.extend(lists)
+    client.watch_script.extend(watches)
+    informer = Informer(
+        cast("Client", client),
+        THINGS,
+        namespace=NS,
+        options=InformerOptions(**options),
+        clock=clock,
+        rng=ZeroJitter(),
+    )
+    seen: list[tuple[str, str, str]] = []
+
+    def record(kind: str, old: Any, new: Any) -> None:
+        current = new if new is not None else old
+        seen.append((kind, current["metadata"]["name"], current["data"]["v"]))
+
+    informer.add_handler(record)
+    task = asyncio.ensure_future(informer.run())
+    try:
+        yield Rig(clock, client, informer, seen)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_initial_list_from_watch_cache_then_watch_from_list_rv_and_bookmarks_advance_it() -> None:
+    watches = [
+        Watch([event(ADDED, "c", "11"), bookmark("15"), Advance(2.0)]),  # ends normally after 2 s
+        Watch(hold=True),
+    ]
+    async with rig([([obj("a", "5"), obj("b", "7")], "10")], watches) as r:
+        await until(lambda: len(r.client.watches) == 2)
+        assert r.list_versions() == [("0", None)]  # served from the watch cache, no quorum read
+        assert r.client.lists[0]["limit"] == 500
+        assert r.watch_versions() == ["10", "15"]  # resumed from the bookmark, without a relist
+        assert r.client.watches[0]["timeout_seconds"] == 300  # random in [5, 10] min (rng draws 0)
+        assert r.clock.slept == []  # a normal end is no failure
+        assert r.informer.relists_by_reason == {"initial": 1}
+        assert sorted(r.informer.store.keys()) == ["ns/a", "ns/b", "ns/c"]
+        assert r.seen == [(ADDED, "a", "5"), (ADDED, "b", "7"), (ADDED, "c", "11")]
+        assert r.informer.has_synced
+        assert r.informer.healthy
+
+
+async def test_410_on_watch_relists_from_the_last_seen_rv() -> None:
+    watches = [Watch([event(MODIFIED, "a", "12"), gone()]), Watch(hold=True)]
+    async with rig([([obj("a", "5")], "10"), ([obj("a", "20")], "21")], watches) as r:
+        await until(lambda: r.clock.sleepers == 1)
+        assert r.clock.slept == [FIRST]  # the 410 backs off like any failed watch (client-go)
+        assert len(r.client.lists) == 1
+        await r.clock.advance(FIRST)
+        await until(lambda: len(r.client.watches) == 2)
+        # not a quorum read: "at least as new as what we saw", answered from the watch cache
+        assert r.list_versions() == [("0", None), ("12", "NotOlderThan")]
+        assert r.watch_versions() == ["10", "21"]
+        assert r.informer.relists_by_reason == {"initial": 1, "gone": 1}
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        pytest.param(gone(), id="410"),
+        pytest.param(
+            ApiError(504, "Timeout", status(504, "Timeout", "ResourceVersionTooLarge")), id="rv-too-large"
+        ),
+    ],
+)
+async def test_410_on_list_backs_off_then_lists_consistently(refusal: ApiError) -> None:
+    lists: list[tuple[list[dict[str, Any]], str] | BaseException] = [
+        ([obj("a", "5")], "10"),
+        refusal,  # the relist from RV 10 is refused too
+        ([obj("a", "30")], "31"),
+    ]
+    watches = [Watch([gone()]), Watch(hold=True)]
+    async with rig(lists, watches) as r:
+        await until(lambda: r.clock.sleepers == 1)
+        await r.clock.advance(FIRST)
+        await until(lambda: len(r.client.lists) == 2 and r.clock.sleepers == 1)
+        assert r.clock.slept == [FIRST, SECOND]  # the refused LIST backs off (no hot relist loop)
+        assert r.informer.rv_unavailable
+        await r.clock.advance(SECOND - 0.01)
+        assert len(r.client.lists) == 2  # not before the backoff has passed
+        await r.clock.advance(0.01)
+        await until(lambda: len(r.client.watches) == 2)
+        assert r.list_versions() == [("0", None), ("10", "NotOlderThan"), ("", None)]  # then consistent
+        assert r.watch_versions() == ["10", "31"]
+        assert not r.informer.rv_unavailable
+        assert r.informer.relists_by_reason == {"initial": 1, "gone": 1}
+        assert r.seen == [(ADDED, "a", "5"), (MODIFIED, "a", "30")]
+
+
+async def test_a_watch_that_ends_at_once_without_events_backs_off_with_growing_delays() -> None:
+    lists: list[tuple[list[dict[str, Any]], str] | BaseException] = [([obj("a", "5")], "10")] * 4
+    watches = [Watch(), Watch(), Watch(), Watch(hold=True)]  # three "very short" watches
+    async with rig(lists, watches) as r:
+        for i, delay in enumerate((FIRST, SECOND, THIRD), start=1):
+            await until(lambda: r.clock.sleepers == 1)
+            assert len(r.client.watches) == i  # no reconnect before the backoff has passed
+            await r.clock.advance(delay)
+        await until(lambda: len(r.client.watches) == 4)
+        assert r.clock.slept == [FIRST, SECOND, THIRD]
+        # each short watch is a failed watch: client-go relists, from the last RV (watch cache)
+        assert r.list_versions() == [("0", None)] + [("10", "NotOlderThan")] * 3
+        assert r.informer.relists_by_reason == {"initial": 1, "error": 3}
+
+
+async def test_a_watch_that_delivered_events_or_lasted_a_second_is_resumed_at_once() -> None:
+    lists: list[tuple[list[dict[str, Any]], str] | BaseException] = [([], "10"), ([], "10")]
+    watches = [
+        Watch(),  # very short: a failure, backoff, relist
+        Watch([event(ADDED, "a", "11")]),  # ends at once, but delivered an event
+        Watch([Advance(1.0)]),  # no event, but open for a second
+        Watch([Advance(1.0), httpx.RemoteProtocolError("incomplete chunked read")]),  # broke mid-stream
+        Watch(hold=True),
+    ]
+    async with rig(lists, watches, unhealthy_after_failures=1) as r:
+        await until(lambda: r.clock.sleepers == 1)
+        assert r.informer.consecutive_failures == 1
+        assert not r.informer.healthy
+        await r.clock.advance(FIRST)
+        await until(lambda: len(r.client.watches) == 5)
+        assert r.clock.slept == [FIRST]  # the later ends were resumed without backing off
+        assert r.watch_versions() == ["10", "10", "11", "11", "11"]
+        assert r.informer.relists == 2  # only the short watch relisted
+        assert r.informer.consecutive_failures == 0  # the watch with an event reset the failures
+        assert r.informer.healthy
+
+
+async def test_401_on_watch_reauthenticates_then_recovers() -> None:
+    expired = Unauthorized(401, "Unauthorized", status(401, "Unauthorized"))
+    watches = [Watch(refuse=expired), Watch([event(ADDED, "b", "11")], hold=True)]
+    async with rig([([obj("a", "5")], "10")], watches) as r:
+        await until(lambda: r.clock.sleepers == 1)
+        assert r.client.reauthentications == 1  # credentials reloaded before the retry
+        assert r.clock.slept == [FIRST]
+        await r.clock.advance(FIRST)
+        await until(lambda: "ns/b" in r.informer.store)
+        assert r.watch_versions() == ["10", "10"]  # the same watch again: nothing needed relisting
+        assert len(r.client.lists) == 1
+        assert r.informer.consecutive_failures == 0
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        pytest.param(ApiError(429, "TooManyRequests", status(429, "TooManyRequests")), id="429"),
+        pytest.param(httpx.ConnectError("connection refused"), id="connection-refused"),
+    ],
+)
+async def test_a_refused_watch_backs_off_and_rewatches_without_relisting(refusal: BaseException) -> None:
+    watches = [Watch(refuse=refusal), Watch(refuse=refusal), Watch(hold=True)]
+    async with rig([([obj("a", "5")], "10")], watches) as r:
+        await until(lambda: r.clock.sleepers == 1)
+        await r.clock.advance(FIRST)
+        await until(lambda: len(r.client.watches) == 2 and r.clock.sleepers == 1)
+        await r.clock.advance(SECOND)
+        await until(lambda: len(r.client.watches) == 3)
+        assert r.clock.slept == [FIRST, SECOND]
+        assert r.watch_versions() == ["10", "10", "10"]
+        assert len(r.client.lists) == 1  # client-go: no relist on 429 / connection refused
+        assert r.client.reauthentications == 0
+
+
+async def test_an_error_event_relists_from_the_last_seen_rv() -> None:
+    watches = [
+        Watch([event(ADDED, "b", "11"), ApiError(500, "InternalError", status(500, "InternalError"))]),
+        Watch(hold=True),
+    ]
+    async with rig([([obj("a", "5")], "10"), ([obj("a", "5"), obj("b", "11")], "12")], watches) as r:
+        await until(lambda: r.clock.sleepers == 1)
+        await r.clock.advance(FIRST)
+        await until(lambda: len(r.client.watches) == 2)
+        assert r.list_versions() == [("0", None), ("11", "NotOlderThan")]
+        assert r.informer.relists_by_reason == {"initial": 1, "error": 1}
+        assert r.seen == [(ADDED, "a", "5"), (ADDED, "b", "11")]  # the relist found nothing new
+
+
+async def test_a_relist_emits_deletes_for_objects_that_vanished() -> None:
+    lists: list[tuple[list[dict[str, Any]], str] | BaseException] = [
+        ([obj("a", "5"), obj("b", "6"), obj("c", "7")], "10"),
+        ([obj("b", "6"), obj("c", "19"), obj("d", "18")], "20"),  # a deleted, c changed, d created
+    ]
+    watches = [Watch([gone()]), Watch(hold=True)]
+    async with rig(lists, watches) as r:
+        await until(lambda: r.clock.sleepers == 1)
+        await r.clock.advance(FIRST)
+        await until(lambda: len(r.client.watches) == 2)
+        assert r.seen[3:] == [(DELETED, "a", "5"), (ADDED, "d", "18"), (MODIFIED, "c", "19")]
+        assert sorted(r.informer.store.keys()) == ["ns/b", "ns/c", "ns/d"]
+
+
+async def test_unhealthy_after_consecutive_failures_until_a_watch_stays_open() -> None:
+    refused = ApiError(503, "ServiceUnavailable", status(503, "ServiceUnavailable"))
+    lists: list[tuple[list[dict[str, Any]], str] | BaseException] = [
+        ([obj("a", "5")], "10"),
+        refused,
+        refused,
+        ([obj("a", "5")], "10"),
+    ]
+    watches = [Watch(), Watch(hold=True)]  # one short watch, then a relist refused twice
+    async with rig(lists, watches, unhealthy_after_failures=3) as r:
+        healthy: list[bool] = []
+        for delay in (FIRST, SECOND, THIRD):
+            await until(lambda: r.clock.sleepers == 1)
+            healthy.append(r.informer.healthy)
+            await r.clock.advance(delay)
+        assert healthy == [True, True, False]  # the third failure in a row crosses the threshold
+        await until(lambda: len(r.client.watches) == 2 and r.informer.watching)
+        assert r.informer.has_synced  # a synced cache can still be stale: that is what healthy says
+        assert r.informer.consecutive_failures == 0  # the relist succeeded
+        assert r.informer.healthy
+
+
+async def test_healthy_again_once_a_quiet_watch_has_stayed_open() -> None:
+    refused = Unauthorized(401, "Unauthorized", status(401, "Unauthorized"))
+    watches = [Watch(refuse=refused), Watch(refuse=refused), Watch(hold=True)]
+    async with rig([([obj("a", "5")], "10")], watches, unhealthy_after_failures=2) as r:
+        await until(lambda: r.clock.sleepers == 1)
+        await r.clock.advance(FIRST)
+        await until(lambda: len(r.client.watches) == 2 and r.clock.sleepers == 1)
+        assert not r.informer.healthy  # an expired token: readiness must not stay green
+        assert r.client.reauthentications == 2
+        await r.clock.advance(SECOND)
+        await until(lambda: r.informer.watching)
+        assert not r.informer.healthy  # accepted, but not yet proven
+        await r.clock.advance(1.0)
+        assert r.informer.healthy
