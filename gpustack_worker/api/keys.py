@@ -85,6 +85,24 @@ SCHEDULE_QUEUE_ANNOTATION: Final = "schedule.gpustack.ai/queue"
 DERIVED_FROM_NODE: Final = "schedule.gpustack.ai/derived-from-node"
 FINALIZER_CONTROLLED: Final = "gpustack.ai/controlled"
 LOCAL_QUEUE_PREFIX: Final = "gpustack-fnv64-"
+#: InstanceType label naming its entrance LocalQueue.
+QUEUE_ENTRANCE: Final = "schedule.gpustack.ai/queue-entrance"
+#: ``resource.gpustack.ai/type`` values: operator flavors, operator queues, generated Topologies.
+TYPE_NODES: Final = "nodes"
+TYPE_INSTANCE_TYPES: Final = "instancetypes"
+TYPE_TOPOLOGY: Final = "topology"
+#: ClusterQueue annotations written by the queue controller (reference §3.2).
+TAS_QUEUE: Final = "topology.gpustack.ai/tas-queue"
+EMPTY_PLAN_HOLD: Final = "topology.gpustack.ai/empty-plan-hold"
+MIGRATION_PHASE: Final = "topology.gpustack.ai/migration-phase"
+MIGRATION_STOP_POLICY: Final = "topology.gpustack.ai/migration-stop-policy"
+#: The ClusterQueue condition the queue controller owns, and its reasons (reference §5.7).
+TOPOLOGY_READY: Final = "TopologyReady"
+#: The two AdmissionChecks the worker applies, and their controller names (reference §3.2).
+NODE_DEVICES_CHECK: Final = "gpustack-node-devices"
+NODE_DEVICES_CONTROLLER: Final = "worker.gpustack.ai/node-devices"
+JOINT_CHECK: Final = "gpustack-model-deployment-joint"
+JOINT_CONTROLLER: Final = "worker.gpustack.ai/model-deployment-joint"
 
 
 # --- builders ---------------------------------------------------------------------------------------

@@ -61,7 +61,15 @@ FALLBACK_UNIT: Final = UnitSpec(*TIERS["fallback"], LOCAL_STORAGE)
 
 #: Leading marketing token sequences stripped from the key (the reference's design list; the shipped
 #: file of one version only had ``tesla`` — UNCONFIRMED, see docs/chain.md). Each is a token sequence.
-_STRIP: Final = (("tesla",), ("geforce",), ("instinct",), ("quadro",), ("radeon",), ("moore", "threads"), ("meta", "x"))
+_STRIP: Final = (
+    ("tesla",),
+    ("geforce",),
+    ("instinct",),
+    ("quadro",),
+    ("radeon",),
+    ("moore", "threads"),
+    ("meta", "x"),
+)
 _TOKEN_SPLIT: Final = re.compile(r"[-_.]")
 
 
@@ -96,7 +104,9 @@ _TABLE: Final[dict[str, tuple[_Entry, ...]]] = {
     "ascend": (
         *_entries("medium", "310p", "310p1", "310p2", "310p3", "310p4", "310p5", "310p7"),
         *_entries("medium", "910b", "910b1", "910b2", "910b2c", "910b3", "910b4"),
-        *_entries("xlarge", "910-9362", "910-9363", "910-9372", "910-9381", "910-9382", "910-9391", "910-9392"),
+        *_entries(
+            "xlarge", "910-9362", "910-9363", "910-9372", "910-9381", "910-9382", "910-9391", "910-9392"
+        ),
         *_entries("xlarge", "950", "950pr", "950dt"),
     ),
     "amd": (

@@ -13,17 +13,20 @@ the same Node. ``instance-type-mixed-on-node=false`` keeps accelerated Nodes out
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from gpustack_worker.api import keys, kinds
-from gpustack_worker.chain.nodes import CpuIdentity, DeviceIdentity, NodeHardware
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from gpustack_worker.chain.nodes import CpuIdentity, DeviceIdentity, NodeHardware
 
 __all__ = ("FLAVOR_RESOURCE_TYPE", "FlavorPlan", "desired_flavors", "flavor_body", "plan_flavors")
 
 #: ``resource.gpustack.ai/type`` of operator-owned flavors.
-FLAVOR_RESOURCE_TYPE: Final = "nodes"
+FLAVOR_RESOURCE_TYPE: Final = keys.TYPE_NODES
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +85,7 @@ def plan_flavors(nodes: Iterable[NodeHardware], *, mixed_on_node: bool) -> list[
             groups.setdefault(name, []).append((node, device, device.cards))
     plans = []
     for name, members in sorted(groups.items()):
-        first, device, count = members[0]
+        first, first_device, count = members[0]
         plans.append(
             FlavorPlan(
                 name=name,
@@ -91,7 +94,7 @@ def plan_flavors(nodes: Iterable[NodeHardware], *, mixed_on_node: bool) -> list[
                 profile=first.profile,
                 count=count,
                 cpu=first.cpu,
-                device=device,
+                device=first_device,
                 nodes=tuple(n.name for n, _, _ in members),
             )
         )

@@ -9,11 +9,13 @@ topology profile take part; anything else reads as ``None``.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from gpustack_worker.api import identity, keys, manufacturers
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 __all__ = ("CpuIdentity", "DeviceIdentity", "NodeHardware", "node_hardware")
 
@@ -38,7 +40,12 @@ _CPU_DETAIL_FIELDS: Final = (
     ("maxClockSpeed", "boost-freq"),
     ("cacheLine", "cache-line"),
 )
-_CPU_CACHE_FIELDS: Final = (("l1i", "cache-l1i"), ("l1d", "cache-l1d"), ("l2", "cache-l2"), ("l3", "cache-l3"))
+_CPU_CACHE_FIELDS: Final = (
+    ("l1i", "cache-l1i"),
+    ("l1d", "cache-l1d"),
+    ("l2", "cache-l2"),
+    ("l3", "cache-l3"),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,13 +69,12 @@ class CpuIdentity:
         if self.cache:
             doc["cache"] = dict(self.cache)
         if with_identity:
-            for name, value in (
+            identity_fields = (
                 ("manufacturer", self.manufacturer),
                 ("product", self.product),
                 ("family", self.family),
-            ):
-                if value:
-                    doc[name] = value
+            )
+            doc.update({name: value for name, value in identity_fields if value})
         return json.dumps(doc, sort_keys=True, separators=(",", ":"))
 
 

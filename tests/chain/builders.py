@@ -53,7 +53,11 @@ def node(
         labels[keys.MANAGED] = managed
     if profile is not None:
         labels[keys.TOPOLOGY_PROFILE] = profile
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels, "annotations": annotations}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels, "annotations": annotations},
+    }
 
 
 def mixed_cluster() -> list[dict[str, Any]]:
@@ -62,7 +66,13 @@ def mixed_cluster() -> list[dict[str, Any]]:
     intel = "Intel(R) Xeon(R) Platinum 8259CL CPU @ 2.50GHz"
     return [
         node("cpu-a", vendor="Intel", cpu_name=intel, cores=4),
-        node("a10g-a", vendor="AMD", cpu_name="AMD EPYC 7R32", cores=8, devices=(("nvidia", "NVIDIA A10G", 1, 23028),)),
+        node(
+            "a10g-a",
+            vendor="AMD",
+            cpu_name="AMD EPYC 7R32",
+            cores=8,
+            devices=(("nvidia", "NVIDIA A10G", 1, 23028),),
+        ),
         node("t4-a", vendor="Intel", cpu_name=intel, cores=4, devices=(("nvidia", "Tesla T4", 1, 15360),)),
         node(
             "t4-b",

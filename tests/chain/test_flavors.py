@@ -115,7 +115,9 @@ def test_cpu_detail_note_always_on_cpu_flavors_and_on_accelerated_only_when_awar
 def test_cpu_only_selector_when_mixing_is_off() -> None:
     hw = _hardware(mixed_cluster())
     on = flavors.desired_flavors(hw, mixed_on_node=True, aware=False)[f"gpustack--{INTEL}-linux-amd64-4c-{P}"]
-    off = flavors.desired_flavors(hw, mixed_on_node=False, aware=False)[f"gpustack--{INTEL}-linux-amd64-4c-{P}"]
+    off = flavors.desired_flavors(hw, mixed_on_node=False, aware=False)[
+        f"gpustack--{INTEL}-linux-amd64-4c-{P}"
+    ]
     assert "feature.gpustack.ai/cpu-only" not in on["spec"]["nodeLabels"]
     assert off["spec"]["nodeLabels"]["feature.gpustack.ai/cpu-only"] == "true"
 
@@ -145,5 +147,7 @@ def test_no_node_in_two_flavors_of_one_kind() -> None:
 
 
 def test_a_node_without_cards_or_cores_contributes_nothing() -> None:
-    obj = node("odd", vendor="Intel", cpu_name="Intel Xeon", cores=0, devices=(("nvidia", "Tesla T4", 0, 15360),))
+    obj = node(
+        "odd", vendor="Intel", cpu_name="Intel Xeon", cores=0, devices=(("nvidia", "Tesla T4", 0, 15360),)
+    )
     assert flavors.plan_flavors(_hardware([obj]), mixed_on_node=True) == []
