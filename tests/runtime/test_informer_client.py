@@ -1,0 +1,144 @@
+"""The client calls the informer relies on, against a fake transport: where a LIST is served from (and
+that continue pages drop it), how a WATCH reports refusal, acceptance and ERROR events, and how a 401
+reloads credentials without cutting the other open watches."""
+
+from __future__ import annotations
+
+import contextlib
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import pytest
+
+from gpustack_worker.runtime.client import ApiError, Client, Gone, Unauthorized
+from gpustack_worker.runtime.resources import CONFIG_MAP
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+
+class FakeResponse:
+    def __init__(self, status: int, lines: list[dict[str, Any]]) -> None:
+        self.status_code = status
+        self.content = orjson.dumps(lines[0]) if status >= 400 else b""
+        self.text = self.content.decode()
+        self._lines = lines
+
+    async def aread(self) -> bytes:
+        return self.content
+
+    async def aiter_lines(self) -> AsyncIterator[str]:
+        for line in self._lines:
+            yield orjson.dumps(line).decode()
+
+
+class FakeApi:
+    """Enough of kr8s' ``Api`` for the client: ``call_api`` answers from a script, ``auth`` reloads."""
+
+    def __init__(self, *responses: FakeResponse, token: str | None = "old") -> None:
+        self.responses = list(responses)
+        self.calls: list[dict[str, Any]] = []
+        self.sessions_created = 0
+        self.auth = SimpleNamespace(server="https://127.0.0.1:6443", token=token, reauthenticate=self._reload)
+        self._session = SimpleNamespace(headers={"Authorization": f"Bearer {token}"}, is_closed=False)
+        self.fresh_token = "new" if token else None
+
+    async def _reload(self) -> None:
+        self.auth.token = self.fresh_token
+
+    async def _create_session(self) -> None:
+        self.sessions_created += 1
+
+    @contextlib.asynccontextmanager
+    async def call_api(self, method: str, **kwargs: Any) -> AsyncIterator[FakeResponse]:
+        self.calls.append({"method": method, **kwargs})
+        yield self.responses.pop(0)
+
+
+async def test_list_sends_the_resource_version_on_the_first_page_only() -> None:
+    client = Client(FakeApi())
+    pages = [
+        {"items": [{"metadata": {"name": "a"}}], "metadata": {"continue": "tok", "resourceVersion": "40"}},
+        {"items": [{"metadata": {"name": "b"}}], "metadata": {"resourceVersion": "40"}},
+    ]
+    sent: list[dict[str, str]] = []
+
+    async def request(method: str, path: str, *, params: dict[str, str]) -> dict[str, Any]:
+        sent.append(dict(params))
+        return pages.pop(0)
+
+    client._request = request  # type: ignore[method-assign,assignment]
+    items, rv = await client.list(
+        CONFIG_MAP, namespace="ns", limit=1, resource_version="12", resource_version_match="NotOlderThan"
+    )
+    assert [i["metadata"]["name"] for i in items] == ["a", "b"]
+    assert rv == "40"
+    assert sent == [
+        {"limit": "1", "resourceVersion": "12", "resourceVersionMatch": "NotOlderThan"},
+        {"limit": "1", "continue": "tok"},  # the server rejects RV / match next to a continue token
+    ]
+
+
+async def test_list_without_a_resource_version_sends_none() -> None:
+    client = Client(FakeApi())
+    sent: list[dict[str, str]] = []
+
+    async def request(method: str, path: str, *, params: dict[str, str]) -> dict[str, Any]:
+        sent.append(dict(params))
+        return {"items": [], "metadata": {"resourceVersion": "7"}}
+
+    client._request = request  # type: ignore[method-assign,assignment]
+    await client.list(CONFIG_MAP, label_selector="a=b")
+    assert sent == [{"labelSelector": "a=b", "limit": "500"}]
+
+
+async def test_watch_calls_on_open_once_accepted_and_raises_error_events() -> None:
+    added = {"type": "ADDED", "object": {"metadata": {"name": "a", "resourceVersion": "11"}}}
+    expired = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}
+    api = FakeApi(FakeResponse(200, [added, expired]))
+    client = Client(api)
+    opened: list[bool] = []
+    stream = client.watch(
+        CONFIG_MAP, resource_version="10", timeout_seconds=300, on_open=lambda: opened.append(True)
+    )
+    first = await anext(stream)
+    assert opened == [True]  # accepted before the first event arrived
+    assert first["type"] == "ADDED"
+    with pytest.raises(Gone):
+        await anext(stream)
+    params = api.calls[0]["params"]
+    assert params["resourceVersion"] == "10"
+    assert params["allowWatchBookmarks"] == "true"
+    assert client.requests_by_method["WATCH"] == 1
+
+
+@pytest.mark.parametrize(("status", "error"), [(401, Unauthorized), (429, ApiError)])
+async def test_a_refused_watch_raises_before_on_open(status: int, error: type[ApiError]) -> None:
+    client = Client(FakeApi(FakeResponse(status, [{"kind": "Status", "code": status}])))
+    opened: list[bool] = []
+    with pytest.raises(error) as raised:
+        async for _ in client.watch(
+            CONFIG_MAP, resource_version="10", timeout_seconds=300, on_open=lambda: opened.append(True)
+        ):
+            pass
+    assert raised.value.status == status
+    assert opened == []
+
+
+async def test_reauthenticate_swaps_the_token_in_the_shared_session() -> None:
+    api = FakeApi(token="old")
+    client = Client(api)
+    session = api._session
+    await client.reauthenticate()
+    assert api._session is session  # not recreated: other informers' open watches survive
+    assert session.headers["Authorization"] == "Bearer new"
+    assert api.sessions_created == 0
+    assert client.reauthentications == 1
+
+
+async def test_reauthenticate_without_a_token_rebuilds_the_session() -> None:
+    api = FakeApi(token=None)  # client certificates live in the TLS context
+    client = Client(api)
+    await client.reauthenticate()
+    assert api.sessions_created == 1
