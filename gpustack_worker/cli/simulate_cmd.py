@@ -1,7 +1,13 @@
 """``gpustack-worker simulate apply FILE``: publish a scenario's stage 1-2 objects to a cluster.
 
 ``FILE`` is a scenario path; when no such file exists, the name of a packaged example (``mixed-4``)
-is accepted too, so a demo needs no checkout. Exit codes: 0 done, 2 invalid scenario, 1 API error.
+is accepted too, so a demo needs no checkout.
+
+Exit codes: ``0`` done; ``2`` the scenario cannot be read or is invalid — every problem is listed
+(at most 50 lines) and nothing has been written, not even a connection opened; ``1`` the cluster
+could not be reached or refused a write part-way — the failed write is named and every write that
+succeeded before it is listed (they stay; a re-run converges). Errors go to stderr, one line each, no
+traceback.
 """
 
 from __future__ import annotations
@@ -10,9 +16,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpustack_worker.runtime.client import ApiError, Client
-from gpustack_worker.simulate.apply import apply_scenario
-from gpustack_worker.simulate.load import load_scenario, packaged_scenario
+from gpustack_worker.runtime.client import TRANSPORT_ERRORS, Client
+from gpustack_worker.simulate.apply import ApplyFailed, apply_scenario
+from gpustack_worker.simulate.load import load_scenario, packaged_scenario, packaged_scenario_names
 from gpustack_worker.simulate.scenario import Scenario, ScenarioError
 
 if TYPE_CHECKING:
@@ -20,26 +26,63 @@ if TYPE_CHECKING:
 
 __all__ = ("run",)
 
+class _Unreadable(Exception):
+    """The scenario file cannot be read at all (missing, a directory, no permission)."""
+
 
 def _load(file: str) -> Scenario:
     path = Path(file)
     if not path.exists() and path.suffix == "" and "/" not in file:
+        names = packaged_scenario_names()
+        if file not in names:
+            raise _Unreadable(f"{file}: no such file, nor a packaged scenario ({', '.join(names)})")
         return packaged_scenario(file)
-    return load_scenario(path)
+    try:
+        return load_scenario(path)
+    except OSError as exc:
+        raise _Unreadable(f"{file}: cannot read: {exc.strerror or exc}") from None
+
+
+def _print_written(report_lines: list[str]) -> None:
+    for line in report_lines:
+        print(f"  {line}", file=sys.stderr)
+
+
+def _failed(exc: ApplyFailed, scenario: Scenario) -> None:
+    report = exc.report
+    print(f"simulate apply: {exc.step} failed: {exc.cause}", file=sys.stderr)
+    written = [f"created {key}" for key in report.created]
+    written += [f"applied {key}" for key in report.applied]
+    written += [f"deleted {key}" for key in report.deleted]
+    if written:
+        print("written before the failure (left in place; a re-run converges):", file=sys.stderr)
+        _print_written(written)
+    else:
+        print("nothing was written before the failure", file=sys.stderr)
+    done = set(report.done_nodes)
+    pending = [node.name for node in scenario.nodes if node.name not in done]
+    print(f"nodes not (fully) applied: {', '.join(pending)}", file=sys.stderr)
 
 
 async def run(args: argparse.Namespace) -> int:
     """Load, validate and apply ``args.file`` using ``args.kubeconfig``."""
     try:
         scenario = _load(args.file)
-    except (ScenarioError, FileNotFoundError) as exc:
+    except (ScenarioError, _Unreadable) as exc:
         print(exc, file=sys.stderr)
         return 2
-    client = await Client.connect(args.kubeconfig)
+    try:
+        client = await Client.connect(args.kubeconfig)
+    except (OSError, ValueError, TypeError, KeyError, *TRANSPORT_ERRORS) as exc:
+        # kr8s reports an unusable kubeconfig with whatever its parser raised (TypeError on a file
+        # that is not YAML mapping, ValueError without credentials): name the input instead.
+        where = args.kubeconfig or "$KUBECONFIG / in-cluster config"
+        print(f"simulate apply: cannot connect using {where}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
     try:
         report = await apply_scenario(client, scenario)
-    except ApiError as exc:
-        print(f"simulate apply: {exc}", file=sys.stderr)
+    except ApplyFailed as exc:
+        _failed(exc, scenario)
         return 1
     finally:
         await client.close()

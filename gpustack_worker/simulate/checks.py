@@ -5,21 +5,25 @@ hand-written file can be fixed from the message alone. The rules reject what no 
 could produce — a card index past ``count``, a sliced allocation on a partitioned card, a profile
 that does not fit next to the ones already carved — because the worker's tests would otherwise
 exercise states that cannot happen.
+
+A node that passes these rules is then rendered and its objects checked as the API server and
+nfd-master would check them (:mod:`~gpustack_worker.simulate.admission`): lengths and characters of
+every name, label and annotation the simulator would write.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpustack_worker.api import identity, keys, manufacturers
+from gpustack_worker.api import identity, keys, manufacturers, validation
 from gpustack_worker.simulate import cards
+from gpustack_worker.simulate.admission import check_rendered
 from gpustack_worker.simulate.scenario import (
     Accelerator,
     NodeSpec,
     Partitioning,
     Scenario,
-    is_label_value,
-    is_qualified_key,
+    cut,
     node_path,
 )
 
@@ -43,21 +47,25 @@ def check_scenario(scenario: Scenario) -> list[str]:
         if node.name in seen:
             problems.append(f"{where}.name: duplicate of nodes[{seen[node.name]}]")
         seen.setdefault(node.name, i)
-        problems.extend(f"{where}{line}" for line in _node(node))
+        lines = list(_node(node)) or check_rendered(node)
+        problems.extend(f"{where}{line}" for line in lines)
     return problems
 
 
 def _node(node: NodeSpec) -> Iterator[str]:
+    for msg in validation.dns1123_subdomain(node.name):
+        yield f".name: {cut(node.name)!r} is not a DNS subdomain (a Node name): {msg}"
     for field, value in (("os", node.os), ("arch", node.arch), ("cpu.vendor", node.cpu.vendor)):
-        if not is_label_value(value):
-            yield f".{field}: {value!r} is not a valid label value"
+        for msg in validation.label_value(value):
+            yield f".{field}: {cut(value)!r} is not a valid label value: {msg}"
     for key, value in node.labels.items():
-        if not is_qualified_key(key):
-            yield f".labels.{key}: not a valid label key"
-        elif key in RESERVED_LABELS or key.startswith(RESERVED_LABEL_PREFIXES):
+        key_problems = validation.qualified_name(key)
+        for msg in key_problems:
+            yield f".labels.{cut(key)}: not a valid label key: {msg}"
+        if not key_problems and (key in RESERVED_LABELS or key.startswith(RESERVED_LABEL_PREFIXES)):
             yield f".labels.{key}: written by the simulator from the scenario's own fields"
-        if not is_label_value(value):
-            yield f".labels.{key}: {value!r} is not a valid label value"
+        for msg in validation.label_value(value):
+            yield f".labels.{cut(key)}: {cut(value)!r} is not a valid label value: {msg}"
     keys_seen: dict[str, int] = {}
     for k, acc in enumerate(node.accelerators):
         where = f".accelerators[{k}]"

@@ -11,7 +11,6 @@ message must say where to look, not how pydantic walked the tree.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints, ValidationError
@@ -20,6 +19,8 @@ from gpustack_worker.api import keys
 
 __all__ = (
     "CPU_DETAIL_FIELDS",
+    "MAX_SHOWN_PROBLEMS",
+    "SHOWN_CHARS",
     "Accelerator",
     "Allocation",
     "Cpu",
@@ -29,17 +30,16 @@ __all__ = (
     "RdmaInterface",
     "Scenario",
     "ScenarioError",
+    "cut",
     "format_validation_error",
-    "is_label_value",
-    "is_qualified_key",
     "node_path",
 )
 
-_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 _QUANTITY = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$"
 _PROFILE_NAME = r"^[0-9a-z][0-9a-z.+-]*$"
 
-NodeName = Annotated[str, StringConstraints(pattern=_DNS_SUBDOMAIN, max_length=253)]
+#: Checked as a DNS subdomain and as a hostname label value by the checks (which say why, not a regex).
+NodeName = Annotated[str, StringConstraints(min_length=1)]
 Quantity = Annotated[str, StringConstraints(pattern=_QUANTITY)]
 Text = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 if TYPE_CHECKING:
@@ -149,18 +149,41 @@ class Scenario(_Strict):
     nodes: Annotated[list[NodeSpec], Field(min_length=1)]
 
 
+#: Problem lines a :class:`ScenarioError` message shows; the rest are counted ("… and 12 more problems").
+#: A hand-written file is fixed a few lines at a time, and a generated or hostile one must not print
+#: millions of lines.
+MAX_SHOWN_PROBLEMS: Final = 50
+
+
 class ScenarioError(ValueError):
-    """A scenario that cannot be simulated; ``problems`` holds one line per offending field."""
+    """A scenario that cannot be simulated; ``problems`` holds one line per offending field.
+
+    The message lists at most :data:`MAX_SHOWN_PROBLEMS` of them and counts the rest.
+    """
 
     def __init__(self, problems: list[str], source: str = "") -> None:
         self.problems = problems
         head = f"{source}: " if source else ""
-        super().__init__(head + "invalid scenario:\n  " + "\n  ".join(problems))
+        shown = problems[:MAX_SHOWN_PROBLEMS]
+        more = len(problems) - len(shown)
+        tail = [f"… and {more} more problem{'s' if more != 1 else ''}"] if more else []
+        super().__init__(head + "invalid scenario:\n  " + "\n  ".join([*shown, *tail]))
+
+
+#: Characters of a user-written value a problem line shows before cutting it with ``…``.
+SHOWN_CHARS: Final = 40
+
+
+def cut(text: str, limit: int = SHOWN_CHARS) -> str:
+    """``text`` itself, or its first ``limit - 1`` characters and ``…``: one problem stays one line."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def node_path(index: int, name: object) -> str:
     """``nodes[2] (name=gpu-b)``: how every problem line starts."""
-    return f"nodes[{index}] (name={name})" if isinstance(name, str) and name else f"nodes[{index}]"
+    if isinstance(name, str) and name:
+        return f"nodes[{index}] (name={cut(name, 64)})"
+    return f"nodes[{index}]"
 
 
 _MESSAGES: Final = {
@@ -216,16 +239,3 @@ def _render_loc(loc: tuple[int | str, ...], data: object) -> str:
 def format_validation_error(exc: ValidationError, data: object) -> list[str]:
     """One ``<path>: <message>`` line per pydantic error, paths rendered against the raw ``data``."""
     return [f"{_render_loc(tuple(err['loc']), data)}: {_message(err)}" for err in exc.errors()]
-
-
-def is_qualified_key(key: str) -> bool:
-    """A valid label key: optional DNS-subdomain prefix, then a 1-63 char name."""
-    prefix, _, name = key.rpartition("/")
-    if prefix and (len(prefix) > 253 or not re.match(_DNS_SUBDOMAIN, prefix)):
-        return False
-    return bool(re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", name))
-
-
-def is_label_value(value: str) -> bool:
-    """A valid label value (may be empty)."""
-    return value == "" or bool(re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", value))

@@ -177,7 +177,7 @@ def _with(path: tuple[Any, ...], value: Any) -> dict[str, Any]:
         ),
         pytest.param(
             _with(("nodes", 0, "name"), "CPU_A"),
-            "nodes[0] (name=CPU_A).name: must match",
+            "nodes[0] (name=CPU_A).name: 'CPU_A' is not a DNS subdomain (a Node name): must be lowercase",
             id="name-not-dns",
         ),
         pytest.param(
