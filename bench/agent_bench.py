@@ -106,6 +106,7 @@ def bench_pure(count: int, rounds: int) -> None:
 
 async def bench_cluster(count: int, directory: Path) -> None:
     from gpustack_worker.agent.controller import Agent
+    from gpustack_worker.cli.settings import WorkerSettings
     from gpustack_worker.devcluster.cluster import DevCluster
     from gpustack_worker.runtime.client import Client
     from gpustack_worker.runtime.settings import SettingsSource
@@ -128,7 +129,9 @@ async def bench_cluster(count: int, directory: Path) -> None:
         print(f"cluster: {count} simulated nodes applied in {time.perf_counter() - start:.1f} s")
 
         agent_client = await Client.connect(str(cluster.kubeconfig))
-        settings = SettingsSource(agent_client, env={"GPUSTACK_CONTROLLER_WORKERS": "8"})
+        settings = SettingsSource(
+            agent_client, model=WorkerSettings, env={"GPUSTACK_CONTROLLER_WORKERS": "8"}
+        )
         agent = Agent(agent_client, settings, node_name=None)
         names = {s.name for s in specs}
         accelerated = {s.name for s in specs if s.accelerators}

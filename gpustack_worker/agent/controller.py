@@ -41,9 +41,10 @@ if TYPE_CHECKING:
     import asyncio
     from collections.abc import Awaitable, Callable, Iterable
 
+    from gpustack_worker.agent.settings import AgentSettings
     from gpustack_worker.runtime.client import Client
     from gpustack_worker.runtime.controller import Result
-    from gpustack_worker.runtime.settings import Settings, SettingsSource
+    from gpustack_worker.runtime.settings import SettingsSource
 
 __all__ = ("Agent",)
 
@@ -59,7 +60,7 @@ def _feature_node(obj: Any) -> Iterable[str]:
     return (node,) if node and meta.get("name") == keys.worker_nodefeature_name(node) else ()
 
 
-def _queue(name: str, settings: Settings) -> WorkQueue:
+def _queue(name: str, settings: AgentSettings) -> WorkQueue:
     limiter = ratelimit.default(
         MonotonicClock(),
         base=settings.requeue_base_delay_seconds,
@@ -76,7 +77,7 @@ class Agent:
     def __init__(
         self,
         client: Client,
-        settings: SettingsSource,
+        settings: SettingsSource[AgentSettings],
         *,
         node_name: str | None,
         namespace: str = kinds.SYSTEM_NAMESPACE,
@@ -133,13 +134,15 @@ class Agent:
             self.manager.add_controller(ctl)
 
     @staticmethod
-    def _controller(name: str, reconcile: Callable[[str], Awaitable[Result]], boot: Settings) -> Controller:
+    def _controller(
+        name: str, reconcile: Callable[[str], Awaitable[Result]], boot: AgentSettings
+    ) -> Controller:
         return Controller(name, reconcile, _queue(name, boot), workers=boot.controller_workers)
 
     def _window(self) -> float:
         return self.settings.current.fit_label_coalesce_seconds
 
-    def _settings_changed(self, _settings: Settings) -> None:
+    def _settings_changed(self, _settings: AgentSettings) -> None:
         names = self.nodes.store.keys()
         self.nodefeature.enqueue_all(names)
         self.capacity.enqueue_all(names)

@@ -39,8 +39,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from gpustack_worker.agent.facts import DevicesFacts
+    from gpustack_worker.agent.settings import AgentSettings
     from gpustack_worker.runtime.client import Client
-    from gpustack_worker.runtime.settings import Settings
     from gpustack_worker.runtime.store import Store
 
 __all__ = ("FIELD_MANAGERS", "Steps")
@@ -58,7 +58,7 @@ class Steps:
     devices: Store
     features: Store
     #: The settings snapshot in force (read once per reconcile).
-    settings: Callable[[], Settings]
+    settings: Callable[[], AgentSettings]
     namespace: str = kinds.SYSTEM_NAMESPACE
     #: Write requests issued, by field manager (tests and the bench read it; the client counts by verb).
     writes: collections.Counter[str] = field(default_factory=collections.Counter)

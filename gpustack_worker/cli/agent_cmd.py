@@ -4,7 +4,8 @@ In a cluster the DaemonSet runs it with ``NODE_NAME`` from the downward API, and
 that one Node (field selector). ``--all-nodes`` serves every node with the same reconcilers, for the
 simulator, the dev cluster and the benchmarks. The kubeconfig comes from ``--kubeconfig``, else
 ``$KUBECONFIG``, else the in-cluster service account. Settings are the live ConfigMap
-``--settings-configmap`` in ``--namespace`` (env seeds ``GPUSTACK_*`` under it). The agent runs on a
+``--settings-configmap`` in ``--namespace`` (env seeds ``GPUSTACK_*`` under it; start-up-only settings
+from the environment alone). The agent runs on a
 runtime :class:`~gpustack_worker.runtime.manager.Manager` without leader election (every node has its
 own agent): ``/healthz``, ``/readyz`` (ready once the caches synced) and ``/metrics`` on
 ``--metrics-bind``; SIGTERM/SIGINT stop it gracefully (queues drain) and the exit code is the
@@ -22,7 +23,7 @@ import structlog
 from gpustack_worker.agent.controller import Agent
 from gpustack_worker.api import kinds
 from gpustack_worker.cli.process import running
-from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP, SettingsSource
+from gpustack_worker.cli.settings import open_settings
 
 if TYPE_CHECKING:
     import argparse
@@ -41,11 +42,14 @@ async def run(args: argparse.Namespace) -> int:
         return 2
     namespace: str = getattr(args, "namespace", None) or kinds.SYSTEM_NAMESPACE
     async with running(getattr(args, "kubeconfig", None)) as proc:
-        settings = SettingsSource(
+        settings = open_settings(
             proc.client,
-            name=getattr(args, "settings_configmap", None) or DEFAULT_CONFIGMAP,
+            name=getattr(args, "settings_configmap", None),
             namespace=namespace,
             reporting_instance=f"agent-{node_name or 'all-nodes'}",
+            # One agent per node: a rejected ConfigMap is reported by Event from the controller (and
+            # from an --all-nodes agent), not once per node; every agent logs it and counts it.
+            post_events=all_nodes,
         )
         agent = Agent(
             proc.client,

@@ -18,9 +18,9 @@ import structlog
 
 from gpustack_worker.api import kinds
 from gpustack_worker.cli.process import running
+from gpustack_worker.cli.settings import open_settings
 from gpustack_worker.runtime.leader import LeaderElector
 from gpustack_worker.runtime.manager import Manager
-from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP, SettingsSource
 
 if TYPE_CHECKING:
     import argparse
@@ -41,9 +41,9 @@ async def run(args: argparse.Namespace) -> int:
     namespace: str = getattr(args, "namespace", None) or kinds.SYSTEM_NAMESPACE
     identity: str = getattr(args, "identity", None) or default_identity()
     async with running(getattr(args, "kubeconfig", None)) as proc:
-        settings = SettingsSource(
+        settings = open_settings(
             proc.client,
-            name=getattr(args, "settings_configmap", None) or DEFAULT_CONFIGMAP,
+            name=getattr(args, "settings_configmap", None),
             namespace=namespace,
             reporting_instance=identity,
         )

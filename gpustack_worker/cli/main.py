@@ -71,8 +71,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: The commands that read the settings (the demo starts processes that do).
+_READS_SETTINGS = ("agent", "controller", "demo")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command in _READS_SETTINGS:
+        from gpustack_worker.cli.settings import environment_problem
+
+        # A malformed GPUSTACK_* seed is one line naming the variable, the value and the rule; exit 2.
+        problem = environment_problem()
+        if problem is not None:
+            print(f"gpustack-worker {args.command}: {problem}", file=sys.stderr)
+            return 2
     if args.command == "devcluster":
         from gpustack_worker.cli import devcluster_cmd
 

@@ -9,8 +9,8 @@ import signal
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpustack_worker.cli.settings import WorkerSettings, boot_settings
 from gpustack_worker.runtime.client import Client
-from gpustack_worker.runtime.settings import Settings, settings_from
 from gpustack_worker.runtime.telemetry import configure_logging, configure_tracing
 
 if TYPE_CHECKING:
@@ -25,8 +25,9 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 class Process:
     """The process-wide pieces a command builds its manager from."""
 
-    #: Settings from the environment alone, for what must be known before the ConfigMap is read.
-    boot: Settings
+    #: Settings from the environment alone: the start-up-only settings (and the log level until the
+    #: ConfigMap is read).
+    boot: WorkerSettings
     client: Client
     #: Set by SIGTERM/SIGINT: the manager drains and returns.
     stop: asyncio.Event
@@ -35,7 +36,7 @@ class Process:
 @contextlib.asynccontextmanager
 async def running(kubeconfig: str | None) -> AsyncIterator[Process]:
     """Configure logging and tracing, connect, and turn SIGTERM/SIGINT into a graceful stop."""
-    boot = settings_from(None)
+    boot = boot_settings()
     configure_logging(boot.log_level)
     configure_tracing()
     client = await Client.connect(kubeconfig, timeout_s=boot.api_timeout_seconds)

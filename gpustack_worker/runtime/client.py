@@ -13,6 +13,9 @@ session without timeouts (notes/control-plane.md §4). So this module:
   ``ERROR`` event into the matching :class:`ApiError` (410 -> :class:`Gone`), so the informer decides;
 * retries 429 (honouring ``Retry-After``), 5xx and connection errors a bounded number of times;
 * serialises apply bodies deterministically (orjson, sorted keys) so equal intent gives equal bytes;
+* passes every write attempt through an optional :class:`WriteFence` (the leader elector installs one):
+  a closed fence raises :class:`Fenced` instead of sending, and an open one bounds the attempt by the
+  time it has left;
 * counts every request in ``rest_client_requests_total{code,method,host}`` and in the per-instance
   :attr:`Client.requests_by_method` (tests assert "zero writes" with it), and traces each call as an
   OpenTelemetry span.
@@ -20,9 +23,11 @@ session without timeouts (notes/control-plane.md §4). So this module:
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import copy
 import os
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 from urllib.parse import urlsplit
 
 import httpx
@@ -44,9 +49,11 @@ __all__ = (
     "ApiError",
     "Client",
     "Conflict",
+    "Fenced",
     "Gone",
     "NotFound",
     "Unauthorized",
+    "WriteFence",
 )
 
 _TRACER: Final = trace.get_tracer(__name__)
@@ -107,6 +114,22 @@ class _TransientError(Exception):
     """Internal marker: a connection-level failure worth retrying."""
 
 
+class Fenced(Exception):
+    """A write refused (or cut off) by the client's :class:`WriteFence`: this process must not write now.
+
+    Never retried. A write cut off while in flight (the fence closed before the answer came) may or may
+    not have reached the server; it was sent while the fence was open.
+    """
+
+
+class WriteFence(Protocol):
+    """Decides whether this process may write (the leader elector's fence, see ``runtime/leader.py``)."""
+
+    def remaining(self) -> float:
+        """Seconds the fence stays open (<= 0: closed). Called before every write attempt."""
+        ...
+
+
 def _retriable(exc: BaseException) -> bool:
     if isinstance(exc, ApiError):
         return exc.status in _RETRIABLE_STATUS
@@ -151,6 +174,8 @@ class Client:
         self.host: str = urlsplit(str(getattr(api.auth, "server", "") or "")).netloc
         #: Requests issued by this instance, by HTTP method (``WATCH`` counted separately from ``GET``).
         self.requests_by_method: collections.Counter[str] = collections.Counter()
+        #: When set, every write attempt (POST/PUT/PATCH/DELETE) must pass it (:meth:`_fenced_once`).
+        self.fence: WriteFence | None = None
         #: Credential reloads after a 401 (:meth:`reauthenticate`).
         self.reauthentications = 0
 
@@ -238,6 +263,41 @@ class Client:
             result: httpx.Response = response
             return result
 
+    def with_fence(self, fence: WriteFence | None) -> Client:
+        """A view of this client (same session and request counters) whose writes pass ``fence``
+        instead (``None``: unfenced). Closing a view closes the shared session."""
+        view = copy.copy(self)
+        view.fence = fence
+        return view
+
+    async def _fenced_once(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, str] | None,
+        content: bytes | None,
+        content_type: str | None,
+    ) -> httpx.Response:
+        """:meth:`_once`, but a write attempt first asks the fence (checked again before every retry) and
+        is bounded by the time the fence has left, so it is never sent after the fence closed."""
+        fence = self.fence if method in WRITE_METHODS else None
+        if fence is None:
+            return await self._once(method, path, params=params, content=content, content_type=content_type)
+        left = fence.remaining()
+        if left <= 0:
+            raise Fenced(f"{method} {path} refused: the write fence is closed ({fence!r})")
+        scope = asyncio.timeout(left)
+        try:
+            async with scope:
+                return await self._once(
+                    method, path, params=params, content=content, content_type=content_type
+                )
+        except TimeoutError as exc:
+            if not scope.expired():
+                raise
+            raise Fenced(f"{method} {path} cut off: the write fence closed while it was in flight") from exc
+
     async def _request(
         self,
         method: str,
@@ -256,7 +316,7 @@ class Client:
         )
         async for attempt in retrying:
             with attempt:
-                response = await self._once(
+                response = await self._fenced_once(
                     method, path, params=params, content=content, content_type=content_type
                 )
                 data = orjson.loads(response.content) if response.content else {}

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from opentelemetry import trace
 
-from gpustack_worker.runtime.client import ApiError
+from gpustack_worker.runtime.client import ApiError, Fenced
 from gpustack_worker.runtime.metrics import (
     ACTIVE_WORKERS,
     MAX_CONCURRENT,
@@ -53,7 +53,8 @@ Predicate = Callable[[str, Any | None, Any | None], bool]
 Mapper = Callable[[Any], Iterable[str]]
 Reconcile = Callable[[str], Awaitable["Result"]]
 #: Errors that are "the world said no" rather than a bug; any other exception also counts as a panic.
-_EXPECTED: tuple[type[BaseException], ...] = (ApiError, OSError, TimeoutError)
+#: ``Fenced``: the write fence closed under the reconcile (leadership ended); the Manager stops us next.
+_EXPECTED: tuple[type[BaseException], ...] = (ApiError, Fenced, OSError, TimeoutError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +163,8 @@ class Controller:
                 group.create_task(self._worker())
 
     async def shutdown(self) -> None:
-        """Stop intake and wait for in-flight reconciles."""
+        """Stop intake and wait for in-flight reconciles (the Manager cancels them instead when leadership
+        is lost: :meth:`WorkQueue.shutdown` with ``discard`` and a cancel of :meth:`run`)."""
         self.queue.shutdown()
         await self.queue.drain()
 
@@ -189,6 +191,8 @@ class Controller:
             try:
                 result = await self.reconcile(key)
             except asyncio.CancelledError:
+                # The Manager cancels in-flight reconciles when leadership ends; nothing more is written.
+                self._log.warning("reconcile cancelled")
                 raise
             except Exception as exc:
                 RECONCILE_TOTAL.labels(controller=self.name, result="error").inc()

@@ -1,48 +1,93 @@
-"""Leader election on a ``coordination.k8s.io/v1`` Lease (client-go ``leaderelection`` semantics).
+"""Leader election on a ``coordination.k8s.io/v1`` Lease (client-go ``leaderelection``), plus a write fence.
 
 Only one controller process may write at a time; standbys keep their informers running so a
-failover starts from warm caches. The algorithm is client-go's: a candidate takes the Lease when it
-is free or when the holder's record has not changed for a full lease duration *as observed on the
-candidate's own clock* (so clock skew between machines does not matter); the leader renews every retry
-period and gives up leadership when it could not renew within the renew deadline. Because the
-renew deadline (10 s) is shorter than the lease duration (15 s), a leader always stops before anyone
-else may start: never two leaders. Writes use the Lease's resourceVersion (optimistic concurrency).
-On graceful shutdown the leader releases the Lease (empty holder), so a standby takes over at its next
-retry instead of waiting out the lease.
+failover starts from warm caches.
 
-Handover after a crash: a standby that sees the Lease held by someone else looks again every quarter of
-the retry period (a GET of one small object), so it notices each renewal within 0.5 s and takes over
-within lease + retry/4 ≈ 15.5 s of the crashed leader's last renewal — inside the 17 s (lease + retry)
-that client-go's two-second polling can take.
+Election is client-go's: a candidate takes the Lease when it is free or when the holder's record has not
+changed for a full lease duration *as observed on the candidate's own clock*, counted from the moment
+the candidate saw the record change (clock skew between machines does not matter); every Lease write
+carries the resourceVersion the decision was made on (optimistic concurrency). A standby that sees the
+Lease held looks again every quarter of the retry period (one GET of one small object), so it notices
+each renewal promptly.
+
+Fencing (what client-go leaves to the user): the Lease is *provably ours* from the start of a successful
+acquire/renew attempt for ``renew_deadline`` seconds on this process's monotonic clock. Any other
+candidate observes that record no earlier than the attempt started, so it cannot take the Lease before
+``start + lease_duration``; ``renew_deadline < lease_duration`` leaves the difference (5 s by default)
+as the margin for a request already on the wire. The elector therefore
+
+* installs a :class:`~gpustack_worker.runtime.client.WriteFence` on the client it is given
+  (:attr:`LeaderElector.fence`): writes pass only while this process leads *and* the Lease is provably
+  ours, each bounded by the time the fence has left, so a write cannot be sent after the fence closed;
+  controllers, Events and everything else written through that client are fenced;
+* renews and releases the Lease through a view of the client fenced by the provable window alone (so
+  the release still goes out after the controllers' fence closed, but never once the Lease may be
+  someone else's), and acquires through an unfenced view (a candidate leads nothing yet; the
+  resourceVersion protects the Lease);
+* renews every retry period and gives up leadership exactly when the window ends without a renewal;
+* writes ``leaseDurationSeconds`` rounded *up* to whole seconds, never below what it assumes.
+
+On graceful shutdown the leader keeps renewing while the Manager drains, then :meth:`step_down`
+closes the fence and :meth:`release` empties the holder, so a standby takes over at its next look.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
-from typing import TYPE_CHECKING, Any
+import math
+from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 
-from gpustack_worker.runtime.client import ApiError, Conflict
+from gpustack_worker.runtime.client import ApiError, Conflict, Fenced
 from gpustack_worker.runtime.clock import Clock, MonotonicClock
 from gpustack_worker.runtime.metrics import LEADER_SLOWPATH, LEADER_STATUS
 from gpustack_worker.runtime.resources import LEASE
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
     from gpustack_worker.runtime.client import Client
 
-__all__ = ("LEASE", "LeaderElector")
+__all__ = ("JITTER_FACTOR", "LEASE", "LeaderElector", "lease_seconds")
 
 _log = structlog.get_logger("gpustack_worker.runtime.leader")
+#: client-go's rule: the renew deadline must exceed 1.2 retry periods (one jittered retry fits in it).
+JITTER_FACTOR: Final = 1.2
+#: ``leaseDurationSeconds`` is an int32 in the API.
+_MAX_LEASE_SECONDS: Final = 2**31 - 1
 
 
 def _micro_now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def lease_seconds(lease_duration: float) -> int:
+    """The ``leaseDurationSeconds`` written for ``lease_duration``: rounded up, never below it."""
+    return math.ceil(lease_duration)
+
+
+class _Window:
+    """A write fence over the elector's provable-ownership window (optionally only while leading)."""
+
+    __slots__ = ("_elector", "_leading_only")
+
+    def __init__(self, elector: LeaderElector, *, leading_only: bool) -> None:
+        self._elector = elector
+        self._leading_only = leading_only
+
+    def remaining(self) -> float:
+        return self._elector.window_left(leading_only=self._leading_only)
+
+    def __repr__(self) -> str:
+        kind = "leader" if self._leading_only else "lease"
+        return f"<{kind} fence of {self._elector.identity}: {self.remaining():.3f}s left>"
+
+
 class LeaderElector:
-    """Campaigns for, holds and releases one Lease."""
+    """Campaigns for, holds and releases one Lease; fences the client's writes to the time it leads."""
 
     def __init__(
         self,
@@ -55,9 +100,30 @@ class LeaderElector:
         renew_deadline: float = 10.0,
         retry_period: float = 2.0,
         clock: Clock | None = None,
+        fence_client: bool = True,
     ) -> None:
-        if not lease_duration > renew_deadline > retry_period > 0:
-            raise ValueError("need lease_duration > renew_deadline > retry_period > 0")
+        """``fence_client`` (default) installs :attr:`fence` on ``client``: from then on its writes pass
+        only while this process leads. The elector's own Lease requests go through views of the client
+        (same session and counters) with their own fences."""
+        for label, value in (
+            ("lease_duration", lease_duration),
+            ("renew_deadline", renew_deadline),
+            ("retry_period", retry_period),
+        ):
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{label} must be a positive number of seconds, got {value!r}")
+        if not lease_duration > renew_deadline:
+            raise ValueError(
+                f"lease_duration ({lease_duration}s) must be greater than renew_deadline ({renew_deadline}s):"
+                " a leader must stop before a standby may take over"
+            )
+        if not renew_deadline > JITTER_FACTOR * retry_period:
+            raise ValueError(
+                f"renew_deadline ({renew_deadline}s) must be greater than {JITTER_FACTOR} x retry_period"
+                f" ({retry_period}s), so a failed renewal can be retried within it"
+            )
+        if lease_seconds(lease_duration) > _MAX_LEASE_SECONDS:
+            raise ValueError(f"lease_duration ({lease_duration}s) does not fit leaseDurationSeconds")
         self.client = client
         self.name = name
         self.namespace = namespace
@@ -66,10 +132,19 @@ class LeaderElector:
         self.renew_deadline = renew_deadline
         self.retry_period = retry_period
         self._clock = clock or MonotonicClock()
+        #: The fence of everything this process writes besides the Lease: open while leading and provable.
+        self.fence = _Window(self, leading_only=True)
+        self._acquire_client = client.with_fence(None)
+        self._lease_client = client.with_fence(_Window(self, leading_only=False))
+        if fence_client:
+            client.fence = self.fence
         self._observed: tuple[Any, ...] | None = None
         self._observed_at = 0.0
-        self._last_renew = 0.0
+        #: Clock time at which the last successful acquire/renew attempt *started* (None: not ours).
+        self._renewed_at: float | None = None
         self._leading = False
+        self._lost = False
+        self._stepped_down = asyncio.Event()
         self._held_by_other = False
         self._gauge = LEADER_STATUS.labels(name=name)
         self._gauge.set(0)
@@ -79,65 +154,137 @@ class LeaderElector:
     def is_leader(self) -> bool:
         return self._leading
 
+    @property
+    def lost(self) -> bool:
+        """True once leadership ended because the Lease could not be renewed in time."""
+        return self._lost
+
+    def window_left(self, *, leading_only: bool = True) -> float:
+        """Seconds the Lease stays provably ours (≤ 0: not, or no longer); with ``leading_only`` also 0
+        once this process stopped leading."""
+        if self._renewed_at is None or (leading_only and not self._leading):
+            return 0.0
+        return self._renewed_at + self.renew_deadline - self._clock.now()
+
     async def campaign(self) -> None:
         """Return once this process holds the Lease."""
         self._log.info("campaigning for leadership")
-        while not await self._try_acquire_or_renew():
+        self._lost = False
+        self._stepped_down.clear()
+        while True:
+            started = self._clock.now()
+            if await self._try_acquire_or_renew(self._acquire_client):
+                break
             # Held by a live leader: look often, so the moment it expires is seen promptly. Otherwise
             # (API errors, conflicts) back off by the full retry period.
             await self._clock.sleep(self.retry_period / 4 if self._held_by_other else self.retry_period)
+        self._renewed_at = started
         self._set_leading(True)
-        self._last_renew = self._clock.now()
         self._log.info("became leader")
 
     async def hold(self) -> None:
-        """Renew every retry period; return when leadership is lost (renew deadline passed)."""
+        """Renew every retry period while leading; return when leadership ends.
+
+        Leadership ends when the renew deadline passes without a successful renewal (:attr:`lost`
+        becomes True; the fence closed at that very moment, whether or not this loop ran) or when
+        :meth:`step_down` is called (an in-flight renewal finishes first, so a release that follows is
+        not raced by it).
+        """
         while self._leading:
-            await self._clock.sleep(self.retry_period)
-            remaining = self.renew_deadline - (self._clock.now() - self._last_renew)
-            ok = False
-            if remaining > 0:
-                try:
-                    async with asyncio.timeout(remaining):
-                        ok = await self._try_acquire_or_renew()
-                except TimeoutError:
-                    ok = False
-            if ok:
-                self._last_renew = self._clock.now()
-            elif self._clock.now() - self._last_renew >= self.renew_deadline:
-                LEADER_SLOWPATH.labels(name=self.name).inc()
-                self._set_leading(False)
-                self._log.error("leadership lost: could not renew within the renew deadline")
+            left = self.window_left(leading_only=False)
+            if left <= 0:
+                self._lose()
                 return
+            if await self._sleep_or_step_down(min(self.retry_period, left)):
+                return
+            left = self.window_left(leading_only=False)
+            if left <= 0:
+                continue
+            started = self._clock.now()
+            if await self._within(left, self._try_acquire_or_renew(self._lease_client)):
+                self._renewed_at = started
+
+    def step_down(self) -> None:
+        """Stop leading now: the fence closes and :meth:`hold` returns (no write is made)."""
+        if self._leading:
+            self._log.info("stepping down")
+        self._set_leading(False)
+        self._stepped_down.set()
 
     async def release(self) -> None:
-        """Give the Lease up (empty holder) if we hold it; errors are logged, not raised."""
-        if not self._leading:
+        """Step down and give the Lease up (empty holder) while it is still provably ours.
+
+        Errors are logged, not raised; a Lease that may already be someone else's is left alone.
+        """
+        self.step_down()
+        if self._renewed_at is None or self._lost:
             return
-        self._set_leading(False)
         try:
-            lease = await self.client.get(LEASE, self.name, self.namespace)
+            if self.window_left(leading_only=False) <= 0:
+                self._log.warning("lease not released: it is no longer provably ours")
+                return
+            lease = await self._lease_client.get(LEASE, self.name, self.namespace)
             if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
                 return
+            now = _micro_now()
             lease["spec"] = {
                 **lease["spec"],
                 "holderIdentity": "",
                 "leaseDurationSeconds": 1,
-                "renewTime": _micro_now(),
+                "acquireTime": now,
+                "renewTime": now,
             }
-            await self.client.replace(LEASE, lease)
+            await self._lease_client.replace(LEASE, lease)
             self._log.info("released leadership")
         except Exception as exc:
             self._log.warning("could not release the lease", error=repr(exc))
+        finally:
+            self._renewed_at = None
 
     def _set_leading(self, leading: bool) -> None:
         self._leading = leading
         self._gauge.set(1 if leading else 0)
 
-    async def _try_acquire_or_renew(self) -> bool:
+    def _lose(self) -> None:
+        LEADER_SLOWPATH.labels(name=self.name).inc()
+        self._lost = True
+        self._set_leading(False)
+        self._log.error("leadership lost: could not renew within the renew deadline")
+
+    async def _sleep_or_step_down(self, seconds: float) -> bool:
+        """Sleep ``seconds`` on the clock; True if :meth:`step_down` was called meanwhile."""
+        if self._stepped_down.is_set():
+            return True
+        sleeper = asyncio.ensure_future(self._clock.sleep(seconds))
+        waiter = asyncio.ensure_future(self._stepped_down.wait())
         try:
-            return await self._attempt()
+            await asyncio.wait((sleeper, waiter), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+            waiter.cancel()
+        return self._stepped_down.is_set()
+
+    async def _within(self, seconds: float, attempt: Awaitable[bool]) -> bool:
+        """``attempt``'s result, or False when it has not finished after ``seconds`` on the clock."""
+        task = asyncio.ensure_future(attempt)
+        timer = asyncio.ensure_future(self._clock.sleep(seconds))
+        try:
+            await asyncio.wait((task, timer), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timer.cancel()
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        return task.result() if not task.cancelled() else False
+
+    async def _try_acquire_or_renew(self, writer: Client) -> bool:
+        try:
+            return await self._attempt(writer)
         except Conflict:
+            return False
+        except Fenced as exc:
+            self._log.warning("lease write refused: the lease is no longer provably ours", error=repr(exc))
             return False
         except (ApiError, OSError, TimeoutError) as exc:
             self._log.warning("lease attempt failed", error=repr(exc))
@@ -146,10 +293,10 @@ class LeaderElector:
             self._log.warning("lease attempt failed", error=repr(exc))
             return False
 
-    async def _attempt(self) -> bool:
+    async def _attempt(self, writer: Client) -> bool:
         self._held_by_other = False
         now = _micro_now()
-        lease = await self.client.get(LEASE, self.name, self.namespace)
+        lease = await writer.get(LEASE, self.name, self.namespace)
         if lease is None:
             body = {
                 "apiVersion": LEASE.api_version,
@@ -157,13 +304,13 @@ class LeaderElector:
                 "metadata": {"name": self.name, "namespace": self.namespace},
                 "spec": {
                     "holderIdentity": self.identity,
-                    "leaseDurationSeconds": int(self.lease_duration),
+                    "leaseDurationSeconds": lease_seconds(self.lease_duration),
                     "acquireTime": now,
                     "renewTime": now,
                     "leaseTransitions": 0,
                 },
             }
-            created = await self.client.create(LEASE, body, namespace=self.namespace)
+            created = await writer.create(LEASE, body, namespace=self.namespace)
             self._observe(created.get("spec") or {})
             return True
         spec = lease.get("spec") or {}
@@ -177,12 +324,12 @@ class LeaderElector:
         lease["spec"] = {
             **spec,
             "holderIdentity": self.identity,
-            "leaseDurationSeconds": int(self.lease_duration),
+            "leaseDurationSeconds": lease_seconds(self.lease_duration),
             "renewTime": now,
             "acquireTime": spec.get("acquireTime") if mine else now,
             "leaseTransitions": int(spec.get("leaseTransitions") or 0) + (0 if mine else 1),
         }
-        updated = await self.client.replace(LEASE, lease)
+        updated = await writer.replace(LEASE, lease)
         self._observe(updated.get("spec") or {})
         return True
 

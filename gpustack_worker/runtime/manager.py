@@ -5,9 +5,12 @@ and watch, and nothing reconciles before every cache has synced (a reconcile aga
 cache would delete what it merely has not seen yet). After the sync the heap of cached objects is
 ``gc.freeze()``-d so the cyclic GC stops rescanning it. With a :class:`LeaderElector` the controllers
 start only once this process leads; a standby keeps its informers (warm caches) and reports ready.
-Losing leadership stops the controllers and makes :meth:`Manager.run` return 1 (the process exits and
-is restarted, like controller-runtime); a stop request drains the queues, releases the Lease and
-returns 0. The node agent runs a Manager without an elector.
+Losing leadership (the renew deadline passed: the elector's write fence is already closed, so no write
+leaves the process) discards the queued keys, cancels in-flight reconciles and makes :meth:`Manager.run`
+return 1 (the process exits and is restarted, like controller-runtime). A stop request drains the
+queues *while the elector keeps renewing* (up to ``shutdown_timeout``, then cancels; if the Lease is
+lost meanwhile the drain is cut short the same way), then steps down (fence closed), releases the Lease
+and returns 0. The node agent runs a Manager without an elector (and without a fence).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ if TYPE_CHECKING:
     from gpustack_worker.runtime.controller import Controller
     from gpustack_worker.runtime.informer import Informer
     from gpustack_worker.runtime.leader import LeaderElector
-    from gpustack_worker.runtime.settings import SettingsSource
+    from gpustack_worker.runtime.settings import SettingsModel, SettingsSource
 
 __all__ = ("CacheSyncTimeout", "Manager")
 
@@ -45,7 +48,7 @@ class Manager:
         self,
         *,
         elector: LeaderElector | None = None,
-        settings: SettingsSource | None = None,
+        settings: SettingsSource[SettingsModel] | None = None,
         health_bind: str | None = None,
         cache_sync_timeout: float = 120.0,
         shutdown_timeout: float = 30.0,
@@ -135,25 +138,59 @@ class Manager:
             watched.append(holder)
         try:
             await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
-            lost = holder is not None and holder.done() and not stopper.done()
-            if lost:
-                _log.error("leadership lost, stopping controllers")
-            return 1 if lost else 0
+            if holder is not None and holder.done():
+                # The fence closed at the renew deadline already; hand out nothing more and cancel.
+                _log.error("leadership lost, cancelling in-flight reconciles")
+                await self._abort_controllers(runners)
+                return 1
+            # Graceful stop: the elector keeps renewing while the queues drain.
+            return 0 if await self._drain_controllers(runners, holder) else 1
         finally:
             self.leading.clear()
-            if holder is not None and not holder.done():
-                holder.cancel()
-            await self._stop_controllers(runners)
+            if holder is not None and self.elector is not None:
+                self.elector.step_down()  # the fence closes; hold() returns after an in-flight renewal
+                await asyncio.gather(holder, return_exceptions=True)
+            leftover = [r for r in runners if not r.done()]
+            for runner in leftover:
+                runner.cancel()
+            await asyncio.gather(*leftover, return_exceptions=True)
 
-    async def _stop_controllers(self, runners: Sequence[asyncio.Future[None]]) -> None:
+    async def _drain_controllers(
+        self, runners: Sequence[asyncio.Future[None]], holder: asyncio.Future[None] | None
+    ) -> bool:
+        """Let in-flight and queued keys finish (up to ``shutdown_timeout``, then cancel); False when
+        leadership was lost meanwhile (the rest is cancelled at once)."""
         for controller in self.controllers:
             controller.queue.shutdown()
+        drained = asyncio.ensure_future(self._drained(runners))
+        watched: list[asyncio.Future[Any]] = [drained]
+        if holder is not None:
+            watched.append(holder)
         try:
             async with asyncio.timeout(self.shutdown_timeout):
-                await asyncio.gather(*(c.queue.drain() for c in self.controllers))
-                await asyncio.gather(*runners, return_exceptions=True)
+                await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
         except TimeoutError:
             _log.warning("controllers did not drain in time, cancelling")
-            for runner in runners:
-                runner.cancel()
-            await asyncio.gather(*runners, return_exceptions=True)
+        lost = holder is not None and holder.done()
+        if not drained.done():
+            if lost:
+                _log.error("leadership lost during the drain, cancelling in-flight reconciles")
+            drained.cancel()
+            await self._abort_controllers(runners)
+        return not lost
+
+    async def _drained(self, runners: Sequence[asyncio.Future[None]]) -> None:
+        await asyncio.gather(*(c.queue.drain() for c in self.controllers))
+        if runners:
+            await asyncio.wait(runners)
+
+    async def _abort_controllers(self, runners: Sequence[asyncio.Future[None]]) -> None:
+        """Hand out no more keys and cancel every in-flight reconcile."""
+        for controller in self.controllers:
+            controller.queue.shutdown(discard=True)
+        for runner in runners:
+            runner.cancel()
+        if runners:
+            _, pending = await asyncio.wait(runners, timeout=self.shutdown_timeout)
+            if pending:
+                _log.error("reconciles ignored cancellation; their writes stay fenced", pending=len(pending))

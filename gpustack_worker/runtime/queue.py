@@ -9,8 +9,8 @@ It carries keys, never events (level-triggered reconciles), with client-go's gua
   :meth:`done`;
 * **retries**: :meth:`add_rate_limited` delays by the rate limiter (per-key exponential + global token
   bucket), :meth:`forget` resets the key's backoff, :meth:`add_after` schedules a plain delay;
-* **shutdown**: :meth:`shutdown` stops intake, lets workers take what is already queued, and
-  :meth:`drain` waits for in-flight keys to finish.
+* **shutdown**: :meth:`shutdown` stops intake, lets workers take what is already queued (or, with
+  ``discard``, hands out nothing more), and :meth:`drain` waits for in-flight keys to finish.
 
 Time comes from an injectable :class:`~gpustack_worker.runtime.clock.Clock`, so tests use a fake one.
 """
@@ -174,11 +174,17 @@ class WorkQueue:
 
     # -- shutdown ------------------------------------------------------------------------------------
 
-    def shutdown(self) -> None:
-        """Stop accepting keys and drop delayed ones; queued keys are still handed out."""
+    def shutdown(self, *, discard: bool = False) -> None:
+        """Stop accepting keys and drop delayed ones; queued keys are still handed out unless ``discard``
+        (then :meth:`get` returns ``None`` at once: nothing more is handed out, e.g. leadership lost)."""
         self._shutting_down = True
         self._delayed.clear()
         self._delayed_at.clear()
+        if discard:
+            self._queue.clear()
+            self._dirty.clear()
+            self._added_at.clear()
+            self._depth.set(0)
         self._wakeup.set()
 
     async def drain(self) -> None:

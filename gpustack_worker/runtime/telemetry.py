@@ -12,37 +12,70 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Final
+from typing import Any, Final
 
 import structlog
 
-__all__ = ("configure_logging", "configure_tracing", "otlp_requested")
+__all__ = ("configure_logging", "configure_tracing", "otlp_requested", "set_log_level")
 
 _OTLP_ENV: Final = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+_METHOD_LEVELS: Final = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "warn": logging.WARNING,
+    "error": logging.ERROR,
+    "exception": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "fatal": logging.CRITICAL,
+}
+#: The log threshold in force. structlog caches a logger on first use (a level fixed in its wrapper
+#: class would stay with it), so the level is filtered by :func:`_below_threshold`, which reads this
+#: per call: :func:`set_log_level` applies to every logger at once.
+_live = {"threshold": logging.INFO}
 
 
-def configure_logging(level: str = "INFO", *, json: bool = True) -> None:
-    """Route structlog (and stdlib logging) to stderr as JSON lines at ``level``."""
+def _numeric(level: str) -> int:
     numeric = logging.getLevelName(level.upper())
-    if not isinstance(numeric, int):
-        numeric = logging.INFO
-    logging.basicConfig(stream=sys.stderr, level=numeric, format="%(message)s")
+    return numeric if isinstance(numeric, int) else logging.INFO
+
+
+def set_log_level(level: str) -> None:
+    """Change the log level of every logger, structlog's and stdlib's, at once (a live setting)."""
+    numeric = _numeric(level)
+    _live["threshold"] = numeric
+    logging.getLogger().setLevel(numeric)
     # httpx/httpcore log one plain-text line per request at INFO; requests are counted and traced by
     # the client instead, and every line on stderr stays JSON.
     for noisy in ("httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(max(numeric, logging.WARNING))
+
+
+def _below_threshold(
+    _logger: Any, method: str, event_dict: structlog.typing.EventDict
+) -> structlog.typing.EventDict:
+    if _METHOD_LEVELS.get(method, logging.CRITICAL) < _live["threshold"]:
+        raise structlog.DropEvent
+    return event_dict
+
+
+def configure_logging(level: str = "INFO", *, json: bool = True) -> None:
+    """Route structlog (and stdlib logging) to stderr as JSON lines at ``level``."""
+    logging.basicConfig(stream=sys.stderr, level=_numeric(level), format="%(message)s")
+    set_log_level(level)
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
     )
     structlog.configure(
         processors=[
+            _below_threshold,
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
             renderer,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),  # the live filter decides
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
         cache_logger_on_first_use=True,
     )

@@ -17,6 +17,7 @@ from gpustack_worker.agent import capacity, fit
 from gpustack_worker.agent.controller import Agent
 from gpustack_worker.agent.facts import devices_facts, node_facts
 from gpustack_worker.api import keys, kinds
+from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.quantity import parse
 from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP, DEFAULT_NAMESPACE, SettingsSource
@@ -59,7 +60,7 @@ async def cluster(devcluster: DevCluster) -> AsyncIterator[tuple[Client, Agent]]
     admin = await Client.connect(str(devcluster.kubeconfig))
     await apply_scenario(admin, packaged_scenario("mixed-4"))
     agent_client = await Client.connect(str(devcluster.kubeconfig))
-    agent = Agent(agent_client, SettingsSource(agent_client, env={}), node_name=None)
+    agent = Agent(agent_client, SettingsSource(agent_client, model=WorkerSettings, env={}), node_name=None)
     stop = asyncio.Event()
     task = asyncio.create_task(agent.run(stop))
     await asyncio.wait_for(agent.ready.wait(), 60)
@@ -237,7 +238,7 @@ async def test_per_node_mode_watches_only_its_node(
 ) -> None:
     """The DaemonSet mode: informers narrowed to one node; it agrees with the all-nodes agent (no writes)."""
     client = await Client.connect(str(devcluster.kubeconfig))
-    agent = Agent(client, SettingsSource(client, env={}), node_name="gpu-hygon")
+    agent = Agent(client, SettingsSource(client, model=WorkerSettings, env={}), node_name="gpu-hygon")
     stop = asyncio.Event()
     task = asyncio.create_task(agent.run(stop))
     try:

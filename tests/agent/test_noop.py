@@ -10,10 +10,10 @@ import pytest
 
 from gpustack_worker.agent import capacity, fit, nodefeature
 from gpustack_worker.agent.facts import devices_facts, node_facts
+from gpustack_worker.agent.settings import AgentSettings
 from gpustack_worker.agent.steps import Steps
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.runtime.frozen import freeze
-from gpustack_worker.runtime.settings import Settings
 from gpustack_worker.runtime.store import Store
 
 from .builders import card, group, managed_entry
@@ -58,7 +58,7 @@ def _steps(
             store.upsert(freeze(obj))
     if node is not None:
         client.objects[node["metadata"]["name"]] = node
-    settings = Settings()
+    settings = AgentSettings()
     return Steps(cast("Client", client), *stores, settings=lambda: settings)
 
 

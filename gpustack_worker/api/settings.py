@@ -1,0 +1,39 @@
+"""The scheduling-chain settings (reference §4.2): read by the node agent and by the chain controllers.
+
+They are live: every reconcile reads the snapshot in force, so a ConfigMap change applies from the
+next reconcile on. The names, environment seeds and defaults are the reference's; the ConfigMap key
+of a field is its kebab-case name and the seed is ``GPUSTACK_<UPPER_SNAKE_NAME>``
+(:mod:`gpustack_worker.runtime.settings` has the mechanism).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from gpustack_worker.runtime.settings import SettingsModel
+
+__all__ = ("ChainSettings",)
+
+
+class ChainSettings(SettingsModel):
+    """The settings of reference §4.2, with the reference's defaults. All live."""
+
+    node_management_manual: bool = False
+    """false: the worker stamps ``gpustack.ai/managed=true`` on every node; true: only an admin-set label
+    counts, for clusters where only some nodes may serve GPUStack."""
+    instance_type_mixed_on_node: bool = True
+    """An accelerated node also contributes CPU capacity, so small CPU workloads can use spare cores."""
+    instance_type_derived_from_node: bool = True
+    """InstanceTypes are authored from discovered flavors; false leaves authoring to admins."""
+    instance_type_drain_when_no_flavors: bool = True
+    """A pool that lost all flavors is drained (HoldAndDrain) instead of waiting for reservations to end."""
+    instance_type_aware_cpu_manufacturer: bool = False
+    """Group the aggregation layer by CPU manufacturer; off keeps one pool per accelerator class."""
+    workload_fit_affinity: bool = True
+    """The Workload webhook adds the fit pins, so Kueue only admits onto nodes where the request fits."""
+    instance_general_resources_overcommit: bool = True
+    """Scale instance Pod requests down (limits stay), since inference rarely uses its full preset."""
+    instance_persistent_volume_placement: bool = True
+    """Bound claims add PV node affinity so an instance lands where its volume is."""
+    model_artifact_delivery_mode: Literal["Engine", "Node"] = "Engine"
+    """``Node`` adds node-store preference terms; ``Engine`` lets the engine fetch artifacts itself."""
