@@ -1,0 +1,115 @@
+"""The InstanceType lifecycle (pure part): finalizer, delete-then-wait teardown, Inactive backfill, status.
+
+The InstanceType controller never authors a type and never deletes one for lack of flavors (scheduling-
+chain "The InstanceType lifecycle", reference §2.3, §5.4). It:
+
+- holds the ``gpustack.ai/controlled`` finalizer on every type;
+- tears down on deletion: marks the type ``Inactive``, deletes the backing ClusterQueue once, and removes
+  the finalizer only after Kueue has removed the queue (the queue controller sees the deletion and sets
+  ``HoldAndDrain``, so Kueue evicts and lets go);
+- back-fills ``spec.inactive=true`` — one-way and sticky — when the queue was stopped by anyone but the
+  chain itself (an admin's ``Hold``); the chain's own stops (the marked empty-plan ``Hold``, a drain
+  waiting for flavors, a queue being deleted) are never mirrored into ``inactive``;
+- keeps ``status`` fresh: the entrance LocalQueue, the phase (``Active``; ``Inactive`` for ``Hold`` or a
+  drained ``HoldAndDrain``; ``Draining`` while Kueue still reports reservations) with a message saying
+  why, and the capacity views (:mod:`gpustack_worker.chain.views`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from gpustack_worker.api import keys
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = ("TypeDecision", "decide_type", "phase_of")
+
+#: Requeue while waiting for Kueue to remove a deleted queue (its deletion event also wakes us).
+TEARDOWN_POLL_S: Final = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class TypeDecision:
+    """What the InstanceType controller does for one type."""
+
+    add_finalizer: bool = False
+    remove_finalizer: bool = False
+    #: Delete the backing queue (teardown; issued once: not when it is already being deleted).
+    delete_queue: bool = False
+    #: Set ``spec.inactive=true`` (the one-way backfill).
+    backfill_inactive: bool = False
+    phase: str = "Active"
+    phase_message: str = ""
+    requeue_after: float | None = None
+
+
+def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return (obj or {}).get("metadata") or {}
+
+
+def phase_of(queue: Mapping[str, Any] | None, *, deleting: bool) -> tuple[str, str]:
+    """``(phase, message)`` from the backing queue's stop policy and Kueue's reservation counts."""
+    if deleting:
+        return "Inactive", "being deleted: the queue is drained and removed"
+    if queue is None:
+        return "Inactive", "the backing ClusterQueue does not exist yet"
+    spec = queue.get("spec") or {}
+    status = queue.get("status") or {}
+    annotations: Mapping[str, str] = _meta(queue).get("annotations") or {}
+    policy = str(spec.get("stopPolicy") or "None")
+    reserving = int(status.get("reservingWorkloads") or 0) + int(status.get("admittedWorkloads") or 0)
+    if policy == "HoldAndDrain":
+        if reserving:
+            return "Draining", f"draining {reserving} workload(s): the pool has no live flavor"
+        if keys.MIGRATION_STOP_POLICY in annotations:
+            return "Inactive", "drained: waiting for a flavor to return"
+        return "Inactive", "stopped (HoldAndDrain)"
+    if policy == "Hold":
+        if annotations.get(keys.EMPTY_PLAN_HOLD) == "true":
+            return "Inactive", "held: the pool has no resource groups yet"
+        return "Inactive", "held (inactive)"
+    return "Active", ""
+
+
+def decide_type(
+    instance_type: Mapping[str, Any], queue: Mapping[str, Any] | None, *, queue_stop_is_ours: bool
+) -> TypeDecision:
+    """The lifecycle decision for one InstanceType.
+
+    ``queue_stop_is_ours``: the queue controller's field manager owns the queue's ``spec.stopPolicy`` (when
+    it does not, someone else stopped or released the queue).
+    """
+    meta = _meta(instance_type)
+    finalizers = tuple(meta.get("finalizers") or ())
+    held = keys.FINALIZER_CONTROLLED in finalizers
+    if meta.get("deletionTimestamp"):
+        phase, message = phase_of(queue, deleting=True)
+        if not held:
+            return TypeDecision(phase=phase, phase_message=message)
+        if queue is None:
+            return TypeDecision(remove_finalizer=True, phase=phase, phase_message=message)
+        return TypeDecision(
+            delete_queue=not _meta(queue).get("deletionTimestamp"),
+            phase=phase,
+            phase_message=message,
+            requeue_after=TEARDOWN_POLL_S,
+        )
+    phase, message = phase_of(queue, deleting=False)
+    inactive = bool((instance_type.get("spec") or {}).get("inactive", False))
+    backfill = False
+    if (
+        queue is not None
+        and not inactive
+        and not queue_stop_is_ours
+        and not _meta(queue).get("deletionTimestamp")
+    ):
+        policy = str((queue.get("spec") or {}).get("stopPolicy") or "None")
+        annotations: Mapping[str, str] = _meta(queue).get("annotations") or {}
+        ours = annotations.get(keys.EMPTY_PLAN_HOLD) == "true" or keys.MIGRATION_STOP_POLICY in annotations
+        backfill = policy in ("Hold", "HoldAndDrain") and not ours
+    return TypeDecision(
+        add_finalizer=not held, backfill_inactive=backfill, phase=phase, phase_message=message
+    )

@@ -1,0 +1,87 @@
+"""InstanceType lifecycle decisions: finalizer, teardown, sticky Inactive backfill, phase."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpustack_worker.chain.instancetypes import TypeDecision, decide_type, phase_of
+
+FIN = "gpustack.ai/controlled"
+
+
+def _it(
+    inactive: bool = False, finalizers: tuple[str, ...] = (FIN,), deleting: bool = False
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "gpustack--nvidia-tesla-t4-linux-amd64", "finalizers": list(finalizers)}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-12-02T00:00:00Z"
+    return {"metadata": meta, "spec": {"inactive": inactive}}
+
+
+def _cq(
+    policy: str = "None", annotations: dict[str, str] | None = None, deleting: bool = False, **status: int
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "gpustack--nvidia-tesla-t4-linux-amd64", "annotations": annotations or {}}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-12-02T00:00:00Z"
+    return {"metadata": meta, "spec": {"stopPolicy": policy}, "status": status}
+
+
+def test_finalizer_added_to_a_new_type() -> None:
+    assert decide_type(_it(finalizers=()), _cq(), queue_stop_is_ours=True).add_finalizer
+    assert not decide_type(_it(), _cq(), queue_stop_is_ours=True).add_finalizer
+
+
+def test_teardown_deletes_the_queue_once_then_waits_then_releases() -> None:
+    first = decide_type(_it(deleting=True), _cq(), queue_stop_is_ours=True)
+    assert first.delete_queue and not first.remove_finalizer and first.phase == "Inactive"
+    waiting = decide_type(_it(deleting=True), _cq("HoldAndDrain", deleting=True), queue_stop_is_ours=True)
+    assert not waiting.delete_queue and not waiting.remove_finalizer and waiting.requeue_after
+    gone = decide_type(_it(deleting=True), None, queue_stop_is_ours=True)
+    assert gone.remove_finalizer and not gone.delete_queue
+    # Not ours to hold: nothing to do.
+    assert decide_type(_it(deleting=True, finalizers=()), _cq(), queue_stop_is_ours=True) == TypeDecision(
+        phase="Inactive", phase_message="being deleted: the queue is drained and removed"
+    )
+
+
+@pytest.mark.parametrize(
+    ("queue", "ours", "want"),
+    [
+        (_cq("Hold"), False, True),  # an admin Hold
+        (_cq("HoldAndDrain"), False, True),  # an admin HoldAndDrain
+        (_cq("Hold"), True, False),  # our own Hold (the queue controller applied it)
+        (
+            _cq("Hold", {"topology.gpustack.ai/empty-plan-hold": "true"}),
+            False,
+            False,
+        ),  # marked empty-plan hold
+        (_cq("HoldAndDrain", {"topology.gpustack.ai/migration-stop-policy": "None"}), False, False),  # drain
+        (_cq("HoldAndDrain", deleting=True), False, False),  # queue being deleted
+        (_cq("None"), False, False),  # a foreign release is not a stop
+    ],
+    ids=["admin-hold", "admin-drain", "our-hold", "empty-plan-hold", "drained", "deleting", "foreign-none"],
+)
+def test_inactive_backfill(queue: dict[str, Any], ours: bool, want: bool) -> None:
+    assert decide_type(_it(), queue, queue_stop_is_ours=ours).backfill_inactive is want
+
+
+def test_backfill_is_one_way() -> None:
+    assert not decide_type(_it(inactive=True), _cq("Hold"), queue_stop_is_ours=False).backfill_inactive
+
+
+@pytest.mark.parametrize(
+    ("queue", "phase"),
+    [
+        (_cq("None"), "Active"),
+        (_cq("Hold"), "Inactive"),
+        (_cq("Hold", {"topology.gpustack.ai/empty-plan-hold": "true"}), "Inactive"),
+        (_cq("HoldAndDrain", reservingWorkloads=2), "Draining"),
+        (_cq("HoldAndDrain", {"topology.gpustack.ai/migration-stop-policy": "None"}), "Inactive"),
+        (None, "Inactive"),
+    ],
+)
+def test_phase(queue: dict[str, Any] | None, phase: str) -> None:
+    assert phase_of(queue, deleting=False)[0] == phase
