@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from gpustack_worker.runtime.controller import Controller
     from gpustack_worker.runtime.informer import Informer
     from gpustack_worker.runtime.leader import LeaderElector
+    from gpustack_worker.runtime.registry import InformerRegistry
     from gpustack_worker.runtime.settings import SettingsModel, SettingsSource
 
 __all__ = ("CacheSyncTimeout", "Manager")
@@ -56,6 +57,7 @@ class Manager:
         self.elector = elector
         self.settings = settings
         self.informers: list[Informer] = []
+        self.registries: list[InformerRegistry] = []
         self.controllers: list[Controller] = []
         self.cache_sync_timeout = cache_sync_timeout
         self.shutdown_timeout = shutdown_timeout
@@ -66,6 +68,13 @@ class Manager:
     def add_informer(self, informer: Informer) -> Informer:
         self.informers.append(informer)
         return informer
+
+    def add_registry(self, registry: InformerRegistry) -> InformerRegistry:
+        """Run ``registry`` with the informers: every informer it holds at start (or gets while the caches
+        sync) has listed before any controller runs; one added later is started by the registry at once
+        (a controller built then takes it from ``await registry.synced(...)``)."""
+        self.registries.append(registry)
+        return registry
 
     def add_controller(self, controller: Controller) -> Controller:
         self.controllers.append(controller)
@@ -83,6 +92,7 @@ class Manager:
         try:
             async with asyncio.TaskGroup() as group:
                 tasks = [group.create_task(inf.run()) for inf in sources]
+                tasks.extend(group.create_task(reg.run()) for reg in self.registries)
                 if self.settings is not None:
                     tasks.append(group.create_task(self.settings.run()))
                 try:
@@ -97,6 +107,7 @@ class Manager:
 
     async def _run_synced(self, stop: asyncio.Event) -> int:
         waits = [inf.wait_synced() for inf in self.informers]
+        waits.extend(reg.wait_synced() for reg in self.registries)
         if self.settings is not None:
             waits.append(self.settings.wait_synced())
         stopper = asyncio.ensure_future(stop.wait())
