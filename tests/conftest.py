@@ -24,13 +24,17 @@ if TYPE_CHECKING:
 
 @pytest.fixture(scope="session")
 def devcluster() -> Iterator[DevCluster]:
-    """etcd + kube-apiserver + Kueue + nfd-master on 127.0.0.1, with Kueue's, NFD's and our CRDs installed.
+    """etcd + kube-apiserver + Kueue + nfd-master on 127.0.0.1, with Kueue's, NFD's and our CRDs installed,
+    and kube-apiserver's audit log at ``<dir>/audit.log`` (see :mod:`gpustack_worker.devcluster.audit`).
 
     Its directory is not under pytest's basetemp: pytest prunes old basetemps, which would delete a
     running cluster's etcd data when several test sessions run at once.
     """
     directory = Path(tempfile.mkdtemp(prefix="gpustack-devcluster-"))
-    cluster = DevCluster(directory, log=lambda msg: print(f"[devcluster] {msg}"))
+    # Always audited (cheap): tests count writes from the server's side with AuditLog(cluster.audit_log).
+    cluster = DevCluster(
+        directory, log=lambda msg: print(f"[devcluster] {msg}"), audit_log=directory / "audit.log"
+    )
     cluster.start()
     previous = os.environ.get("KUBECONFIG")
     os.environ["KUBECONFIG"] = str(cluster.kubeconfig)

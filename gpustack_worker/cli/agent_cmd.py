@@ -9,7 +9,8 @@ from the environment alone). The agent runs on a
 runtime :class:`~gpustack_worker.runtime.manager.Manager` without leader election (every node has its
 own agent): ``/healthz``, ``/readyz`` (ready once the caches synced) and ``/metrics`` on
 ``--metrics-bind``; SIGTERM/SIGINT stop it gracefully (queues drain) and the exit code is the
-manager's. Logs are structlog JSON lines.
+manager's. Logs are structlog JSON lines. Requests carry ``User-Agent:
+gpustack-worker-agent/<node name or 'all-nodes'>``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,10 @@ from gpustack_worker.cli.settings import open_settings
 if TYPE_CHECKING:
     import argparse
 
-__all__ = ("run",)
+__all__ = ("USER_AGENT", "run")
+
+#: The agent's User-Agent is ``gpustack-worker-agent/<node name or 'all-nodes'>``.
+USER_AGENT = "gpustack-worker-agent"
 
 _log = structlog.get_logger("gpustack_worker.cli.agent")
 
@@ -41,7 +45,9 @@ async def run(args: argparse.Namespace) -> int:
         print("agent: --node-name or $NODE_NAME is required unless --all-nodes", file=sys.stderr)
         return 2
     namespace: str = getattr(args, "namespace", None) or kinds.SYSTEM_NAMESPACE
-    async with running(getattr(args, "kubeconfig", None)) as proc:
+    async with running(
+        getattr(args, "kubeconfig", None), user_agent=f"{USER_AGENT}/{node_name or 'all-nodes'}"
+    ) as proc:
         settings = open_settings(
             proc.client,
             name=getattr(args, "settings_configmap", None),

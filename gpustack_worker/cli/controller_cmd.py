@@ -5,7 +5,8 @@ Runs a :class:`~gpustack_worker.runtime.manager.Manager` with leader election on
 settings ConfigMap, and the health/metrics endpoint. The scheduling-chain controllers are registered
 here as later issues add them; until then the process elects a leader, keeps its settings current and
 serves ``/healthz``, ``/readyz`` and ``/metrics``. SIGTERM/SIGINT stop it gracefully: queues drain and
-the Lease is released so a standby takes over at once.
+the Lease is released so a standby takes over at once. Requests carry ``User-Agent:
+gpustack-worker-controller/<identity>``.
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ from gpustack_worker.runtime.manager import Manager
 if TYPE_CHECKING:
     import argparse
 
-__all__ = ("LEASE_NAME", "default_identity", "run")
+__all__ = ("LEASE_NAME", "USER_AGENT", "default_identity", "run")
 
 LEASE_NAME: Final = kinds.WORKER_GROUP
+#: The controller's User-Agent is ``gpustack-worker-controller/<identity>``.
+USER_AGENT: Final = "gpustack-worker-controller"
 _log = structlog.get_logger("gpustack_worker.cli.controller")
 
 
@@ -40,7 +43,7 @@ async def run(args: argparse.Namespace) -> int:
     """Run the controller manager until SIGTERM/SIGINT (0) or lost leadership (1)."""
     namespace: str = getattr(args, "namespace", None) or kinds.SYSTEM_NAMESPACE
     identity: str = getattr(args, "identity", None) or default_identity()
-    async with running(getattr(args, "kubeconfig", None)) as proc:
+    async with running(getattr(args, "kubeconfig", None), user_agent=f"{USER_AGENT}/{identity}") as proc:
         settings = open_settings(
             proc.client,
             name=getattr(args, "settings_configmap", None),

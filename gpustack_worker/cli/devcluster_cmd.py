@@ -1,4 +1,9 @@
-"""``gpustack-worker devcluster up|down --dir DIR``: a local control plane that outlives the command."""
+"""``gpustack-worker devcluster up|down --dir DIR``: a local control plane that outlives the command.
+
+``up --audit-log FILE`` makes kube-apiserver keep an audit log of every write (and of every request
+from the ``gpustack-system`` ServiceAccounts) in ``FILE``; read it with
+:class:`gpustack_worker.devcluster.audit.AuditLog`.
+"""
 
 from __future__ import annotations
 
@@ -41,8 +46,12 @@ def up(args: argparse.Namespace) -> int:
     (directory / "state.json").unlink(missing_ok=True)
     (directory / "logs").mkdir(exist_ok=True)
     log = (directory / "logs" / "supervisor.log").open("ab")
+    argv = [sys.executable, "-m", "gpustack_worker.devcluster.supervise", str(directory)]
+    audit_log = getattr(args, "audit_log", None)
+    if audit_log:
+        argv += ["--audit-log", str(Path(audit_log).resolve())]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gpustack_worker.devcluster.supervise", str(directory)],
+        argv,
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -53,6 +62,8 @@ def up(args: argparse.Namespace) -> int:
         state = read_state(directory) or {}
         if state.get("status") == "ready":
             print(f"devcluster ready: {state['server']}\nexport KUBECONFIG={state['kubeconfig']}")
+            if state.get("audit_log"):
+                print(f"audit log: {state['audit_log']}")
             return 0
         if state.get("status") == "failed" or proc.poll() is not None:
             print(f"devcluster failed: {state.get('error', 'supervisor exited')}", file=sys.stderr)

@@ -44,6 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--dir", required=True, help="state directory (kubeconfig is written to DIR/kubeconfig)"
         )
+        if action == "up":
+            p.add_argument(
+                "--audit-log",
+                default=None,
+                metavar="FILE",
+                help="keep a kube-apiserver audit log of every write in FILE (JSON lines)",
+            )
 
     sim = sub.add_parser("simulate", help="simulate what stages 1-2 (NFD, Device Manager) would publish")
     sim_sub = sim.add_subparsers(dest="action", required=True)

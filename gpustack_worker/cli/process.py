@@ -34,12 +34,16 @@ class Process:
 
 
 @contextlib.asynccontextmanager
-async def running(kubeconfig: str | None) -> AsyncIterator[Process]:
-    """Configure logging and tracing, connect, and turn SIGTERM/SIGINT into a graceful stop."""
+async def running(kubeconfig: str | None, *, user_agent: str | None = None) -> AsyncIterator[Process]:
+    """Configure logging and tracing, connect, and turn SIGTERM/SIGINT into a graceful stop.
+
+    ``user_agent`` names the process and its identity on every request
+    (``gpustack-worker-controller/<identity>``, ``gpustack-worker-agent/<node>``), so the API server's
+    audit log attributes each write to the process that made it."""
     boot = boot_settings()
     configure_logging(boot.log_level)
     configure_tracing()
-    client = await Client.connect(kubeconfig, timeout_s=boot.api_timeout_seconds)
+    client = await Client.connect(kubeconfig, timeout_s=boot.api_timeout_seconds, user_agent=user_agent)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in _STOP_SIGNALS:

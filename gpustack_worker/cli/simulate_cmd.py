@@ -24,7 +24,11 @@ from gpustack_worker.simulate.scenario import Scenario, ScenarioError
 if TYPE_CHECKING:
     import argparse
 
-__all__ = ("run",)
+__all__ = ("USER_AGENT", "run")
+
+#: Every request of ``simulate`` carries this User-Agent.
+USER_AGENT = "gpustack-worker-simulate"
+
 
 class _Unreadable(Exception):
     """The scenario file cannot be read at all (missing, a directory, no permission)."""
@@ -72,7 +76,7 @@ async def run(args: argparse.Namespace) -> int:
         print(exc, file=sys.stderr)
         return 2
     try:
-        client = await Client.connect(args.kubeconfig)
+        client = await Client.connect(args.kubeconfig, user_agent=USER_AGENT)
     except (OSError, ValueError, TypeError, KeyError, *TRANSPORT_ERRORS) as exc:
         # kr8s reports an unusable kubeconfig with whatever its parser raised (TypeError on a file
         # that is not YAML mapping, ValueError without credentials): name the input instead.

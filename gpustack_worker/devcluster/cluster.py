@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from gpustack_worker.devcluster import build, versions
+from gpustack_worker.devcluster.audit import audit_policy
 from gpustack_worker.devcluster.bootstrap import ApiBootstrap, load_yaml_documents
 from gpustack_worker.devcluster.pki import Pki, make_pki
 from gpustack_worker.devcluster.procs import ManagedProcess, StartupError, free_port
@@ -64,6 +65,8 @@ class DevCluster:
     with_kueue: bool = True
     with_nfd: bool = True
     log: Any = print
+    #: Keep a kube-apiserver audit log here (JSON lines; policy in :mod:`gpustack_worker.devcluster.audit`).
+    audit_log: Path | None = None
     etcd_port: int = 0
     etcd_peer_port: int = 0
     apiserver_port: int = 0
@@ -87,6 +90,9 @@ class DevCluster:
         """Build (or reuse) the binaries and start everything; on any failure stop what started and raise."""
         self.dir = self.dir.resolve()
         self.dir.mkdir(parents=True, exist_ok=True)
+        if self.audit_log is not None:
+            self.audit_log = Path(self.audit_log).resolve()
+            self.audit_log.parent.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         self.binaries = build.ensure_all(self.log)
         built = time.monotonic()
@@ -183,6 +189,24 @@ class DevCluster:
         )
         proc.wait_ready(lambda: _http_ok(f"{client}/health"), 30)
 
+    def _audit_flags(self) -> list[str]:
+        """Audit-log flags (none unless ``audit_log`` is set): one file, appended across restarts, never
+        rotated or truncated, written before each response (``blocking``)."""
+        if self.audit_log is None:
+            return []
+        policy = self.dir / "audit-policy.yaml"
+        policy.write_text(yaml.safe_dump(audit_policy(), sort_keys=True))
+        return [
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-mode=blocking",
+            # lumberjack rotates at 100 MB when this is 0; 1 TB means never.
+            "--audit-log-maxsize=1000000",
+            "--audit-log-maxbackup=0",
+            "--audit-log-truncate-enabled=false",
+        ]
+
     def _start_apiserver(self) -> None:
         assert self.pki is not None
         p = self.pki
@@ -209,6 +233,7 @@ class DevCluster:
                 "--endpoint-reconciler-type=none",
                 # ConfigMaps are watched straight from etcd so compact_etcd() gives a deterministic 410.
                 "--watch-cache-sizes=configmaps#0",
+                *self._audit_flags(),
             ],
         )
         ctx = ssl.create_default_context(cafile=str(p.ca_cert))

@@ -8,6 +8,7 @@ running.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -40,12 +41,18 @@ def _write_state(directory: Path, **state: Any) -> None:
 
 
 def main(argv: list[str]) -> int:
-    directory = Path(argv[0]).resolve()
+    """``python -m gpustack_worker.devcluster.supervise DIR [--audit-log FILE]``."""
+    parser = argparse.ArgumentParser(prog="gpustack_worker.devcluster.supervise")
+    parser.add_argument("dir")
+    parser.add_argument("--audit-log", default=None)
+    args = parser.parse_args(argv)
+    directory = Path(args.dir).resolve()
     directory.mkdir(parents=True, exist_ok=True)
+    audit_log = Path(args.audit_log).resolve() if args.audit_log else None
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    cluster = DevCluster(directory, log=lambda msg: print(msg, flush=True))
+    cluster = DevCluster(directory, log=lambda msg: print(msg, flush=True), audit_log=audit_log)
     _write_state(directory, status="starting")
     try:
         cluster.start()
@@ -58,6 +65,7 @@ def main(argv: list[str]) -> int:
         status="ready",
         kubeconfig=str(cluster.kubeconfig),
         server=cluster.server,
+        audit_log=str(cluster.audit_log) if cluster.audit_log else None,
         components={name: proc.pid for name, proc in cluster.procs.items()},
     )
     while not stop.wait(1.0):

@@ -70,6 +70,8 @@ _RETRIABLE_STATUS: Final = frozenset({401, 429, 500, 502, 503, 504})
 TRANSPORT_ERRORS: Final = (httpx.TransportError, kr8s.APITimeoutError)
 #: Default per-request timeout; kr8s' own default is "none at all".
 DEFAULT_TIMEOUT_S: Final = 30.0
+#: User-Agent of a client that does not name itself (commands pass ``<program>/<identity>``).
+DEFAULT_USER_AGENT: Final = "gpustack-worker"
 
 
 class ApiError(Exception):
@@ -161,6 +163,19 @@ def _status_of(response: httpx.Response) -> dict[str, Any]:
     return body if isinstance(body, dict) else {"message": str(body)}
 
 
+class _Api(kr8s.asyncio.Api):
+    """kr8s' ``Api`` sending our User-Agent: kr8s builds its session (again on every re-authentication)
+    with ``User-Agent: self.__version__``, so that property is what we override."""
+
+    def __init__(self, *, user_agent: str, **kwargs: Any) -> None:
+        self._user_agent = user_agent
+        super().__init__(**kwargs)
+
+    @property
+    def __version__(self) -> str:
+        return self._user_agent
+
+
 class Client:
     """Async Kubernetes API client over a kr8s-authenticated HTTP session.
 
@@ -180,14 +195,22 @@ class Client:
         self.reauthentications = 0
 
     @classmethod
-    async def connect(cls, kubeconfig: str | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> Client:
+    async def connect(
+        cls,
+        kubeconfig: str | None = None,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        user_agent: str | None = None,
+    ) -> Client:
         """Connect using ``kubeconfig``, else ``$KUBECONFIG``, else the in-cluster service account.
 
         A private kr8s ``Api`` is created (not kr8s' per-loop singleton) so closing one client never
-        closes another's session.
+        closes another's session. Every request carries ``User-Agent: user_agent`` (default
+        :data:`DEFAULT_USER_AGENT`): processes name themselves and their identity
+        (``gpustack-worker-controller/<identity>``), so the API server's audit log attributes each write.
         """
         path = kubeconfig or os.environ.get("KUBECONFIG") or None
-        api = kr8s.asyncio.Api(bypass_factory=True, kubeconfig=path)
+        api = _Api(bypass_factory=True, kubeconfig=path, user_agent=user_agent or DEFAULT_USER_AGENT)
         api = await api
         api.timeout = timeout_s
         return cls(api)
