@@ -81,8 +81,10 @@ class Manager:
         return controller
 
     def ready(self) -> bool:
-        """Readiness: every cache has synced (leaders and standbys alike)."""
-        return self.synced.is_set()
+        """Readiness: every cache has synced (leaders and standbys alike) and none has stopped following
+        the server (:attr:`Informer.healthy`, e.g. a watch refused 401 on every retry)."""
+        informers = [*self.informers, *(inf for reg in self.registries for inf in reg.informers)]
+        return self.synced.is_set() and all(inf.healthy for inf in informers)
 
     async def run(self, stop: asyncio.Event) -> int:
         """Run until ``stop`` is set (returns 0) or leadership is lost (returns 1)."""
