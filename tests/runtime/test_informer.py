@@ -17,6 +17,7 @@ import pytest
 from gpustack_worker.runtime.client import ApiError, Gone, Unauthorized
 from gpustack_worker.runtime.clock import FakeClock
 from gpustack_worker.runtime.informer import ADDED, DELETED, MODIFIED, Informer, InformerOptions
+from gpustack_worker.runtime.manager import Manager
 from gpustack_worker.runtime.resources import CONFIG_MAP, Resource
 
 if TYPE_CHECKING:
@@ -404,3 +405,18 @@ async def test_healthy_again_once_a_quiet_watch_has_stayed_open() -> None:
         assert not r.informer.healthy  # accepted, but not yet proven
         await r.clock.advance(1.0)
         assert r.informer.healthy
+
+
+async def test_readiness_follows_informer_health() -> None:
+    refused = Unauthorized(401, "Unauthorized", status(401, "Unauthorized"))
+    watches = [Watch(refuse=refused), Watch(hold=True)]
+    async with rig([([obj("a", "5")], "10")], watches, unhealthy_after_failures=1) as r:
+        manager = Manager()
+        manager.add_informer(r.informer)
+        manager.synced.set()  # as after the first sync
+        await until(lambda: r.clock.sleepers == 1)
+        assert not manager.ready()  # /readyz turns 503 while the cache is stale
+        await r.clock.advance(FIRST)
+        await until(lambda: r.informer.watching)
+        await r.clock.advance(1.0)
+        assert manager.ready()
