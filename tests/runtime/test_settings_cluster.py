@@ -1,4 +1,6 @@
-"""A broken settings value leaves the last good settings in force and is reported (log, Event, metric)."""
+"""Against a real API server: a rejected settings revision — a malformed value, an unknown key, a
+start-up-only key — leaves the last good settings in force and is reported (log, metric, one Warning
+Event on the ConfigMap, however often the same content is delivered again)."""
 
 from __future__ import annotations
 
@@ -11,10 +13,13 @@ import pytest
 from prometheus_client import REGISTRY
 
 from gpustack_worker.api import kinds
+from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.settings import SettingsSource
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
     from tests.conftest import Poll
 
 pytestmark = pytest.mark.cluster
@@ -25,61 +30,152 @@ def invalid_count(name: str) -> float:
     return REGISTRY.get_sample_value("gpustack_settings_invalid_total", {"configmap": f"{NS}/{name}"}) or 0.0
 
 
-async def test_broken_value_keeps_last_good_and_is_reported(devcluster: Any, eventually: Poll) -> None:
-    client = await Client.connect(str(devcluster.kubeconfig))
-    name = f"settings-test-{uuid.uuid4().hex[:8]}"
-    source = SettingsSource(client, name=name, namespace=NS, env={}, reporting_instance="settings-test")
-    seen: list[bool] = []
-    source.subscribe(lambda s: seen.append(s.workload_fit_affinity))
+async def _events(client: Client, name: str, needle: str = "") -> list[dict[str, Any]]:
+    events, _ = await client.list(kinds.EVENT, namespace=NS)
+    return [
+        e
+        for e in events
+        if e.get("regarding", {}).get("name") == name
+        and e.get("reason") == "InvalidSettings"
+        and needle in e.get("note", "")
+    ]
+
+
+async def _wait_events(client: Client, name: str, needle: str) -> list[dict[str, Any]]:
+    async with asyncio.timeout(15):
+        while not (events := await _events(client, name, needle)):  # noqa: ASYNC110 (polling the API server)
+            await asyncio.sleep(0.2)
+    return events
+
+
+@contextlib.asynccontextmanager
+async def _running_source(client: Client, name: str) -> AsyncIterator[SettingsSource[WorkerSettings]]:
+    source = SettingsSource(
+        client, model=WorkerSettings, name=name, namespace=NS, env={}, reporting_instance="t"
+    )
     task = asyncio.ensure_future(source.run())
     try:
         await asyncio.wait_for(source.wait_synced(), 30)
-        assert source.current.workload_fit_affinity is True  # no ConfigMap yet: defaults
-
-        good = {"workload-fit-affinity": "false", "controller-workers": "4"}
-        body = {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": NS},
-            "data": good,
-        }
-        await client.create(kinds.CONFIG_MAP, body)
-        await eventually(lambda: source.current.controller_workers == 4)
-        assert source.current.workload_fit_affinity is False
-        assert seen == [False]
-
-        before = invalid_count(name)
-        broken = {"workload-fit-affinity": "true", "controller-workers": "lots"}
-        await client.patch(kinds.CONFIG_MAP, name, {"data": broken}, namespace=NS)
-        await eventually(lambda: source.rejections >= 1)
-        # last good settings stay in force, including the valid half of the broken revision
-        assert source.current.controller_workers == 4
-        assert source.current.workload_fit_affinity is False
-        assert source.last_error is not None and any(
-            e.startswith("controller-workers:") for e in source.last_error.errors
-        )
-        assert invalid_count(name) == before + 1
-
-        async def reported() -> list[dict[str, Any]]:
-            events, _ = await client.list(kinds.EVENT, namespace=NS)
-            return [
-                e
-                for e in events
-                if e.get("regarding", {}).get("name") == name and e.get("reason") == "InvalidSettings"
-            ]
-
-        async with asyncio.timeout(15):
-            while not (events := await reported()):  # noqa: ASYNC110 (polling the API server)
-                await asyncio.sleep(0.2)
-        assert events[0]["type"] == "Warning" and "controller-workers" in events[0]["note"]
-
-        # fixing the value is picked up again
-        await client.patch(kinds.CONFIG_MAP, name, {"data": {"controller-workers": "6"}}, namespace=NS)
-        await eventually(lambda: source.current.controller_workers == 6)
-        assert source.current.workload_fit_affinity is True and source.last_error is None
+        yield source
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        await source.settle()
         await client.delete(kinds.CONFIG_MAP, name, NS)
+
+
+async def _create(client: Client, name: str, data: dict[str, str]) -> None:
+    body = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": NS},
+        "data": data,
+    }
+    await client.create(kinds.CONFIG_MAP, body)
+
+
+async def test_broken_value_keeps_last_good_and_is_reported(devcluster: Any, eventually: Poll) -> None:
+    client = await Client.connect(str(devcluster.kubeconfig))
+    name = f"settings-test-{uuid.uuid4().hex[:8]}"
+    try:
+        async with _running_source(client, name) as source:
+            seen: list[bool] = []
+            source.subscribe(lambda s: seen.append(s.workload_fit_affinity))
+            assert source.current.workload_fit_affinity is True  # no ConfigMap yet: defaults
+
+            await _create(client, name, {"workload-fit-affinity": "false", "fit-label-coalesce-seconds": "4"})
+            await eventually(lambda: source.current.fit_label_coalesce_seconds == 4.0)
+            assert source.current.workload_fit_affinity is False
+            assert seen == [False]
+
+            before = invalid_count(name)
+            broken = {"workload-fit-affinity": "true", "fit-label-coalesce-seconds": "lots"}
+            await client.patch(kinds.CONFIG_MAP, name, {"data": broken}, namespace=NS)
+            await eventually(lambda: source.rejections >= 1)
+            # last good settings stay in force, including the valid half of the broken revision
+            assert source.current.fit_label_coalesce_seconds == 4.0
+            assert source.current.workload_fit_affinity is False
+            assert source.last_error is not None and source.last_error.errors == [
+                "fit-label-coalesce-seconds='lots' is invalid: expected a number from 0 to 300"
+            ]
+            assert invalid_count(name) == before + 1
+            events = await _wait_events(client, name, "fit-label-coalesce-seconds")
+            assert events[0]["type"] == "Warning"
+
+            # fixing the value is picked up again
+            await client.patch(
+                kinds.CONFIG_MAP, name, {"data": {"fit-label-coalesce-seconds": "6"}}, namespace=NS
+            )
+            await eventually(lambda: source.current.fit_label_coalesce_seconds == 6.0)
+            assert source.current.workload_fit_affinity is True and source.last_error is None
+    finally:
+        await client.close()
+
+
+async def test_unknown_and_startup_only_keys_each_yield_one_event(devcluster: Any, eventually: Poll) -> None:
+    """A typo and a start-up-only key are rejected like a bad value: the last good snapshot stays, and
+    each rejected content gets exactly one Event, even when the informer delivers it again (here: an
+    annotation edit, a new resourceVersion with the same data)."""
+    client = await Client.connect(str(devcluster.kubeconfig))
+    name = f"settings-keys-{uuid.uuid4().hex[:8]}"
+
+    async def touch(n: int) -> None:
+        """A new revision with the same data; wait until the source has seen it."""
+        patched = await client.patch(
+            kinds.CONFIG_MAP, name, {"metadata": {"annotations": {"touch": str(n)}}}, namespace=NS
+        )
+        rv = patched["metadata"]["resourceVersion"]
+        await eventually(
+            lambda: (
+                (source.informer.store.get(f"{NS}/{name}") or {}).get("metadata", {}).get("resourceVersion")
+                == rv
+            )
+        )
+        await source.settle()
+
+    try:
+        async with _running_source(client, name) as source:
+            await _create(client, name, {"node-management-manual": "true", "log-level": "WARNING"})
+            await eventually(lambda: source.current.node_management_manual is True)
+            good = source.current
+            assert good.log_level == "WARNING"
+            before = invalid_count(name)
+
+            await client.patch(
+                kinds.CONFIG_MAP, name, {"data": {"node-managment-manual": "false"}}, namespace=NS
+            )
+            await eventually(lambda: source.rejections == 1)
+            typo = await _wait_events(client, name, "node-managment-manual")
+            assert typo[0]["note"] == (
+                "rejected, the settings in force stay: node-managment-manual='false': "
+                "unknown setting, did you mean node-management-manual?"
+            )
+            await touch(1)
+            await touch(2)
+            assert len(await _events(client, name, "node-managment-manual")) == 1
+            assert source.rejections == 1 and source.current is good
+
+            await client.patch(
+                kinds.CONFIG_MAP,
+                name,
+                {"data": {"node-managment-manual": None, "controller-workers": "8"}},
+                namespace=NS,
+            )
+            await eventually(lambda: source.rejections == 2)
+            startup = await _wait_events(client, name, "controller-workers")
+            assert startup[0]["note"] == (
+                "rejected, the settings in force stay: controller-workers='8': start-up-only setting, "
+                "read once when the process starts; set GPUSTACK_CONTROLLER_WORKERS on the workload instead"
+            )
+            await touch(3)
+            assert len(await _events(client, name, "controller-workers")) == 1
+            assert len(await _events(client, name)) == 2  # one per rejected content, nothing else
+            assert source.current is good and source.current.controller_workers == 2
+            assert invalid_count(name) == before + 2
+
+            await client.patch(kinds.CONFIG_MAP, name, {"data": {"controller-workers": None}}, namespace=NS)
+            await eventually(lambda: source.last_error is None)
+            assert source.current == good
+    finally:
         await client.close()
