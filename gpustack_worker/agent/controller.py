@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
     from gpustack_worker.agent.settings import AgentSettings
     from gpustack_worker.runtime.client import Client
+    from gpustack_worker.runtime.clock import Clock
     from gpustack_worker.runtime.controller import Result
     from gpustack_worker.runtime.settings import SettingsSource
 
@@ -60,15 +61,16 @@ def _feature_node(obj: Any) -> Iterable[str]:
     return (node,) if node and meta.get("name") == keys.worker_nodefeature_name(node) else ()
 
 
-def _queue(name: str, settings: AgentSettings) -> WorkQueue:
+def _queue(name: str, settings: AgentSettings, clock: Clock | None = None) -> WorkQueue:
+    clock = clock or MonotonicClock()
     limiter = ratelimit.default(
-        MonotonicClock(),
+        clock,
         base=settings.requeue_base_delay_seconds,
         cap=settings.requeue_max_delay_seconds,
         qps=settings.requeue_qps,
         burst=settings.requeue_burst,
     )
-    return WorkQueue(name, rate_limiter=limiter)
+    return WorkQueue(name, clock=clock, rate_limiter=limiter)
 
 
 class Agent:
@@ -82,7 +84,9 @@ class Agent:
         node_name: str | None,
         namespace: str = kinds.SYSTEM_NAMESPACE,
         health_bind: str | None = None,
+        fit_clock: Clock | None = None,
     ) -> None:
+        """``fit_clock`` times the fit coalescing window (tests pass a fake clock to close it)."""
         self.client = client
         self.settings = settings
         self.node_name = node_name
@@ -117,7 +121,7 @@ class Agent:
         )
         self.nodefeature = self._controller("agent-nodefeature", self.steps.nodefeature, boot)
         self.capacity = self._controller("agent-capacity", self.steps.capacity, boot)
-        self.fit = self._controller("agent-fit", self.steps.fit, boot)
+        self.fit = self._controller("agent-fit", self.steps.fit, boot, fit_clock)
         for ctl in (self.nodefeature, self.capacity):
             ctl.watch(self.nodes, predicates=[_node_read_changed])
             ctl.watch(self.devices)
@@ -135,9 +139,12 @@ class Agent:
 
     @staticmethod
     def _controller(
-        name: str, reconcile: Callable[[str], Awaitable[Result]], boot: AgentSettings
+        name: str,
+        reconcile: Callable[[str], Awaitable[Result]],
+        boot: AgentSettings,
+        clock: Clock | None = None,
     ) -> Controller:
-        return Controller(name, reconcile, _queue(name, boot), workers=boot.controller_workers)
+        return Controller(name, reconcile, _queue(name, boot, clock), workers=boot.controller_workers)
 
     def _window(self) -> float:
         return self.settings.current.fit_label_coalesce_seconds

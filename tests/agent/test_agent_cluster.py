@@ -1,13 +1,12 @@
 """End to end on the real control plane: the simulated mixed-4 cluster, the agent in --all-nodes mode,
-nfd-master projecting the worker NodeFeature, capacity keys in Node status, one fit patch per ledger
-burst, zero writes over a quiet minute, and live settings (manual node management; an invalid value
-keeps the last good settings)."""
+nfd-master projecting the worker NodeFeature, capacity keys in Node status, zero writes over a quiet
+minute, and live settings (manual node management; an invalid value keeps the last good settings). One fit
+patch per ledger burst is shown in ``test_fit_burst_cluster.py``, with an agent on a fake clock."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -176,49 +175,6 @@ async def test_wiped_key_is_reapplied_and_vanished_pool_removes_keys(cluster: tu
 
 async def _has_capacity(client: Client, name: str, key: str) -> bool:
     return key in (await _node(client, name))["status"]["capacity"]
-
-
-async def test_ledger_burst_yields_one_fit_patch(cluster: tuple[Client, Agent]) -> None:
-    admin, agent = cluster
-    a_key = "hygon-k100_ai"
-    sliced_key = keys.sliced_max_free_units_key(a_key)
-    shared_key = keys.shared_free_cards_key(a_key)
-
-    async def labelled() -> dict[str, str]:
-        labels = (await _node(admin, "gpu-hygon"))["metadata"].get("labels") or {}
-        return {k: v for k, v in labels.items() if fit.is_fit_label(k)}
-
-    # Scenario: card 0 holds its four slices (full), card 1 one slice, cards 2-3 free.
-    assert await _eventually(labelled) == {sliced_key: str(M), shared_key: "2"}
-    await asyncio.sleep(
-        agent.settings.current.fit_label_coalesce_seconds + 1
-    )  # let every pending window close
-
-    devices = await admin.get(kinds.DEVICES, "gpu-hygon")
-    assert devices is not None
-    groups = copy.deepcopy(devices["status"]["groups"])
-    cards = sorted(groups[0]["accelerators"], key=lambda c: c["index"])
-    fit_before = agent.steps.writes[fit.FIELD_MANAGER]
-    writes_before = agent.client.writes
-    started = time.monotonic()
-    for i in range(1, 51):
-        # Cards 1 and 2 taken exclusively; card 3 gets one growing slice: 50 distinct ledgers.
-        for card in cards[1:3]:
-            card.update(mode=1, allocated=M, remaining=0, allocatedSlices=0)
-        cards[3].update(mode=3, allocated=16_000 * i, remaining=M - 16_000 * i, allocatedSlices=1)
-        await admin.patch(kinds.DEVICES, "gpu-hygon", {"status": {"groups": groups}}, subresource="status")
-    assert time.monotonic() - started < 1.0, "the burst must fit in one second"
-
-    final = {sliced_key: str(M - 16_000 * 50), shared_key: "0"}
-    assert await _eventually(lambda: _match(labelled, final), within=15) == final
-    await asyncio.sleep(agent.settings.current.fit_label_coalesce_seconds + 1)
-    assert agent.steps.writes[fit.FIELD_MANAGER] - fit_before == 1
-    assert agent.client.writes - writes_before == 1
-
-
-async def _match(read: Callable[[], Any], want: dict[str, str]) -> dict[str, str] | None:
-    got: dict[str, str] = await read()
-    return got if got == want else None
 
 
 async def test_zero_writes_over_a_quiet_minute(cluster: tuple[Client, Agent]) -> None:
