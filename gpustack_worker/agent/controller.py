@@ -117,6 +117,7 @@ class Agent:
             self.devices.store,
             self.features.store,
             settings=lambda: self.settings.current,
+            caches=(self.nodes, self.features),  # the appliers write Nodes and NodeFeatures
             namespace=namespace,
         )
         self.nodefeature = self._controller("agent-nodefeature", self.steps.nodefeature, boot)

@@ -36,10 +36,11 @@ from gpustack_worker.runtime.apply import Applier
 from gpustack_worker.runtime.controller import Result
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
 
     from gpustack_worker.agent.facts import DevicesFacts
     from gpustack_worker.agent.settings import AgentSettings
+    from gpustack_worker.runtime.apply import ManagedFieldsCache
     from gpustack_worker.runtime.client import Client
     from gpustack_worker.runtime.store import Store
 
@@ -59,13 +60,18 @@ class Steps:
     features: Store
     #: The settings snapshot in force (read once per reconcile).
     settings: Callable[[], AgentSettings]
+    #: The informers (or their transform) whose cached objects the appliers check: each must keep every
+    #: agent field manager's managedFields, else the Applier refuses to start.
+    caches: Sequence[ManagedFieldsCache]
     namespace: str = kinds.SYSTEM_NAMESPACE
     #: Write requests issued, by field manager (tests and the bench read it; the client counts by verb).
     writes: collections.Counter[str] = field(default_factory=collections.Counter)
     _appliers: dict[str, Applier] = field(init=False)
 
     def __post_init__(self) -> None:
-        self._appliers = {manager: Applier(self.client, manager) for manager in FIELD_MANAGERS}
+        self._appliers = {
+            manager: Applier(self.client, manager, cache=self.caches) for manager in FIELD_MANAGERS
+        }
 
     def _devices(self, name: str) -> DevicesFacts | None:
         raw = self.devices.get(name)

@@ -7,7 +7,7 @@ from typing import Final
 from gpustack_worker.runtime.resources import CONFIG_MAP as CONFIG_MAP  # the runtime's own kinds, re-exported
 from gpustack_worker.runtime.resources import EVENT as EVENT
 from gpustack_worker.runtime.resources import LEASE as LEASE
-from gpustack_worker.runtime.resources import Resource
+from gpustack_worker.runtime.resources import FieldHints, Resource
 
 WORKER_GROUP: Final = "worker.gpustack.ai"
 WORKER_VERSION: Final = "v1alpha1"
@@ -15,7 +15,17 @@ KUEUE_GROUP: Final = "kueue.x-k8s.io"
 KUEUE_VERSION: Final = "v1beta2"
 
 # core / built-in
-NODE: Final = Resource("", "v1", "Node", "nodes", namespaced=False)
+# Field hints (the schema's list/map types, quantity fields, defaults inside atomic values) for every kind
+# a controller applies: the apply no-op check is exact only with them. Taken from the kinds' schemas
+# (k8s.io/api core/v1, Kueue v0.19 and NFD v0.19 CRDs, ours) and checked against the real API server by
+# tests/runtime/test_capture_cluster.py. Lists not declared are atomic, maps granular (the CRD defaults).
+_CONDITIONS: Final = {"status.conditions": ("type",)}
+NODE_HINTS: Final = FieldHints(
+    keyed={**_CONDITIONS, "status.addresses": ("type",)},
+    sets=("spec.podCIDRs",),
+    quantities=("status.capacity.*", "status.allocatable.*"),
+)
+NODE: Final = Resource("", "v1", "Node", "nodes", namespaced=False, hints=NODE_HINTS)
 NAMESPACE: Final = Resource("", "v1", "Namespace", "namespaces", namespaced=False)
 SECRET: Final = Resource("", "v1", "Secret", "secrets", namespaced=True)
 CRD: Final = Resource(
@@ -27,8 +37,19 @@ DEVICES: Final = Resource(WORKER_GROUP, WORKER_VERSION, "Devices", "devices", na
 TOPOLOGY_SOURCE: Final = Resource(
     WORKER_GROUP, WORKER_VERSION, "TopologySource", "topologysources", namespaced=False
 )
+_VIEWS: Final = ("accelerator", "acceleratorShared", "acceleratorSliced", "acceleratorPartitioned", "cpu")
+INSTANCE_TYPE_HINTS: Final = FieldHints(
+    keyed={
+        "status.acceleratorPartitioned.allocatedProfiles": ("name",),
+        "status.acceleratorPartitioned.remainingProfiles": ("name",),
+        "status.detail.slicedDetail.physical.profiles": ("name",),
+    },
+    quantities=tuple(
+        f"status.{view}.{field}" for view in _VIEWS for field in ("capacity", "onceMaxRequest", "remaining")
+    ),
+)
 INSTANCE_TYPE: Final = Resource(
-    WORKER_GROUP, WORKER_VERSION, "InstanceType", "instancetypes", namespaced=False
+    WORKER_GROUP, WORKER_VERSION, "InstanceType", "instancetypes", namespaced=False, hints=INSTANCE_TYPE_HINTS
 )
 NODE_MODEL_STORE: Final = Resource(
     WORKER_GROUP, WORKER_VERSION, "NodeModelStore", "nodemodelstores", namespaced=False
@@ -38,17 +59,48 @@ MODEL_DEPLOYMENT: Final = Resource(
 )
 
 # NFD
-NODE_FEATURE: Final = Resource("nfd.k8s-sigs.io", "v1alpha1", "NodeFeature", "nodefeatures", namespaced=True)
+# NodeFeature: labels and feature maps are granular maps of plain strings; instance elements are atomic.
+NODE_FEATURE: Final = Resource(
+    "nfd.k8s-sigs.io", "v1alpha1", "NodeFeature", "nodefeatures", namespaced=True, hints=FieldHints()
+)
 NODE_FEATURE_RULE: Final = Resource(
     "nfd.k8s-sigs.io", "v1alpha1", "NodeFeatureRule", "nodefeaturerules", namespaced=False
 )
 
 # Kueue (read and write only the storage version v1beta2)
-RESOURCE_FLAVOR: Final = Resource(KUEUE_GROUP, KUEUE_VERSION, "ResourceFlavor", "resourceflavors", False)
-CLUSTER_QUEUE: Final = Resource(KUEUE_GROUP, KUEUE_VERSION, "ClusterQueue", "clusterqueues", False)
-LOCAL_QUEUE: Final = Resource(KUEUE_GROUP, KUEUE_VERSION, "LocalQueue", "localqueues", True)
-TOPOLOGY: Final = Resource(KUEUE_GROUP, KUEUE_VERSION, "Topology", "topologies", False)
-ADMISSION_CHECK: Final = Resource(KUEUE_GROUP, KUEUE_VERSION, "AdmissionCheck", "admissionchecks", False)
+# ResourceFlavor: nodeLabels is an atomic map of plain strings (never quantities); taints and
+# tolerations are atomic lists.
+RESOURCE_FLAVOR_HINTS: Final = FieldHints(atomic=("spec.nodeLabels",))
+# ClusterQueue: resourceGroups is atomic (so is everything inside it, whatever the inner lists' types);
+# the admission checks merge by name, their onFlavors as a set.
+_QUOTA: Final = "spec.resourceGroups[].flavors[].resources[]"
+CLUSTER_QUEUE_HINTS: Final = FieldHints(
+    keyed={**_CONDITIONS, "spec.admissionChecksStrategy.admissionChecks": ("name",)},
+    sets=("spec.admissionChecksStrategy.admissionChecks[].onFlavors",),
+    atomic=("spec.namespaceSelector",),
+    quantities=(
+        f"{_QUOTA}.nominalQuota",
+        f"{_QUOTA}.borrowingLimit",
+        f"{_QUOTA}.lendingLimit",
+        "spec.fairSharing.weight",
+    ),
+)
+LOCAL_QUEUE_HINTS: Final = FieldHints(keyed=_CONDITIONS, quantities=("spec.fairSharing.weight",))
+RESOURCE_FLAVOR: Final = Resource(
+    KUEUE_GROUP, KUEUE_VERSION, "ResourceFlavor", "resourceflavors", False, hints=RESOURCE_FLAVOR_HINTS
+)
+CLUSTER_QUEUE: Final = Resource(
+    KUEUE_GROUP, KUEUE_VERSION, "ClusterQueue", "clusterqueues", False, hints=CLUSTER_QUEUE_HINTS
+)
+LOCAL_QUEUE: Final = Resource(
+    KUEUE_GROUP, KUEUE_VERSION, "LocalQueue", "localqueues", True, hints=LOCAL_QUEUE_HINTS
+)
+# Topology: levels is an atomic list; nothing else to declare.
+TOPOLOGY: Final = Resource(KUEUE_GROUP, KUEUE_VERSION, "Topology", "topologies", False, hints=FieldHints())
+ADMISSION_CHECK_HINTS: Final = FieldHints(keyed=_CONDITIONS)
+ADMISSION_CHECK: Final = Resource(
+    KUEUE_GROUP, KUEUE_VERSION, "AdmissionCheck", "admissionchecks", False, hints=ADMISSION_CHECK_HINTS
+)
 WORKLOAD: Final = Resource(KUEUE_GROUP, KUEUE_VERSION, "Workload", "workloads", True)
 
 #: The namespace the worker runs in and writes its namespaced objects (NodeFeatures) to.

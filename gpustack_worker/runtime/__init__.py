@@ -23,9 +23,10 @@ end). Public surface, one module per idea:
   ``watch(informer, mapper=, predicates=, delay=)`` (``delay`` coalesces an event burst into one
   reconcile via ``add_after``), predicates ``generation_changed``, ``labels_changed``,
   ``semantic_changed(view)``.
-* :class:`~.apply.Applier` (``apply.py``) — SSA as one field manager with the client-side no-op check
-  ``is_noop`` (zero writes at steady state); ``apply_status`` via ``/status``; ``delete`` with
-  preconditions.
+* :class:`~.apply.Applier` (``apply.py``) — SSA as one field manager with the exact client-side no-op
+  check ``is_noop`` (zero writes at steady state; field sets and values as the server merges them, from
+  the kind's :class:`~.resources.FieldHints`), bound to the informer(s) it checks against;
+  ``apply_status`` via ``/status``; ``delete`` with the UID precondition and a propagation policy.
 * :class:`~.manager.Manager` (``manager.py``) — starts informers, waits for sync, runs controllers
   (under a :class:`~.leader.LeaderElector` when given), serves ``/healthz`` ``/readyz`` ``/metrics``.
 * :class:`~.settings.Settings` and :class:`~.settings.SettingsSource` (``settings.py``) — every tunable
@@ -39,7 +40,7 @@ Wiring a controller::
     settings = SettingsSource(client, name=..., namespace=...)
     nodes = Informer(client, NODE, field_selector=f"metadata.name={node}",
                      transform=make_transform([FIELD_MANAGER]), indexers={...})
-    applier = Applier(client, FIELD_MANAGER)
+    applier = Applier(client, FIELD_MANAGER, cache=nodes)   # refuses a cache that drops its managedFields
 
     async def reconcile(key: str) -> Result:
         desired = desired_for(nodes.store.get(key), settings.current)   # pure

@@ -1,133 +1,289 @@
-"""Server-side apply with a client-side no-op check, so a converged system issues zero writes.
+"""Server-side apply with an exact client-side no-op check, so a converged system issues zero writes.
 
 Each controller owns one field manager and applies its whole intent for an object every reconcile
 (level-triggered). Sending that apply when nothing changed is not free — it costs a round trip and
 some fields even bump resourceVersion on a no-op apply (k/k#121404, #95460) — so :func:`is_noop`
-compares the desired body with the cached object first and the PATCH is skipped when
+compares the desired body with the cached object first. The PATCH is skipped only when the apply could
+not change the object:
 
-1. every field in the desired body already has that value in the cached object (quantities compared by
-   value outside ``metadata``, since the server canonicalises them), and
-2. the set of fields this manager owns on the object (from the cache's compact managedFields entry for
-   the manager and subresource) equals the set of fields in the desired body — so a field we stopped
-   wanting is still released by a real apply.
+1. **the fields this manager owns are exactly the fields of the desired body.** Both are computed as the
+   API server does (structured-merge-diff): a map merges key by key, a keyed list item by item
+   (``k:{"name":"a"}``), a set list value by value (``v:"x"``), and an atomic list or map is one field.
+   Which is which comes from the kind's :class:`~gpustack_worker.runtime.resources.FieldHints` (the
+   schema's list and map types). So a field we stopped wanting — anywhere, also inside a keyed list
+   item — is still released by a real apply, and a field another manager took over (a forced apply, or
+   an update that changed its value) is written back;
+2. **every desired value is already there**, compared leaf by leaf in the granular parts and as a whole
+   inside an atomic value (a removal inside an atomic list item is a change). Strings are compared byte
+   for byte, except where the hints declare a Kubernetes quantity (the server canonicalises those:
+   ``"64000m"`` is stored as ``"64"``); inside an atomic value the object may carry only the fields the
+   hints declare as server defaults, with their default value; a keyed or set list must hold our items
+   in our order (the server reorders a list to the applied order).
 
-Field sets are compared at the granularity a client can know without the schema: map keys down to
-leaves, and lists as one field each (for a list whose items we own by key the number of items must
-match as well). Status goes through the ``/status`` subresource with its own managedFields entry.
-Deletes carry uid and resourceVersion preconditions so we never delete a newer object than we decided on.
+Status goes through the ``/status`` subresource with its own managedFields entry.
+
+The check reads this manager's managedFields entry from the cache, so the informer's ingest transform
+must keep it: an :class:`Applier` is bound to the caches it checks against and refuses, at
+construction, a cache whose transform drops its field manager (otherwise every reconcile would write).
+
+Deletes carry the object's UID as precondition (identity is what matters: never delete a recreated
+object), the resourceVersion only when the caller asks for it, and an optional propagation policy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
+import orjson
 import structlog
 
 from gpustack_worker.runtime.metrics import APPLY_SKIPPED
-from gpustack_worker.runtime.quantity import same_quantity
+from gpustack_worker.runtime.quantity import parse
+from gpustack_worker.runtime.resources import ITEM, NO_HINTS, FieldHints, Pattern
 
 if TYPE_CHECKING:
     from gpustack_worker.runtime.client import Client
     from gpustack_worker.runtime.resources import Resource
 
-__all__ = ("Applier", "desired_fields", "is_noop", "owned_fields", "values_match")
+__all__ = (
+    "PROPAGATION_POLICIES",
+    "Applier",
+    "ApplierConfigError",
+    "FieldPath",
+    "ManagedFieldsCache",
+    "desired_fields",
+    "is_noop",
+    "owned_fields",
+)
 
 _log = structlog.get_logger("gpustack_worker.runtime.apply")
-#: Identity fields: part of every apply body but never tracked in managedFields.
-_IDENTITY: Final = frozenset({("apiVersion",), ("kind",), ("metadata", "name"), ("metadata", "namespace")})
-#: Field-set entry: a path plus, for lists owned item by item, the number of owned items (else None).
-FieldSet = dict[tuple[str, ...], int | None]
+#: A field as managedFields spell it: ``("f:spec", "f:groups", 'k:{"name":"a"}', "f:quota")``.
+FieldPath = tuple[str, ...]
+#: Fields the server never tracks in managedFields (k8s fieldmanager's stripped set).
+_UNTRACKED: Final = frozenset(
+    {("apiVersion",), ("kind",)}
+    | {
+        ("metadata", k)
+        for k in (
+            "name",
+            "namespace",
+            "uid",
+            "resourceVersion",
+            "generation",
+            "creationTimestamp",
+            "selfLink",
+            "managedFields",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+        )
+    }
+)
+#: ``DeleteOptions.propagationPolicy`` values.
+PROPAGATION_POLICIES: Final = frozenset({"Background", "Foreground", "Orphan"})
+_MISSING: Final = object()
 
 
-def desired_fields(body: Mapping[str, Any]) -> FieldSet:
-    """Leaf paths of an apply body (lists are leaves, their length recorded)."""
-    out: FieldSet = {}
-
-    def walk(node: Mapping[str, Any], path: tuple[str, ...]) -> None:
-        for key, value in node.items():
-            here = (*path, key)
-            if isinstance(value, Mapping) and value:
-                walk(value, here)
-            elif isinstance(value, Sequence) and not isinstance(value, str):
-                out[here] = len(value)
-            else:
-                out[here] = None
-
-    walk(body, ())
-    for path in _IDENTITY:
-        out.pop(path, None)
-    for path in [p for p in out if p[:1] == ("metadata",) and p[1:2] in {("resourceVersion",), ("uid",)}]:
-        del out[path]
-    return out
+def _json(value: Any) -> str:
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
 
 
-def owned_fields(fields_v1: Mapping[str, Any]) -> FieldSet:
-    """Leaf paths of a managedFields ``fieldsV1`` tree, at the granularity of :func:`desired_fields`."""
-    out: FieldSet = {}
+def _normal(element: str) -> str:
+    """A managedFields path element with its JSON part re-serialised canonically (sorted keys)."""
+    if element[:2] in ("k:", "v:"):
+        try:
+            return element[:2] + _json(orjson.loads(element[2:]))
+        except orjson.JSONDecodeError:
+            return element
+    return element
 
-    def walk(node: Mapping[str, Any], path: tuple[str, ...]) -> None:
-        items = [k for k in node if k[:2] in ("k:", "v:", "i:")]
-        if items and path:
-            out[path] = len(items)
-            return
-        children = [k for k in node if k.startswith("f:")]
+
+def owned_fields(fields_v1: Mapping[str, Any]) -> frozenset[FieldPath]:
+    """The leaf fields of a managedFields ``fieldsV1`` tree.
+
+    A node is a leaf when it has no children besides ``"."`` (the marker saying the node itself is a
+    member: a list item or map entry whose members are its fields, which are leaves themselves).
+    """
+    out: set[FieldPath] = set()
+
+    def walk(node: Mapping[str, Any], path: FieldPath) -> None:
+        children = [k for k in node if k != "."]
         if not children:
             if path:
-                out[path] = None
+                out.add(path)
             return
         for key in children:
-            walk(node[key] or {}, (*path, key[2:]))
+            child = node[key]
+            walk(child if isinstance(child, Mapping) else {}, (*path, _normal(key)))
 
     walk(fields_v1, ())
-    return out
+    return frozenset(out)
 
 
-def _get(obj: Mapping[str, Any], path: tuple[str, ...]) -> tuple[bool, Any]:
-    node: Any = obj
-    for key in path:
-        if not isinstance(node, Mapping) or key not in node:
-            return False, None
-        node = node[key]
-    return True, node
+def _is_list(value: Any) -> bool:
+    return isinstance(value, Sequence) and not isinstance(value, str | bytes)
 
 
-def values_match(desired: Any, actual: Any, *, quantities: bool, keyed: bool = False) -> bool:
-    """Does ``actual`` (server state) already carry ``desired``?
+def _item_key(item: Any, keys: Sequence[str]) -> str | None:
+    if not isinstance(item, Mapping):
+        return None
+    return "k:" + _json({k: item[k] for k in keys if k in item})
 
-    Maps may hold extra keys (other managers, server defaults). Lists are compared item by item in
-    order, except a list whose items we own by key (``keyed``): there other managers' items may be
-    interleaved, so each desired item must be contained in some actual item.
+
+def desired_fields(body: Mapping[str, Any], hints: FieldHints = NO_HINTS) -> frozenset[FieldPath]:
+    """The leaf fields applying ``body`` makes the manager own (what :func:`owned_fields` will read back).
+
+    The same walk as the server's: scalars, nulls, empty maps and atomic values are leaves; a keyed list
+    item's leaves are its fields (key fields included), a set item is a leaf; an empty keyed or set list
+    owns nothing.
     """
-    if isinstance(desired, Mapping):
-        return isinstance(actual, Mapping) and all(
-            k in actual and values_match(v, actual[k], quantities=quantities) for k, v in desired.items()
-        )
-    if isinstance(desired, Sequence) and not isinstance(desired, str):
-        if not isinstance(actual, Sequence) or isinstance(actual, str):
-            return False
-        if keyed:
-            return all(any(values_match(d, a, quantities=quantities) for a in actual) for d in desired)
-        return len(actual) == len(desired) and all(
-            values_match(d, a, quantities=quantities) for d, a in zip(desired, actual, strict=True)
-        )
-    if desired == actual and type(desired) is type(actual):
+    out: set[FieldPath] = set()
+
+    def walk(value: Any, path: FieldPath, pattern: Pattern) -> None:
+        if isinstance(value, Mapping):
+            if not value or hints.is_atomic_map(pattern):
+                out.add(path)
+                return
+            for key, child in value.items():
+                walk(child, (*path, f"f:{key}"), (*pattern, str(key)))
+            return
+        if _is_list(value):
+            keys = hints.list_keys(pattern)
+            if keys is not None:
+                for item in value:
+                    element = _item_key(item, keys)
+                    if element is None:  # not an object: the server will refuse it; make it a write
+                        out.add((*path, f"i:{_json(item)}"))
+                    else:
+                        walk(item, (*path, element), (*pattern, ITEM))
+            elif hints.is_set(pattern):
+                out.update((*path, f"v:{_json(item)}") for item in value)
+            else:
+                out.add(path)
+            return
+        out.add(path)
+
+    for key, child in body.items():
+        if key == "metadata" and isinstance(child, Mapping):
+            for mkey, mchild in child.items():
+                if ("metadata", mkey) not in _UNTRACKED:
+                    walk(mchild, ("f:metadata", f"f:{mkey}"), ("metadata", str(mkey)))
+        elif (key,) not in _UNTRACKED:
+            walk(child, (f"f:{key}",), (str(key),))
+    return frozenset(out)
+
+
+# -- values ----------------------------------------------------------------------------------------
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _same_scalar(desired: Any, actual: Any, pattern: Pattern, hints: FieldHints) -> bool:
+    if desired == actual and (type(desired) is type(actual) or (_number(desired) and _number(actual))):
         return True
-    if quantities and isinstance(desired, str) and isinstance(actual, str):
-        return same_quantity(desired, actual)
-    return bool(isinstance(desired, int | float) and not isinstance(desired, bool) and desired == actual)
+    if hints.is_quantity(pattern) and isinstance(desired, str | int) and isinstance(actual, str | int):
+        if isinstance(desired, bool) or isinstance(actual, bool):
+            return False
+        a, b = parse(str(desired)), parse(str(actual))
+        return a is not None and a == b
+    return False
 
 
-def _manager_fields(cached: Mapping[str, Any], manager: str, subresource: str | None) -> FieldSet | None:
+def _same_atomic(desired: Any, actual: Any, pattern: Pattern, hints: FieldHints) -> bool:
+    """Deep equality of a value the server replaces as a whole; only declared defaults may be extra."""
+    if isinstance(desired, Mapping):
+        if not isinstance(actual, Mapping):
+            return False
+        for key, want in desired.items():
+            have = actual.get(key, _MISSING)
+            if want is None:
+                if have is not _MISSING and have is not None:
+                    return False
+            elif have is _MISSING or not _same_atomic(want, have, (*pattern, str(key)), hints):
+                return False
+        for key, have in actual.items():
+            if key in desired:
+                continue
+            defaulted, value = hints.default((*pattern, str(key)))
+            if not defaulted or not _same_atomic(value, have, (*pattern, str(key)), hints):
+                return False
+        return True
+    if _is_list(desired):
+        return (
+            _is_list(actual)
+            and len(actual) == len(desired)
+            and all(_same_atomic(d, a, (*pattern, ITEM), hints) for d, a in zip(desired, actual, strict=True))
+        )
+    return _same_scalar(desired, actual, pattern, hints)
+
+
+def _in_order(wanted: Sequence[str], present: Sequence[str]) -> bool:
+    """Do our elements appear in ``present`` in the order we want them (others may sit in between)?"""
+    ours = set(wanted)
+    return [p for p in present if p in ours] == list(wanted)
+
+
+def _same(desired: Any, actual: Any, pattern: Pattern, hints: FieldHints) -> bool:
+    """Does ``actual`` already hold every value ``desired`` sets, field by field as the server merges?"""
+    if actual is _MISSING:
+        return desired is None
+    if isinstance(desired, Mapping):
+        if hints.is_atomic_map(pattern):
+            return _same_atomic(desired, actual, pattern, hints)
+        if not isinstance(actual, Mapping):
+            return False
+        return all(
+            _same(value, actual.get(key, _MISSING), (*pattern, str(key)), hints)
+            for key, value in desired.items()
+        )
+    if _is_list(desired):
+        keys = hints.list_keys(pattern)
+        if keys is not None:
+            if not desired:
+                return True  # an empty keyed list owns nothing
+            if not _is_list(actual):
+                return False
+            by_key = {_item_key(item, keys): item for item in actual}
+            wanted = [_item_key(item, keys) for item in desired]
+            if any(w is None or w not in by_key for w in wanted):
+                return False
+            if not _in_order([w for w in wanted if w is not None], [k for k in by_key if k is not None]):
+                return False
+            pairs = zip(desired, wanted, strict=True)
+            return all(_same(item, by_key[w], (*pattern, ITEM), hints) for item, w in pairs)
+        if hints.is_set(pattern):
+            if not desired:
+                return True
+            if not _is_list(actual):
+                return False
+            present = [_json(a) for a in actual]
+            return _in_order([_json(d) for d in desired], present)
+        return _same_atomic(desired, actual, pattern, hints)
+    return _same_scalar(desired, actual, pattern, hints)
+
+
+def _manager_fields(
+    cached: Mapping[str, Any], manager: str, subresource: str | None
+) -> frozenset[FieldPath] | None:
     entries = (cached.get("metadata") or {}).get("managedFields") or ()
-    found: FieldSet | None = None
+    found: set[FieldPath] | None = None
     for entry in entries:
         if entry.get("manager") != manager or entry.get("operation", "Apply") != "Apply":
             continue
         if (entry.get("subresource") or None) != (subresource or None):
             continue
-        found = {**(found or {}), **owned_fields(entry.get("fieldsV1") or {})}
-    return found
+        found = (found or set()) | owned_fields(entry.get("fieldsV1") or {})
+    return None if found is None else frozenset(found)
+
+
+def _without_untracked(body: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in body.items() if (k,) not in _UNTRACKED}
+    meta = out.get("metadata")
+    if isinstance(meta, Mapping):
+        out["metadata"] = {k: v for k, v in meta.items() if ("metadata", k) not in _UNTRACKED}
+    return out
 
 
 def is_noop(
@@ -135,43 +291,89 @@ def is_noop(
     cached: Mapping[str, Any] | None,
     field_manager: str,
     subresource: str | None = None,
+    *,
+    hints: FieldHints = NO_HINTS,
 ) -> bool:
-    """True when applying ``desired`` as ``field_manager`` would change nothing on ``cached``."""
+    """True when applying ``desired`` as ``field_manager`` would change nothing on ``cached``.
+
+    ``hints`` are the kind's field hints (:attr:`Resource.hints`); :class:`Applier` passes them.
+    """
     if cached is None:
         return False
     owned = _manager_fields(cached, field_manager, subresource)
-    wanted = desired_fields(desired)
+    wanted = desired_fields(desired, hints)
     if owned is None:
         # The server drops a manager's managedFields entry once it owns nothing, so an empty intent
         # against an object we own nothing on is the steady state, not a write.
         return not wanted
-    if wanted != owned and not _lists_compatible(wanted, owned):
+    if owned != wanted:
         return False
-    for path in wanted:
-        present, actual = _get(cached, path)
-        found, value = _get(desired, path)
-        if not present or not found:
-            return False
-        quantities = path[:1] != ("metadata",)
-        if not values_match(value, actual, quantities=quantities, keyed=owned.get(path) is not None):
-            return False
-    return True
+    return _same(_without_untracked(desired), cached, (), hints)
 
 
-def _lists_compatible(wanted: FieldSet, owned: FieldSet) -> bool:
-    """Same paths; lengths must agree only where we own list items one by one."""
-    if wanted.keys() != owned.keys():
-        return False
-    return all(owned[p] is None or owned[p] == wanted[p] for p in wanted)
+# -- the applier -------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class ManagedFieldsCache(Protocol):
+    """A cache the no-op check reads: it says whose managedFields entries its ingest transform keeps
+    (an :class:`~gpustack_worker.runtime.informer.Informer`, or the transform itself)."""
+
+    @property
+    def field_managers(self) -> frozenset[str]:
+        """The field managers whose managedFields entries the cached objects keep."""
+        ...
+
+
+class ApplierConfigError(ValueError):
+    """An :class:`Applier` bound to a cache that drops its field manager's managedFields."""
+
+
+def _describe(cache: object) -> str:
+    resource = getattr(cache, "resource", None)
+    kind = getattr(resource, "kind", None)
+    return f"the {kind} informer" if kind else type(cache).__name__
 
 
 class Applier:
-    """Applies desired objects as one field manager, skipping no-ops against the cache."""
+    """Applies desired objects as one field manager, skipping no-ops against the cache.
 
-    def __init__(self, client: Client, field_manager: str) -> None:
+    ``cache`` is the informer (or informers) whose objects the caller passes as ``cached``: each must keep
+    this field manager's managedFields entries (``make_transform([..., field_manager])``), else
+    :class:`ApplierConfigError` is raised here, at start-up — without the entry no apply could ever be
+    judged a no-op.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        field_manager: str,
+        *,
+        cache: ManagedFieldsCache | Iterable[ManagedFieldsCache],
+    ) -> None:
         self.client = client
         self.field_manager = field_manager
         self._skipped = APPLY_SKIPPED.labels(field_manager=field_manager)
+        caches = [cache] if isinstance(cache, ManagedFieldsCache) else list(cache)
+        if not caches:
+            raise ApplierConfigError(f"Applier {field_manager!r} is bound to no cache")
+        for one in caches:
+            self.bind(one)
+
+    def bind(self, cache: ManagedFieldsCache) -> None:
+        """Check that ``cache`` keeps this manager's managedFields (raises :class:`ApplierConfigError`)."""
+        kept = getattr(cache, "field_managers", None)
+        if not isinstance(kept, frozenset | set):
+            raise ApplierConfigError(
+                f"Applier {self.field_manager!r}: {_describe(cache)} does not say which field managers its "
+                "ingest transform keeps (build the transform with make_transform([...]))"
+            )
+        if self.field_manager not in kept:
+            raise ApplierConfigError(
+                f"Applier {self.field_manager!r} checks no-ops against {_describe(cache)}, whose ingest "
+                f"transform keeps the managedFields of {sorted(kept)} only: add {self.field_manager!r} to "
+                "its make_transform([...]) (without it every reconcile would write)"
+            )
 
     async def apply(
         self,
@@ -187,7 +389,7 @@ class Applier:
         ``force`` takes fields over from other managers: pass it only for fields this controller alone
         owns by design.
         """
-        if is_noop(desired, cached, self.field_manager, subresource):
+        if is_noop(desired, cached, self.field_manager, subresource, hints=resource.hints):
             self._skipped.inc()
             return None
         meta = desired.get("metadata") or {}
@@ -210,13 +412,30 @@ class Applier:
         """Apply a status body through the ``/status`` subresource (we alone own our status fields)."""
         return await self.apply(resource, desired, cached, force=True, subresource="status")
 
-    async def delete(self, resource: Resource, cached: Mapping[str, Any]) -> bool:
-        """Delete the cached object with uid + resourceVersion preconditions; False if already gone."""
+    async def delete(
+        self,
+        resource: Resource,
+        cached: Mapping[str, Any],
+        *,
+        check_resource_version: bool = False,
+        propagation_policy: str | None = None,
+    ) -> bool:
+        """Delete the cached object if it is still the same object (UID precondition); False if gone.
+
+        ``check_resource_version`` adds the resourceVersion precondition — only for a decision that
+        depends on the object's exact content: on an object whose status another controller updates
+        (every ClusterQueue) it fails with Conflict until the cache catches up. ``propagation_policy``
+        (``Background`` / ``Foreground`` / ``Orphan``) goes into DeleteOptions as is.
+        """
         meta = cached.get("metadata") or {}
+        uid = meta.get("uid")
+        if not uid:
+            raise ValueError(f"{resource.kind} {meta.get('name')!r}: no metadata.uid to delete by")
         return await self.client.delete(
             resource,
             str(meta["name"]),
             meta.get("namespace"),
-            uid=meta.get("uid"),
-            resource_version=meta.get("resourceVersion"),
+            uid=str(uid),
+            resource_version=str(meta["resourceVersion"]) if check_resource_version else None,
+            propagation_policy=propagation_policy,
         )

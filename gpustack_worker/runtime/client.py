@@ -68,6 +68,8 @@ _PATCH_TYPES: Final = {
 _RETRIABLE_STATUS: Final = frozenset({401, 429, 500, 502, 503, 504})
 #: Connection-level failures (refused, reset, timed out): no answer from the server at all.
 TRANSPORT_ERRORS: Final = (httpx.TransportError, kr8s.APITimeoutError)
+#: ``DeleteOptions.propagationPolicy`` values.
+_PROPAGATION_POLICIES: Final = frozenset({"Background", "Foreground", "Orphan"})
 #: Default per-request timeout; kr8s' own default is "none at all".
 DEFAULT_TIMEOUT_S: Final = 30.0
 #: User-Agent of a client that does not name itself (commands pass ``<program>/<identity>``).
@@ -523,11 +525,19 @@ class Client:
         *,
         uid: str | None = None,
         resource_version: str | None = None,
+        propagation_policy: str | None = None,
     ) -> bool:
         """DELETE with optional uid/resourceVersion preconditions; ``False`` if already gone.
 
-        A failed precondition raises :class:`Conflict`.
+        A failed precondition raises :class:`Conflict`. Pass the ``uid`` to delete only the object you
+        decided on (not a recreated one of the same name); add ``resource_version`` only when the
+        decision depended on its exact content, since any write to the object (a status update by its
+        controller) fails that precondition. ``propagation_policy`` is ``DeleteOptions.propagationPolicy``:
+        ``Background``, ``Foreground`` or ``Orphan`` (the server's per-kind default when None).
         """
+        if propagation_policy is not None and propagation_policy not in _PROPAGATION_POLICIES:
+            allowed = sorted(_PROPAGATION_POLICIES)
+            raise ValueError(f"propagation_policy must be one of {allowed}, not {propagation_policy!r}")
         preconditions: dict[str, str] = {}
         if uid:
             preconditions["uid"] = uid
@@ -536,6 +546,8 @@ class Client:
         body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if preconditions:
             body["preconditions"] = preconditions
+        if propagation_policy is not None:
+            body["propagationPolicy"] = propagation_policy
         try:
             await self._request("DELETE", resource.object_path(name, namespace), body=body)
         except NotFound:

@@ -3,10 +3,11 @@
 Every object entering an informer goes through :func:`make_transform`'s result once. It drops
 ``metadata.managedFields`` (20-25 % of an object's bytes) except the entries written by OUR field
 managers, which it keeps in a compact form because the apply no-op check needs to know exactly which
-fields we own; it drops ``status.images`` (most of a Node's status) and the
-``last-applied-configuration`` annotation, and then deep-freezes the result (interned strings,
-immutable containers). Kinds that are cached in bulk (Nodes) get a kind-specific trim on top; see
-:data:`KIND_TRIMS`.
+fields we own. The transform says which managers it keeps (:attr:`IngestTransform.field_managers`), and
+an Applier bound to the cache refuses to start without its own. It drops ``status.images`` (most of a
+Node's status) and the ``last-applied-configuration`` annotation, and then deep-freezes the result
+(interned strings, immutable containers). Kinds that are cached in bulk (Nodes) get a kind-specific trim
+on top; see :data:`KIND_TRIMS`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,15 @@ import orjson
 
 from gpustack_worker.runtime.frozen import freeze
 
-__all__ = ("KIND_TRIMS", "LAST_APPLIED", "SHARED_PATHS", "Transform", "make_transform", "trim_node")
+__all__ = (
+    "KIND_TRIMS",
+    "LAST_APPLIED",
+    "SHARED_PATHS",
+    "IngestTransform",
+    "Transform",
+    "make_transform",
+    "trim_node",
+)
 
 Transform = Callable[[dict[str, Any]], Any]
 LAST_APPLIED: Final = "kubectl.kubernetes.io/last-applied-configuration"
@@ -94,15 +103,28 @@ def _compact_managed(entries: Any, managers: Collection[str], shared: _SharedEnt
     return kept
 
 
-def make_transform(field_managers: Collection[str] = ()) -> Transform:
-    """Build the ingest transform keeping the managedFields entries of ``field_managers``."""
-    managers = frozenset(field_managers)
-    shared = _SharedEntries()
+class IngestTransform:
+    """The ingest transform of one informer (or several sharing it); callable on a raw object.
 
-    def transform(obj: dict[str, Any]) -> Any:
+    :attr:`field_managers` says whose managedFields entries survive: an
+    :class:`~gpustack_worker.runtime.apply.Applier` bound to a cache checks that its own manager is
+    among them, since its no-op check reads that entry.
+    """
+
+    __slots__ = ("_shared", "field_managers")
+
+    def __init__(self, field_managers: Collection[str] = ()) -> None:
+        self.field_managers: frozenset[str] = frozenset(field_managers)
+        self._shared = _SharedEntries()
+
+    def __repr__(self) -> str:
+        return f"IngestTransform(field_managers={sorted(self.field_managers)!r})"
+
+    def __call__(self, obj: dict[str, Any]) -> Any:
+        shared = self._shared
         meta = obj.get("metadata")
         if isinstance(meta, dict):
-            managed = _compact_managed(meta.pop("managedFields", None), managers, shared)
+            managed = _compact_managed(meta.pop("managedFields", None), self.field_managers, shared)
             if managed:
                 meta["managedFields"] = managed
             annotations = meta.get("annotations")
@@ -121,4 +143,7 @@ def make_transform(field_managers: Collection[str] = ()) -> Transform:
                 parent[inner] = shared.get(parent[inner])
         return freeze(obj)
 
-    return transform
+
+def make_transform(field_managers: Collection[str] = ()) -> IngestTransform:
+    """Build the ingest transform keeping the managedFields entries of ``field_managers``."""
+    return IngestTransform(field_managers)

@@ -11,10 +11,11 @@ import pytest
 from gpustack_worker.agent import capacity, fit, nodefeature
 from gpustack_worker.agent.facts import devices_facts, node_facts
 from gpustack_worker.agent.settings import AgentSettings
-from gpustack_worker.agent.steps import Steps
+from gpustack_worker.agent.steps import FIELD_MANAGERS, Steps
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.runtime.frozen import freeze
 from gpustack_worker.runtime.store import Store
+from gpustack_worker.runtime.transform import make_transform
 
 from .builders import card, group, managed_entry
 from .fakes import RecordingClient
@@ -59,7 +60,8 @@ def _steps(
     if node is not None:
         client.objects[node["metadata"]["name"]] = node
     settings = AgentSettings()
-    return Steps(cast("Client", client), *stores, settings=lambda: settings)
+    caches = (make_transform(FIELD_MANAGERS),)  # what the agent's informers keep
+    return Steps(cast("Client", client), *stores, settings=lambda: settings, caches=caches)
 
 
 def _plain(**changes: str | None) -> dict[str, str]:

@@ -1,163 +1,269 @@
-"""The client-side no-op decision of server-side apply (pure; managedFields as the server writes them)."""
+"""The apply no-op decision, against objects and managedFields the real API server stored (fixtures).
+
+The table (``noop_cases.ROWS``) is checked here offline against the committed fixtures, cached exactly as
+an informer caches them (through the ingest transform); ``test_capture_cluster.py`` checks the same table
+against a live server. Below it: the field-set walk, the hints, the Applier's binding to its caches and
+its deletes.
+"""
 
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
+from capture_fixtures import CASES_BY_NAME, load
+from noop_cases import ROWS, Row
 
-from gpustack_worker.runtime.apply import desired_fields, is_noop, owned_fields
+from gpustack_worker.api import kinds
+from gpustack_worker.runtime.apply import (
+    Applier,
+    ApplierConfigError,
+    desired_fields,
+    is_noop,
+    owned_fields,
+)
+from gpustack_worker.runtime.resources import FieldHints, Resource
 from gpustack_worker.runtime.transform import make_transform
 
-MANAGER = "gpustack-worker/node-agent"
-
-# managedFields exactly as kube-apiserver v1.35 returned them for the two applies below.
-SPEC_ENTRY = {
-    "manager": MANAGER,
-    "operation": "Apply",
-    "apiVersion": "v1",
-    "time": "2026-01-01T00:00:00Z",
-    "fieldsType": "FieldsV1",
-    "fieldsV1": {"f:metadata": {"f:labels": {"f:a": {}}}, "f:spec": {"f:taints": {}}},
-}
-STATUS_ENTRY = {
-    "manager": MANAGER,
-    "operation": "Apply",
-    "apiVersion": "v1",
-    "time": "2026-01-01T00:00:00Z",
-    "fieldsType": "FieldsV1",
-    "fieldsV1": {
-        "f:status": {
-            "f:capacity": {"f:cpu": {}, "f:memory": {}},
-            "f:conditions": {'k:{"type":"Ready"}': {".": {}, "f:reason": {}, "f:status": {}, "f:type": {}}},
-        }
-    },
-    "subresource": "status",
-}
-OTHER_ENTRY = {
-    "manager": "kubelet",
-    "operation": "Update",
-    "fieldsType": "FieldsV1",
-    "fieldsV1": {"f:metadata": {"f:labels": {"f:b": {}}}},
-}
-
-SPEC_BODY: dict[str, Any] = {
-    "apiVersion": "v1",
-    "kind": "Node",
-    "metadata": {"name": "n1", "labels": {"a": "1"}},
-    "spec": {"taints": [{"key": "k", "effect": "NoSchedule", "value": "v"}]},
-}
-STATUS_BODY: dict[str, Any] = {
-    "apiVersion": "v1",
-    "kind": "Node",
-    "metadata": {"name": "n1"},
-    "status": {
-        "capacity": {"cpu": "64000m", "memory": "1024Mi"},
-        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
-    },
-}
-SERVER_NODE: dict[str, Any] = {
-    "apiVersion": "v1",
-    "kind": "Node",
-    "metadata": {
-        "name": "n1",
-        "uid": "u1",
-        "resourceVersion": "42",
-        "labels": {"a": "1", "b": "from-kubelet"},
-        "managedFields": [SPEC_ENTRY, STATUS_ENTRY, OTHER_ENTRY],
-    },
-    "spec": {"taints": [{"key": "k", "effect": "NoSchedule", "value": "v"}]},
-    "status": {
-        "capacity": {"cpu": "64", "memory": "1Gi"},  # canonicalised by the server
-        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ok"}],
-        "images": [{"names": ["x"], "sizeBytes": 1}],
-    },
-}
-CACHED = make_transform([MANAGER])(copy.deepcopy(SERVER_NODE))
+if TYPE_CHECKING:
+    from gpustack_worker.runtime.client import Client
 
 
-def changed(body: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[str, Any]:
-    out = copy.deepcopy(body)
-    node = out
-    for key in path[:-1]:
-        node = node[key]
-    if value is None:
-        del node[path[-1]]
+def decide(row: Row, record: dict[str, Any]) -> bool:
+    """The table's question for one row over one captured record (fixture or fresh capture)."""
+    case = CASES_BY_NAME[record["case"]]
+    manager = row.manager or record["manager"]
+    cached = make_transform([manager])(copy.deepcopy(record["object"]))
+    body = row.change(record["body"])
+    return is_noop(body, cached, manager, record["subresource"], hints=case.resource.hints)
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
+def test_noop_table_on_captured_objects(row: Row) -> None:
+    assert decide(row, load(row.fixture)) is row.noop
+
+
+@pytest.mark.parametrize("case", sorted(CASES_BY_NAME))
+def test_desired_fields_are_what_the_server_recorded(case: str) -> None:
+    """Our walk of each body gives exactly the fields the server recorded for it (where nobody else
+    took one over since)."""
+    record = load(case)
+    entry = next(
+        e
+        for e in record["object"]["metadata"]["managedFields"]
+        if e["manager"] == record["manager"] and e.get("subresource") == record["subresource"]
+    )
+    recorded = owned_fields(entry["fieldsV1"])
+    wanted = desired_fields(record["body"], CASES_BY_NAME[case].resource.hints)
+    taken = {"clusterqueue-taken-over", "clusterqueue-kueue-first-update", "node-labels-updated-by-other"}
+    if case in taken:
+        assert recorded < wanted
     else:
-        node[path[-1]] = value
-    return out
+        assert recorded == wanted
 
 
-@pytest.mark.parametrize(
-    ("body", "subresource", "expected"),
-    [
-        (SPEC_BODY, None, True),
-        (STATUS_BODY, "status", True),
-        (changed(SPEC_BODY, ("metadata", "labels", "a"), "2"), None, False),
-        (changed(SPEC_BODY, ("metadata", "labels"), None), None, False),
-        (changed(SPEC_BODY, ("metadata", "labels", "c"), "new"), None, False),
-        (changed(SPEC_BODY, ("metadata", "labels", "b"), "from-kubelet"), None, False),
-        (changed(SPEC_BODY, ("spec", "taints"), []), None, False),
-        (changed(STATUS_BODY, ("status", "capacity", "cpu"), "64"), "status", True),
-        (changed(STATUS_BODY, ("status", "capacity", "cpu"), "63"), "status", False),
-        (changed(STATUS_BODY, ("status", "conditions"), []), "status", False),
-        (SPEC_BODY, "status", False),
-    ],
-    ids=[
-        "same-spec",
-        "same-status-canonical-quantities",
-        "label-value-changed",
-        "label-removed-needs-release",
-        "label-added",
-        "field-owned-by-someone-else",
-        "list-emptied",
-        "quantity-same-spelling",
-        "quantity-changed",
-        "owned-list-item-removed",
-        "wrong-subresource-entry",
-    ],
-)
-def test_is_noop(body: dict[str, Any], subresource: str | None, expected: bool) -> None:
-    assert is_noop(body, CACHED, MANAGER, subresource) is expected
+def test_no_cache_or_another_subresource_is_a_write() -> None:
+    record = load("node-status")
+    cached = make_transform([record["manager"]])(copy.deepcopy(record["object"]))
+    assert not is_noop(record["body"], None, record["manager"], "status", hints=kinds.NODE.hints)
+    assert not is_noop(record["body"], cached, record["manager"], None, hints=kinds.NODE.hints)
 
 
-def test_not_noop_without_cache_or_without_our_entry() -> None:
-    assert not is_noop(SPEC_BODY, None, MANAGER)
-    assert not is_noop(SPEC_BODY, CACHED, "someone-else")
-
-
-def test_label_values_are_not_compared_as_quantities() -> None:
-    cached = make_transform([MANAGER])(changed(SERVER_NODE, ("metadata", "labels", "a"), "1000m"))
-    assert not is_noop(SPEC_BODY, cached, MANAGER)
+# -- the field-set walk ----------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
     ("fields_v1", "expected"),
     [
-        ({"f:metadata": {"f:labels": {"f:a": {}}}}, {("metadata", "labels", "a"): None}),
-        ({"f:spec": {"f:taints": {}}}, {("spec", "taints"): None}),
+        ({"f:metadata": {"f:labels": {"f:a": {}}}}, {("f:metadata", "f:labels", "f:a")}),
+        ({"f:spec": {"f:taints": {}}}, {("f:spec", "f:taints")}),
         (
-            {"f:status": {"f:conditions": {'k:{"type":"A"}': {".": {}}, 'k:{"type":"B"}': {".": {}}}}},
-            {("status", "conditions"): 2},
+            {
+                "f:status": {
+                    "f:conditions": {".": {}, 'k:{"type":"A"}': {".": {}, "f:type": {}, "f:status": {}}}
+                }
+            },
+            {("f:status", "f:conditions", 'k:{"type":"A"}', f) for f in ("f:type", "f:status")},
         ),
-        ({"f:spec": {"f:finalizers": {'v:"x"': {}}}}, {("spec", "finalizers"): 1}),
+        (
+            {"f:metadata": {"f:finalizers": {".": {}, 'v:"x"': {}}}},
+            {("f:metadata", "f:finalizers", 'v:"x"')},
+        ),
+        ({"f:spec": {'k:{"b":1,"a":"x"}': {}}}, {("f:spec", 'k:{"a":"x","b":1}')}),
     ],
-    ids=["map-leaf", "atomic-list", "keyed-list", "set-list"],
+    ids=["map-leaf", "atomic", "keyed-item-fields", "set-item", "key-json-canonical"],
 )
-def test_owned_fields(fields_v1: dict[str, Any], expected: dict[tuple[str, ...], int | None]) -> None:
+def test_owned_fields(fields_v1: dict[str, Any], expected: set[tuple[str, ...]]) -> None:
     assert owned_fields(fields_v1) == expected
 
 
-def test_desired_fields_ignores_identity() -> None:
-    assert desired_fields(SPEC_BODY) == {("metadata", "labels", "a"): None, ("spec", "taints"): 1}
+HINTS = FieldHints(
+    keyed={"spec.groups": ("name",)},
+    sets=("spec.tags",),
+    atomic=("spec.selector",),
+    quantities=("spec.groups[].quota",),
+    defaults={"spec.rules[].weight": 1},
+)
 
 
-def test_empty_intent_is_noop_only_while_we_own_nothing() -> None:
-    # The server drops a manager's managedFields entry once it owns nothing: applying nothing again
-    # would be a write every reconcile.
-    empty = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}
-    assert is_noop(empty, CACHED, "manager-that-owns-nothing")
-    # While we still own fields, an empty intent must be sent so the server removes them.
-    assert not is_noop(empty, CACHED, MANAGER)
-    assert not is_noop(empty, None, MANAGER)
+def body(spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "x/v1", "kind": "K", "metadata": {"name": "n", "uid": "u"}, "spec": spec}
+
+
+def test_desired_fields_follow_the_hints() -> None:
+    fields = desired_fields(
+        body(
+            {
+                "groups": [{"name": "a", "quota": "1"}],
+                "tags": ["t"],
+                "selector": {"k": "v"},
+                "rules": [{"x": 1}],
+                "empty": {},
+                "none": [],
+            }
+        ),
+        HINTS,
+    )
+    assert fields == {
+        ("f:spec", "f:groups", 'k:{"name":"a"}', "f:name"),
+        ("f:spec", "f:groups", 'k:{"name":"a"}', "f:quota"),
+        ("f:spec", "f:tags", 'v:"t"'),
+        ("f:spec", "f:selector"),
+        ("f:spec", "f:rules"),
+        ("f:spec", "f:empty"),
+        ("f:spec", "f:none"),  # an atomic list, even empty, is a field
+    }
+
+
+def entry(spec: dict[str, Any]) -> dict[str, Any]:
+    def fields(node: dict[str, Any]) -> dict[str, Any]:
+        return {f"f:{k}": fields(v) if isinstance(v, dict) and v else {} for k, v in node.items()}
+
+    return {"manager": "m", "operation": "Apply", "fieldsV1": {"f:spec": fields(spec)}}
+
+
+@pytest.mark.parametrize(
+    ("server_rules", "noop"),
+    [
+        ([{"x": 1, "weight": 1}], True),  # the declared server default, with its value
+        ([{"x": 1, "weight": 2}], False),  # a value other than the default: someone changed it
+        ([{"x": 1, "other": 1}], False),  # an undeclared extra field inside an atomic value
+    ],
+    ids=["declared-default", "default-changed", "undeclared-extra"],
+)
+def test_atomic_values_allow_only_declared_defaults(server_rules: list[Any], noop: bool) -> None:
+    cached = body({"rules": server_rules})
+    cached["metadata"]["managedFields"] = [entry({"rules": None})]
+    assert is_noop(body({"rules": [{"x": 1}]}), cached, "m", hints=HINTS) is noop
+
+
+def test_quantity_only_where_declared() -> None:
+    want = body({"groups": [{"name": "a", "quota": "1000m", "label": "1000m"}]})
+    have = body({"groups": [{"name": "a", "quota": 1, "label": "1000m"}]})
+    have["metadata"]["managedFields"] = [
+        {
+            "manager": "m",
+            "operation": "Apply",
+            "fieldsV1": {
+                "f:spec": {
+                    "f:groups": {'k:{"name":"a"}': {".": {}, "f:name": {}, "f:quota": {}, "f:label": {}}}
+                }
+            },
+        }
+    ]
+    assert is_noop(want, have, "m", hints=HINTS)
+    assert not is_noop(body({"groups": [{"name": "a", "quota": "1", "label": "1"}]}), have, "m", hints=HINTS)
+    assert not is_noop(want, have, "m", hints=FieldHints(keyed={"spec.groups": ("name",)}))
+
+
+def test_hint_paths_are_parsed_strictly() -> None:
+    with pytest.raises(ValueError, match="bad segment"):
+        FieldHints(atomic=("spec..x",))
+    with pytest.raises(ValueError, match="at least one key"):
+        FieldHints(keyed={"spec.x": ()})
+
+
+# -- the Applier: bound to caches that keep its managedFields ----------------------------------------------
+
+
+class FakeClient:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    async def apply(self, resource: Resource, body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        self.calls.append(("apply", {"body": body, **kwargs}))
+        return body
+
+    async def delete(
+        self, resource: Resource, name: str, namespace: str | None = None, **kwargs: Any
+    ) -> bool:
+        self.calls.append(("delete", {"name": name, "namespace": namespace, **kwargs}))
+        return True
+
+
+def test_applier_refuses_a_cache_that_drops_its_managed_fields() -> None:
+    client = cast("Client", FakeClient())
+    with pytest.raises(ApplierConfigError, match="keeps the managedFields of \\['a'\\] only"):
+        Applier(client, "b", cache=make_transform(["a"]))
+    with pytest.raises(ApplierConfigError, match="bound to no cache"):
+        Applier(client, "b", cache=[])
+    with pytest.raises(ApplierConfigError, match="does not say which field managers"):
+        Applier(client, "b", cache=[object()])  # type: ignore[list-item]
+    applier = Applier(client, "b", cache=[make_transform(["a", "b"]), make_transform(["b"])])
+    with pytest.raises(ApplierConfigError):
+        applier.bind(make_transform())
+
+
+def test_informer_says_which_managers_its_transform_keeps() -> None:
+    from gpustack_worker.runtime.informer import Informer
+
+    client = cast("Client", FakeClient())
+    kept = Informer(client, kinds.NODE, transform=make_transform(["a", "b"]))
+    assert kept.field_managers == {"a", "b"}
+    Applier(client, "a", cache=kept)
+    with pytest.raises(ApplierConfigError, match="the Node informer"):
+        Applier(client, "a", cache=Informer(client, kinds.NODE))
+
+
+async def test_applier_writes_only_when_not_a_noop() -> None:
+    record = load("clusterqueue")
+    fake = FakeClient()
+    applier = Applier(cast("Client", fake), record["manager"], cache=make_transform([record["manager"]]))
+    cached = make_transform([record["manager"]])(copy.deepcopy(record["object"]))
+    assert await applier.apply(kinds.CLUSTER_QUEUE, record["body"], cached, force=True) is None
+    changed = copy.deepcopy(record["body"])
+    changed["spec"]["stopPolicy"] = "None"
+    assert await applier.apply(kinds.CLUSTER_QUEUE, changed, cached, force=True) == changed
+    assert [c for c, _ in fake.calls] == ["apply"]
+
+
+# -- deletes ------------------------------------------------------------------------------------------------
+
+
+async def test_applier_delete_uses_the_uid_and_only_asked_for_resource_version() -> None:
+    fake = FakeClient()
+    applier = Applier(cast("Client", fake), "m", cache=make_transform(["m"]))
+    cached = {"metadata": {"name": "q", "uid": "u1", "resourceVersion": "7"}}
+    await applier.delete(kinds.CLUSTER_QUEUE, cached)
+    await applier.delete(
+        kinds.CLUSTER_QUEUE, cached, check_resource_version=True, propagation_policy="Foreground"
+    )
+    assert [kw for _, kw in fake.calls] == [
+        {"name": "q", "namespace": None, "uid": "u1", "resource_version": None, "propagation_policy": None},
+        {
+            "name": "q",
+            "namespace": None,
+            "uid": "u1",
+            "resource_version": "7",
+            "propagation_policy": "Foreground",
+        },
+    ]
+    with pytest.raises(ValueError, match=r"no metadata\.uid"):
+        await applier.delete(kinds.CLUSTER_QUEUE, {"metadata": {"name": "q"}})
+
+
+def test_resource_hints_do_not_change_identity() -> None:
+    plain = Resource("g", "v1", "K", "ks", namespaced=False)
+    hinted = Resource("g", "v1", "K", "ks", namespaced=False, hints=FieldHints(sets=("spec.x",)))
+    assert plain == hinted and hash(plain) == hash(hinted)

@@ -75,7 +75,7 @@ async def test_converged_controller_issues_zero_writes(devcluster: Any, eventual
     informer = Informer(
         client, kinds.NODE, label_selector=f"{RUN_LABEL}={run}", transform=make_transform([MANAGER])
     )
-    applier = Applier(client, MANAGER)
+    applier = Applier(client, MANAGER, cache=informer)
     reconciles = 0
 
     async def reconcile(key: str) -> Result:
