@@ -29,15 +29,17 @@ end). Public surface, one module per idea:
   ``apply_status`` via ``/status``; ``delete`` with the UID precondition and a propagation policy.
 * :class:`~.manager.Manager` (``manager.py``) — starts informers, waits for sync, runs controllers
   (under a :class:`~.leader.LeaderElector` when given), serves ``/healthz`` ``/readyz`` ``/metrics``.
-* :class:`~.settings.Settings` and :class:`~.settings.SettingsSource` (``settings.py``) — every tunable
-  once; the live settings ConfigMap; ``source.current`` is the last good snapshot.
+* :class:`~.settings.SettingsSource` (``settings.py``) — the live settings ConfigMap validated into one
+  composed settings model (each stage's :class:`~.settings.SettingsModel`; the runtime's own tunables
+  are :class:`~.settings.RuntimeSettings`); ``source.current`` is the last good snapshot; fields marked
+  ``STARTUP_ONLY`` are read from the environment at start-up and rejected in the ConfigMap.
 * ``quantity.py`` — Kubernetes quantities by value: ``parse``, ``same_quantity``, ``ceil_quantity``.
 * ``telemetry.py`` (structlog JSON, OTLP when ``OTEL_*`` say so), ``metrics.py`` (conventional names).
 
 Wiring a controller::
 
     client = await Client.connect(kubeconfig)
-    settings = SettingsSource(client, name=..., namespace=...)
+    settings = SettingsSource(client, model=MySettings, name=..., namespace=...)
     nodes = Informer(client, NODE, field_selector=f"metadata.name={node}",
                      transform=make_transform([FIELD_MANAGER]), indexers={...})
     applier = Applier(client, FIELD_MANAGER, cache=nodes)   # refuses a cache that drops its managedFields

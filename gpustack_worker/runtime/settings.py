@@ -30,12 +30,9 @@ seed is a :class:`SettingsError` at start-up (the command line turns it into one
 
 from __future__ import annotations
 
-import asyncio
-import datetime as dt
 import difflib
 import os
 import time
-import uuid
 from dataclasses import dataclass
 from typing import (
     TYPE_CHECKING,
@@ -55,9 +52,10 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from gpustack_worker.runtime.events import EventRecorder
 from gpustack_worker.runtime.informer import DELETED, Informer, InformerOptions
 from gpustack_worker.runtime.metrics import SETTINGS_INVALID, SETTINGS_LAST_GOOD
-from gpustack_worker.runtime.resources import CONFIG_MAP, EVENT
+from gpustack_worker.runtime.resources import CONFIG_MAP
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -87,6 +85,8 @@ __all__ = (
 
 DEFAULT_CONFIGMAP: Final = "gpustack-settings"
 DEFAULT_NAMESPACE: Final = "gpustack-system"
+#: ``reportingController`` of the Events a rejected revision gets.
+REPORTING_CONTROLLER: Final = "gpustack.ai/worker"
 ENV_PREFIX: Final = "GPUSTACK_"
 #: The one marker of a start-up-only field: ``Field(..., json_schema_extra=STARTUP_ONLY)``.
 STARTUP_ONLY: Final[dict[str, Any]] = {"startup_only": True}
@@ -433,17 +433,14 @@ def _explain(
 # -- the live source ----------------------------------------------------------------------------------
 
 
-def _micro_time() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 class SettingsSource(Generic[S_co]):
     """Watches one settings ConfigMap and keeps the last good settings of ``model``.
 
     The environment seeds are validated when the source is built (a :class:`SettingsError` then):
     every revision is validated over them, so a bad seed would otherwise reject every revision.
     ``post_events=False`` reports rejections by log line and metric only (for processes that run on
-    every node: one Event per process would be thousands of copies of the same Event).
+    every node: one Event per process would be thousands of copies of the same Event). Events go
+    through ``recorder`` (an :class:`~.events.EventRecorder`; one of its own when not given).
     """
 
     def __init__(
@@ -456,6 +453,7 @@ class SettingsSource(Generic[S_co]):
         env: Mapping[str, str] | None = None,
         reporting_instance: str = "",
         post_events: bool = True,
+        recorder: EventRecorder | None = None,
     ) -> None:
         self.client = client
         self.model = model
@@ -468,10 +466,13 @@ class SettingsSource(Generic[S_co]):
         self._current: S_co = settings_from(model, None, self._env)
         SETTINGS_LAST_GOOD.labels(configmap=self._label).set(time.time())
         self._listeners: list[Callable[[S_co], None]] = []
-        self._tasks: set[asyncio.Task[None]] = set()
+        self.recorder: EventRecorder | None = None
+        if post_events:
+            self.recorder = recorder or EventRecorder(
+                client, controller=REPORTING_CONTROLLER, instance=self._instance
+            )
         self._rejected: tuple[tuple[tuple[str, str], ...], tuple[str, ...]] | None = None
         self.rejections = 0
-        self.events_posted = 0
         self.last_error: SettingsError | None = None
         self.informer = Informer(
             client, CONFIG_MAP, namespace=namespace, field_selector=f"metadata.name={name}"
@@ -497,8 +498,8 @@ class SettingsSource(Generic[S_co]):
 
     async def settle(self) -> None:
         """Wait for the Events being posted (tests; a stopping process)."""
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.recorder is not None:
+            await self.recorder.flush()
 
     def load(self, configmap: Mapping[str, Any] | None) -> bool:
         """Validate one ConfigMap revision (``None``: deleted) and accept it, or reject it keeping the
@@ -553,40 +554,21 @@ class SettingsSource(Generic[S_co]):
             configmap=self._label,
             errors=exc.errors,
         )
-        if not self.post_events:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # validated outside a loop (tests): nothing to post with
-            return
-        task = loop.create_task(self._post_event(configmap, exc))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _post_event(self, configmap: Mapping[str, Any], exc: SettingsError) -> None:
-        meta = configmap.get("metadata") or {}
-        event = {
-            "apiVersion": EVENT.api_version,
-            "kind": "Event",
-            "metadata": {"name": f"{self.name}.{uuid.uuid4().hex[:16]}", "namespace": self.namespace},
-            "eventTime": _micro_time(),
-            "reportingController": "gpustack.ai/worker",
-            "reportingInstance": self._instance[:128],
-            "action": "LoadSettings",
-            "reason": "InvalidSettings",
-            "type": "Warning",
-            "note": f"rejected, the settings in force stay: {exc}"[:1024],
-            "regarding": {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "name": self.name,
-                "namespace": self.namespace,
-                "uid": meta.get("uid"),
-                "resourceVersion": meta.get("resourceVersion"),
-            },
-        }
-        try:
-            await self.client.create(EVENT, event, namespace=self.namespace)
-            self.events_posted += 1
-        except Exception as err:
-            _log.warning("could not post settings event", error=repr(err))
+        if self.recorder is not None:
+            meta = configmap.get("metadata") or {}
+            regarding = {
+                "apiVersion": CONFIG_MAP.api_version,
+                "kind": CONFIG_MAP.kind,
+                "metadata": {
+                    "name": self.name,
+                    "namespace": self.namespace,
+                    "uid": meta.get("uid"),
+                    "resourceVersion": meta.get("resourceVersion"),
+                },
+            }
+            self.recorder.warning(
+                regarding,
+                reason="InvalidSettings",
+                action="LoadSettings",
+                note=f"rejected, the settings in force stay: {exc}",
+            )

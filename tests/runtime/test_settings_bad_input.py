@@ -243,7 +243,9 @@ async def test_binary_data_is_rejected_too(log: _LogRecorder) -> None:
     assert len(sink.events) == 1
 
 
-async def test_fixing_the_value_is_accepted_and_a_new_bad_value_reported_again(log: _LogRecorder) -> None:
+async def test_after_a_fix_bad_content_is_reported_again_and_events_form_a_series(log: _LogRecorder) -> None:
+    """Rejected, fixed, the same bad value again: logged and counted again; the Event recorder keeps
+    it in the first Event's series (client-go de-duplication); a different bad value is a new Event."""
     sink = _EventSink()
     source = SettingsSource(cast("Client", sink), model=WorkerSettings, name="fix", namespace=NS, env={})
     assert source.load(_configmap({"log-level": "loud"})) is False
@@ -251,7 +253,13 @@ async def test_fixing_the_value_is_accepted_and_a_new_bad_value_reported_again(l
     assert source.current.log_level == "ERROR" and source.last_error is None
     assert source.load(_configmap({"log-level": "loud"}, rv="3")) is False
     await source.settle()
-    assert source.rejections == 2 and len(sink.events) == 2
+    errors = [line for line in log.lines if line[0] == "error"]
+    assert source.rejections == 2 and len(errors) == 2 and len(sink.events) == 1
+    assert source.recorder is not None and source.recorder.suppressed == 1
+    assert source.load(_configmap({"log-level": "louder"}, rv="4")) is False
+    await source.settle()
+    assert source.rejections == 3 and len(sink.events) == 2
+    assert source.current.log_level == "ERROR"
 
 
 async def test_per_node_processes_log_and_count_but_post_no_event(log: _LogRecorder) -> None:
