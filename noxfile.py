@@ -1,4 +1,4 @@
-"""Sessions: tests, lint, typecheck, crds, demo, bench. ``nox -s lint typecheck tests`` is what CI runs."""
+"""Sessions: tests, lint, typecheck, crds, rbac, demo, bench. ``nox -s lint typecheck tests`` is CI."""
 
 from __future__ import annotations
 
@@ -38,6 +38,13 @@ def crds(session: nox.Session) -> None:
     """Regenerate manifests/crds/ from the pydantic models."""
     session.install("-e", ".")
     session.run("python", "-m", "gpustack_worker.api.crdgen", "manifests/crds")
+
+
+@nox.session
+def rbac(session: nox.Session) -> None:
+    """Regenerate manifests/rbac/ and chart/templates/rbac-*.yaml from gpustack_worker/api/rbac.py."""
+    session.install("-e", ".")
+    session.run("python", "-m", "gpustack_worker.api.rbacgen")
 
 
 @nox.session

@@ -1,4 +1,5 @@
-"""The few API calls the harness makes before any operator code runs: CRDs, namespaces, the nfd-master Node.
+"""The few API calls the harness makes before any operator code runs: CRDs, namespaces, the nfd-master Node,
+our RBAC (ServiceAccounts, roles, bindings) and ServiceAccount tokens.
 
 A small synchronous HTTP client on purpose: the harness is used from synchronous pytest fixtures and from
 the ``devcluster up`` supervisor, and it must work before (and independently of) the runtime it tests.
@@ -72,6 +73,46 @@ class ApiBootstrap:
     def create_node(self, node: Mapping[str, Any]) -> None:
         """Create a Node with its status in one POST (the Node strategy accepts status on create)."""
         self.create("/api/v1/nodes", node)
+
+    def create_object(self, doc: Mapping[str, Any]) -> None:
+        """Create one object of a kind in :data:`_COLLECTIONS` (an existing one is left as it is)."""
+        kind = str(doc.get("kind"))
+        try:
+            prefix, plural, namespaced = _COLLECTIONS[kind]
+        except KeyError:
+            raise ValueError(f"the harness does not create {kind} objects") from None
+        namespace = (doc.get("metadata") or {}).get("namespace")
+        if namespaced and not namespace:
+            raise ValueError(f"{kind} {doc.get('metadata', {}).get('name')} has no namespace")
+        path = f"{prefix}/namespaces/{namespace}/{plural}" if namespaced else f"{prefix}/{plural}"
+        self.create(path, doc)
+
+    def request_token(self, name: str, namespace: str, expiration_seconds: int) -> str:
+        """A bound token of ServiceAccount ``namespace/name`` from the TokenRequest API."""
+        body = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": expiration_seconds},
+        }
+        resp = self.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token", body)
+        if resp.status_code not in (200, 201):
+            raise RuntimeError(
+                f"TokenRequest for {namespace}/{name}: HTTP {resp.status_code}: {resp.text[:500]}"
+            )
+        token: str = resp.json()["status"]["token"]
+        return token
+
+
+_RBAC = "/apis/rbac.authorization.k8s.io/v1"
+#: kind -> (API prefix, plural, namespaced) for :meth:`ApiBootstrap.create_object`.
+_COLLECTIONS: dict[str, tuple[str, str, bool]] = {
+    "Namespace": ("/api/v1", "namespaces", False),
+    "ServiceAccount": ("/api/v1", "serviceaccounts", True),
+    "ClusterRole": (_RBAC, "clusterroles", False),
+    "ClusterRoleBinding": (_RBAC, "clusterrolebindings", False),
+    "Role": (_RBAC, "roles", True),
+    "RoleBinding": (_RBAC, "rolebindings", True),
+}
 
 
 def load_yaml_documents(paths: Iterable[Path]) -> list[dict[str, Any]]:

@@ -2,7 +2,8 @@
 
 Used by the test suite (one per session), by the demo and by ``gpustack-worker devcluster up``. Start
 order follows the control-plane notes: certificates → etcd → kube-apiserver → CRDs (Kueue, NFD, ours) →
-namespaces → the node nfd-master needs → Kueue → nfd-master. Every port is chosen free at start, so
+namespaces → our RBAC (``manifests/rbac``: ServiceAccounts, roles, bindings) → the node nfd-master needs →
+Kueue → nfd-master. Every port is chosen free at start, so
 several clusters can run side by side.
 
 There is no kubelet, scheduler or kube-controller-manager: Nodes are API objects whose status we write,
@@ -30,12 +31,15 @@ from gpustack_worker.devcluster.bootstrap import ApiBootstrap, load_yaml_documen
 from gpustack_worker.devcluster.pki import Pki, make_pki
 from gpustack_worker.devcluster.procs import ManagedProcess, StartupError, free_port
 
-__all__ = ("NFD_MASTER_NODE", "SYSTEM_NAMESPACES", "DevCluster", "StartupError")
+__all__ = ("NFD_MASTER_NODE", "SA_TOKEN_SECONDS", "SYSTEM_NAMESPACES", "DevCluster", "StartupError")
 
 #: The Node nfd-master insists on updating at start-up; marked unmanaged and unschedulable so no chain
 #: object ever counts it.
 NFD_MASTER_NODE = "devcluster-nfd-master"
-SYSTEM_NAMESPACES = ("kueue-system", "node-feature-discovery", "gpustack-system")
+SYSTEM_NAMESPACE = "gpustack-system"
+SYSTEM_NAMESPACES = ("kueue-system", "node-feature-discovery", SYSTEM_NAMESPACE)
+#: Lifetime of the ServiceAccount tokens the harness mints: longer than any test session or demo.
+SA_TOKEN_SECONDS = 48 * 3600
 #: Kueue's metrics certificate path is hard-coded in cmd/kueue/main.go.
 KUEUE_METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
 MANIFESTS_ENV = "GPUSTACK_WORKER_MANIFESTS"
@@ -133,6 +137,32 @@ class DevCluster:
         self._etcd_post(f"{base}/kv/compaction", {"revision": revision, "physical": True})
         return revision
 
+    def service_account_kubeconfig(self, name: str, namespace: str = SYSTEM_NAMESPACE) -> Path:
+        """A kubeconfig authenticating as ServiceAccount ``namespace/name`` (created if missing), with a
+        token minted through the TokenRequest API (valid :data:`SA_TOKEN_SECONDS`).
+
+        The agent and the controller run with these in the end-to-end tests, so they hold exactly the
+        RBAC that ``manifests/rbac`` (and the chart) grant them: a missing permission is a 403 there.
+        Each call mints a fresh token and rewrites ``DIR/kubeconfigs/<namespace>.<name>.kubeconfig``.
+        """
+        assert self.pki is not None
+        api = self.bootstrap()
+        try:
+            api.create_object(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ServiceAccount",
+                    "metadata": {"name": name, "namespace": namespace},
+                }
+            )
+            token = api.request_token(name, namespace, SA_TOKEN_SECONDS)
+        finally:
+            api.close()
+        path = self.dir / "kubeconfigs" / f"{namespace}.{name}.kubeconfig"
+        path.parent.mkdir(exist_ok=True)
+        self._write_kubeconfig(path, f"system:serviceaccount:{namespace}:{name}", token)
+        return path
+
     def bootstrap(self) -> ApiBootstrap:
         """An admin HTTP client for the harness' own calls (caller closes it)."""
         assert self.pki is not None
@@ -152,6 +182,8 @@ class DevCluster:
             api.install_crds(crds)
             for ns in SYSTEM_NAMESPACES:
                 api.ensure_namespace(ns)
+            for doc in self._rbac_documents():
+                api.create_object(doc)
             if self.with_nfd:
                 api.create_node(_nfd_master_node())
         finally:
@@ -239,8 +271,12 @@ class DevCluster:
         ctx = ssl.create_default_context(cafile=str(p.ca_cert))
         proc.wait_ready(lambda: _http_ok(f"{self.server}/readyz", ctx), 90)
 
-    def _write_kubeconfig(self) -> None:
+    def _write_kubeconfig(
+        self, path: Path | None = None, user: str = "devcluster-admin", token: str = ""
+    ) -> None:
+        """Write a kubeconfig for ``user`` (default: the admin kubeconfig at :attr:`kubeconfig`)."""
         assert self.pki is not None
+        path = path or self.kubeconfig
         ca = base64.b64encode(self.pki.ca_cert.read_bytes()).decode()
         config = {
             "apiVersion": "v1",
@@ -248,14 +284,20 @@ class DevCluster:
             "clusters": [
                 {"name": "devcluster", "cluster": {"server": self.server, "certificate-authority-data": ca}}
             ],
-            "users": [{"name": "devcluster-admin", "user": {"token": self.pki.admin_token}}],
-            "contexts": [
-                {"name": "devcluster", "context": {"cluster": "devcluster", "user": "devcluster-admin"}}
-            ],
+            "users": [{"name": user, "user": {"token": token or self.pki.admin_token}}],
+            "contexts": [{"name": "devcluster", "context": {"cluster": "devcluster", "user": user}}],
             "current-context": "devcluster",
         }
-        self.kubeconfig.write_text(yaml.safe_dump(config, sort_keys=True))
-        self.kubeconfig.chmod(0o600)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(yaml.safe_dump(config, sort_keys=True))
+        tmp.chmod(0o600)
+        tmp.replace(path)
+
+    def _rbac_documents(self) -> list[dict[str, Any]]:
+        files = sorted((_repo_manifests() / "rbac").glob("*.yaml"))
+        if not files:
+            raise StartupError(f"no RBAC manifests in {_repo_manifests() / 'rbac'} (run `nox -s rbac`)")
+        return load_yaml_documents(files)
 
     def _crd_documents(self) -> list[dict[str, Any]]:
         kueue = build.module_dir("sigs.k8s.io/kueue", versions.KUEUE) / "config/components/crd/bases"

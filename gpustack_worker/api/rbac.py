@@ -1,0 +1,151 @@
+"""What each component may do in the API, as data: the one source of our RBAC.
+
+``python -m gpustack_worker.api.rbacgen`` renders these rules into ``manifests/rbac/*.yaml`` (what the
+dev cluster installs and the end-to-end tests run under) and into the chart's
+``chart/templates/rbac-*.yaml``; ``tests/api/test_rbacgen.py`` fails when either is stale. Each
+component gets a ServiceAccount in the system namespace and, named like it, a ClusterRole +
+ClusterRoleBinding for its cluster-scoped rules and a Role + RoleBinding in each namespace it touches.
+
+Every verb granted here is either used by the code during the end-to-end RBAC test
+(``tests/api/test_rbac_cluster.py`` runs the agent and the controller as their ServiceAccounts and reads
+the API server's audit log) or listed in the component's :attr:`Component.not_exercised` with the reason
+it exists and when it is used. Anything else is an excess permission and fails that test; a verb the
+code uses that is not granted fails it too (403 in the audit log). When a controller is added, its
+rules go into its component here, and the test proves them.
+
+A ``patch`` that creates the object (server-side apply of a new object) is authorized as ``patch`` and
+``create``: the audit log records it as a ``patch`` answered 201, which the test counts as both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
+
+from gpustack_worker.api import kinds
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from gpustack_worker.runtime.resources import Resource
+
+__all__ = (
+    "AGENT",
+    "COMPONENTS",
+    "CONTROLLER",
+    "EVENTS_NAMESPACE",
+    "SYSTEM",
+    "Component",
+    "Rule",
+)
+
+#: Stands for the system namespace: ``gpustack-system`` in ``manifests/``, ``.Values.systemNamespace`` in
+#: the chart.
+SYSTEM: Final = "<system>"
+#: Where Events about cluster-scoped objects (Nodes, Devices) must be written: the API server requires
+#: an Event's namespace to be its ``regarding`` object's, and ``default`` for cluster-scoped ones.
+EVENTS_NAMESPACE: Final = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """Verbs on one resource (optionally one subresource), with the reason they are granted."""
+
+    resource: Resource
+    verbs: tuple[str, ...]
+    why: str
+    subresource: str = ""
+
+    @property
+    def api_group(self) -> str:
+        return self.resource.group
+
+    @property
+    def resource_path(self) -> str:
+        """``plural`` or ``plural/subresource``, as RBAC names it."""
+        plural = self.resource.plural
+        return f"{plural}/{self.subresource}" if self.subresource else plural
+
+
+@dataclass(frozen=True, slots=True)
+class Component:
+    """One process' identity and permissions."""
+
+    #: Name of its ServiceAccount, ClusterRole, Role(s) and bindings.
+    name: str
+    #: Short name: the generated files are ``manifests/rbac/<key>.yaml`` and ``rbac-<key>.yaml``.
+    key: str
+    cluster: tuple[Rule, ...] = ()
+    #: Namespace (:data:`SYSTEM`, :data:`EVENTS_NAMESPACE`, ...) → rules of a Role there.
+    namespaced: Mapping[str, tuple[Rule, ...]] = field(default_factory=dict)
+    #: ``(namespace or "" for cluster, apiGroup, resource_path, verb)`` → why it is granted although
+    #: the end-to-end RBAC test does not exercise it.
+    not_exercised: Mapping[tuple[str, str, str, str], str] = field(default_factory=dict)
+
+    def grants(self) -> set[tuple[str, str, str, str]]:
+        """Every ``(namespace or "", apiGroup, resource_path, verb)`` this component is granted."""
+        out = {("", r.api_group, r.resource_path, v) for r in self.cluster for v in r.verbs}
+        for namespace, rules in self.namespaced.items():
+            out |= {(namespace, r.api_group, r.resource_path, v) for r in rules for v in r.verbs}
+        return out
+
+
+_SETTINGS_EVENTS: Final = "a Warning Event on the settings ConfigMap when a revision is rejected"
+
+AGENT: Final = Component(
+    name="gpustack-worker-agent",
+    key="agent",
+    cluster=(
+        Rule(
+            kinds.NODE,
+            ("list", "watch", "patch"),
+            "informer of its Node(s); server-side apply of the fit/identity labels, annotations and taints",
+        ),
+        Rule(kinds.NODE, ("patch",), "server-side apply of the counting capacities", subresource="status"),
+        Rule(kinds.DEVICES, ("list", "watch"), "informer of its node's Devices (the Device Manager's)"),
+    ),
+    namespaced={
+        SYSTEM: (
+            Rule(
+                kinds.NODE_FEATURE,
+                ("list", "watch", "create", "patch", "delete"),
+                "its nodes' NodeFeatures: informer, server-side apply (create on first apply), removal",
+            ),
+            Rule(kinds.CONFIG_MAP, ("list", "watch"), "the live settings ConfigMap"),
+            Rule(kinds.EVENT, ("create",), _SETTINGS_EVENTS),
+        ),
+        EVENTS_NAMESPACE: (
+            Rule(
+                kinds.EVENT,
+                ("create", "patch"),
+                "Warning Events about its Nodes and Devices (invalid input, a rejected apply), "
+                "de-duplicated into series",
+            ),
+        ),
+    },
+    not_exercised={
+        (SYSTEM, kinds.NODE_FEATURE.group, kinds.NODE_FEATURE.plural, "delete"): (
+            "a node's NodeFeature is deleted only when the node leaves the agent's care (opted out, or its "
+            "Node deleted); the RBAC test's scenario keeps every node"
+        ),
+        (EVENTS_NAMESPACE, kinds.EVENT.group, kinds.EVENT.plural, "patch"): (
+            "an Event series is patched only when the same warning recurs (its count) after the first "
+            "was written; the agent reports a finding once while it persists"
+        ),
+    },
+)
+
+CONTROLLER: Final = Component(
+    name="gpustack-worker-controller",
+    key="controller",
+    namespaced={
+        SYSTEM: (
+            Rule(kinds.LEASE, ("get", "create", "update"), "leader election on the Lease"),
+            Rule(kinds.CONFIG_MAP, ("list", "watch"), "the live settings ConfigMap"),
+            Rule(kinds.EVENT, ("create",), _SETTINGS_EVENTS),
+        ),
+    },
+)
+
+#: Every component, in the order the files are generated.
+COMPONENTS: Final = (AGENT, CONTROLLER)
