@@ -5,20 +5,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from gpustack_worker.api import kinds
+from gpustack_worker.runtime.client import Client
+from gpustack_worker.runtime.controller import Controller, Result
 from gpustack_worker.runtime.indexers import by_label, namespace_of
+from gpustack_worker.runtime.manager import Manager
+from gpustack_worker.runtime.queue import WorkQueue
 from gpustack_worker.runtime.registry import InformerKey, InformerRegistry, RegistryError
 from gpustack_worker.runtime.resources import Resource
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
+    from tests.conftest import Poll
+
 NODE = Resource("", "v1", "Node", "nodes", namespaced=False)
 CQ = Resource("kueue.x-k8s.io", "v1beta2", "ClusterQueue", "clusterqueues", namespaced=False)
 CM = Resource("", "v1", "ConfigMap", "configmaps", namespaced=True)
+RUN = "test.gpustack.ai/run"
 
 
 def _managed(*managers: str) -> list[dict[str, Any]]:
@@ -170,3 +179,101 @@ async def test_run_twice_is_refused() -> None:
     async with running(reg):
         with pytest.raises(RegistryError, match="already running"):
             await reg.run()
+
+
+# -- on the real API server ----------------------------------------------------------------------------
+
+
+@pytest.mark.cluster
+async def test_manager_syncs_registry_informers_and_a_late_informer_syncs_before_its_controller_runs(
+    devcluster: Any, eventually: Poll
+) -> None:
+    client = await Client.connect(str(devcluster.kubeconfig))
+    run = uuid.uuid4().hex[:8]
+    ns = kinds.SYSTEM_NAMESPACE
+    early_sel, late_sel = f"{RUN}=early-{run}", f"{RUN}=late-{run}"
+    manager_a, manager_b = f"reg-a-{run}", f"reg-b-{run}"
+
+    def cm(name: str, selector: str) -> dict[str, Any]:
+        label = selector.split("=", 1)
+        meta = {"name": name, "namespace": ns, "labels": {label[0]: label[1]}}
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"k": "v"}}
+
+    for i in range(3):
+        await client.create(kinds.CONFIG_MAP, cm(f"early-{run}-{i}", early_sel))
+    for i in range(20):
+        await client.create(kinds.CONFIG_MAP, cm(f"late-{run}-{i}", late_sel))
+    # two field managers write the early objects, plus one the registry never hears of
+    for mgr in (manager_a, manager_b, f"stranger-{run}"):
+        meta = {"name": f"early-{run}-0", "namespace": ns}
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {mgr: "x"}}
+        await client.apply(kinds.CONFIG_MAP, body, field_manager=mgr)
+
+    registry = InformerRegistry(client)
+    early = registry.informer(
+        kinds.CONFIG_MAP, namespace=ns, label_selector=early_sel, field_manager=manager_a
+    )
+    assert registry.informer(
+        kinds.CONFIG_MAP, namespace=ns, label_selector=early_sel, field_manager=manager_b
+    ) is early  # fmt: skip
+    first_seen: dict[str, int] = {}
+
+    async def early_reconcile(key: str) -> Result:
+        first_seen.setdefault("early", len(early.store))
+        return Result.done()
+
+    early_ctl = Controller(f"reg-early-{run}", early_reconcile, WorkQueue(f"reg-early-{run}"))
+    early_ctl.watch(early)
+    manager = Manager()
+    manager.add_registry(registry)
+    manager.add_controller(early_ctl)
+    stop = asyncio.Event()
+    task = asyncio.create_task(manager.run(stop))
+    late_runner: asyncio.Task[None] | None = None
+    late_ctl: Controller | None = None
+    try:
+        await asyncio.wait_for(manager.leading.wait(), 60)
+        assert early.has_synced
+        await eventually(lambda: "early" in first_seen)
+        assert first_seen["early"] == 3  # the first reconcile saw the whole cache
+        cached = early.store.get(f"{ns}/early-{run}-0")
+        assert cached is not None
+        kept = {e["manager"] for e in cached["metadata"].get("managedFields", ())}
+        assert kept == {manager_a, manager_b}
+        assert early.field_managers == {manager_a, manager_b}
+        with pytest.raises(RegistryError):
+            registry.informer(kinds.CONFIG_MAP, label_selector=early_sel, field_manager=f"late-{run}")
+
+        # after start: a new informer is started by the running registry and handed out synced
+        late = await asyncio.wait_for(
+            registry.synced(kinds.CONFIG_MAP, namespace=ns, label_selector=late_sel, field_manager=manager_a),
+            30,
+        )
+        assert late.has_synced and len(late.store) == 20
+        assert registry.informer(kinds.CONFIG_MAP, namespace=ns, label_selector=late_sel) is late
+        seen_at_first: list[int] = []
+
+        async def late_reconcile(key: str) -> Result:
+            seen_at_first.append(len(late.store))
+            return Result.done()
+
+        late_ctl = Controller(f"reg-late-{run}", late_reconcile, WorkQueue(f"reg-late-{run}"))
+        late_ctl.watch(late)
+        late_runner = asyncio.create_task(late_ctl.run())
+        await eventually(lambda: len(seen_at_first) == 20)
+        assert min(seen_at_first) == 20
+        # and it keeps watching
+        await client.create(kinds.CONFIG_MAP, cm(f"late-{run}-new", late_sel))
+        await eventually(lambda: len(late.store) == 21)
+    finally:
+        if late_ctl is not None and late_runner is not None:
+            late_ctl.queue.shutdown()
+            await asyncio.wait_for(late_runner, 30)
+        stop.set()
+        assert await asyncio.wait_for(task, 30) == 0
+        items, _ = await client.list(
+            kinds.CONFIG_MAP, namespace=ns, label_selector=f"{RUN} in (early-{run},late-{run})"
+        )
+        for item in items:
+            await client.delete(kinds.CONFIG_MAP, item["metadata"]["name"], ns)
+        await client.close()
