@@ -33,6 +33,21 @@ end). Public surface, one module per idea:
   composed settings model (each stage's :class:`~.settings.SettingsModel`; the runtime's own tunables
   are :class:`~.settings.RuntimeSettings`); ``source.current`` is the last good snapshot; fields marked
   ``STARTUP_ONLY`` are read from the environment at start-up and rejected in the ConfigMap.
+* :class:`~.registry.InformerRegistry` (``registry.py``) — one shared informer per (kind, namespace,
+  selectors): ``informer(..., field_manager=, indexers=)`` and ``await synced(...)`` (handed out after its
+  first LIST); every informer of a kind keeps every registered manager's managedFields;
+  ``Manager.add_registry`` runs it.
+* mappers (``mappers.py``) — ``own_key``, ``by_owner``, ``by_index`` (another store's index),
+  ``to_keys`` (one kind to another), ``all_keys``, ``merge``: the ``mapper=`` of ``Controller.watch``.
+* pruning (``prune.py``) — ``stamp(body, controller)`` puts the owner label (``OWNER_LABEL``) on what a
+  controller creates; :class:`~.prune.Pruner` deletes the stamped objects ``desired()`` no longer
+  produces (UID precondition), never anything else.
+* :class:`~.finalizers.Finalizer` (``finalizers.py``) — compare-and-swap add/remove of one finalizer,
+  the pure ``lifecycle(obj, finalizer)``, ``handle(obj, cleanup)`` for reconciles on ``deletionTimestamp``.
+* conditions (``conditions.py``) — ``Condition`` and ``for_apply``/``merge``: ``lastTransitionTime``
+  kept unless the status flips, so a converged status apply is a no-op; time passed in.
+* :class:`~.events.EventRecorder` (``events.py``) — ``events.k8s.io/v1`` Events de-duplicated into
+  series (one write per series per window); ``warning``/``normal`` never raise.
 * ``quantity.py`` — Kubernetes quantities by value: ``parse``, ``same_quantity``, ``ceil_quantity``.
 * ``telemetry.py`` (structlog JSON, OTLP when ``OTEL_*`` say so), ``metrics.py`` (conventional names).
 
