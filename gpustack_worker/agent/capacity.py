@@ -25,6 +25,11 @@ Presence gating: a family's keys exist only while its bare pool (``<base>.sliced
 Unmanaged nodes get nothing. Everything not desired is removed, which covers every suffix and every
 per-profile key: keys we applied are released by the next apply, and :func:`stale` finds the ones
 another field manager holds (cleaned up with a merge patch).
+
+Inputs are checked first (:mod:`gpustack_worker.agent.validate`): ``desired`` computes from the
+sanitized ``Devices`` view, and every key a bad value feeds (``holds``) keeps its published value
+(``published``: the Node's ``status.capacity``) or is left out. A pool the presence gate cannot read
+(``1e1000000``) is neither present nor absent: its family's keys are held.
 """
 
 from __future__ import annotations
@@ -35,11 +40,12 @@ from typing import TYPE_CHECKING, Any
 
 from gpustack_worker.agent.labels import is_qualified_name
 from gpustack_worker.agent.managed import is_managed
+from gpustack_worker.agent.validate import apply_holds, pool_state, read_count
 from gpustack_worker.api import keys, manufacturers
-from gpustack_worker.runtime.quantity import ceil_quantity
+from gpustack_worker.api.devices_check import profile_suffix
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
 
     from gpustack_worker.agent.facts import Card, CardLedger, DevicesFacts, NodeFacts
 
@@ -49,7 +55,7 @@ __all__ = (
     "desired",
     "is_counting_key",
     "profile_instances",
-    "profile_suffix",
+    "profile_suffix",  # re-exported from api.devices_check
     "stale",
 )
 
@@ -69,12 +75,6 @@ class _Tally:
     profiles: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
 
-def profile_suffix(mfr: manufacturers.Manufacturer, profile: str) -> str:
-    """``<kind>-<published profile>``; just the published profile for a manufacturer without a kind."""
-    published = manufacturers.publish_profile_name(mfr, profile)
-    return f"{mfr.partition_kind}-{published}" if mfr.partition_kind else published
-
-
 def profile_instances(card: Card, ledger: CardLedger | None) -> dict[str, int]:
     """Instances per profile (manufacturer spelling) one partitioned card contributes.
 
@@ -88,12 +88,28 @@ def profile_instances(card: Card, ledger: CardLedger | None) -> dict[str, int]:
     return {n: ledger.allocated_profiles.get(n, 0) + ledger.remaining_profiles.get(n, 0) for n in names}
 
 
-def _pool(node: NodeFacts, resource: str) -> int:
-    return ceil_quantity(node.capacity.get(resource))
+def _family(resource: str) -> str | None:
+    """The pool (``<base>.sliced`` / ``<base>.partitioned``) a counting key belongs to."""
+    for base in _BASES:
+        for pool in (keys.sliced_resource(base), keys.partitioned_resource(base)):
+            if resource.startswith(pool + "."):
+                return pool
+    return None
 
 
-def desired(node: NodeFacts, devices: DevicesFacts | None, *, manual: bool) -> dict[str, int]:
-    """Every counting key this node's capacity should carry, by resource name."""
+def desired(
+    node: NodeFacts,
+    devices: DevicesFacts | None,
+    *,
+    manual: bool,
+    holds: Iterable[str] = (),
+    published: Mapping[str, str] | None = None,
+) -> dict[str, int]:
+    """Every counting key this node's capacity should carry, by resource name.
+
+    ``devices`` is the checked view; keys matching ``holds`` keep their ``published`` value (when it is
+    a whole number in bounds and the family's pool is not gone) or are left out.
+    """
     if devices is None or not is_managed(node, manual=manual):
         return {}
     ledgers = devices.card_ledgers()
@@ -117,16 +133,22 @@ def desired(node: NodeFacts, devices: DevicesFacts | None, *, manual: bool) -> d
 
     out: dict[str, int] = {}
     for base, tally in tallies.items():
-        if tally.sliced_cards and _pool(node, keys.sliced_resource(base)) > 0:
+        if tally.sliced_cards and pool_state(node, keys.sliced_resource(base)) != "absent":
             out[keys.sliced_resource(base, "units")] = tally.sliced_cards * M
             out[keys.sliced_resource(base, "cores-percentage")] = tally.cores_percentage
             out[keys.sliced_resource(base, "memory-percentage")] = tally.sliced_cards * 100
             out[keys.sliced_resource(base, "memory-mib")] = tally.memory_mib
-        if tally.partitioned_cards and _pool(node, keys.partitioned_resource(base)) > 0:
+        if tally.partitioned_cards and pool_state(node, keys.partitioned_resource(base)) != "absent":
             out[keys.partitioned_resource(base, "units")] = tally.partitioned_cards * M
             for suffix, count in tally.profiles.items():
                 out[keys.partitioned_resource(base, suffix)] = count
-    return {k: v for k, v in out.items() if is_qualified_name(k)}
+    valid = {k: v for k, v in out.items() if is_qualified_name(k)}
+
+    def in_scope(key: str) -> bool:
+        pool = _family(key)
+        return pool is not None and is_counting_key(key) and pool_state(node, pool) != "absent"
+
+    return apply_holds(valid, holds, published, read=lambda _k, raw: read_count(raw), scope=in_scope)
 
 
 def is_counting_key(resource: str) -> bool:

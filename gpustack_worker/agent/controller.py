@@ -22,7 +22,8 @@ patch, computed from the state at the end of the window.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import socket
+from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 
@@ -32,6 +33,7 @@ from gpustack_worker.api import keys, kinds
 from gpustack_worker.runtime import ratelimit
 from gpustack_worker.runtime.clock import MonotonicClock
 from gpustack_worker.runtime.controller import Controller, semantic_changed
+from gpustack_worker.runtime.events import EventRecorder
 from gpustack_worker.runtime.informer import Informer
 from gpustack_worker.runtime.manager import Manager
 from gpustack_worker.runtime.queue import WorkQueue
@@ -49,6 +51,8 @@ if TYPE_CHECKING:
 
 __all__ = ("Agent",)
 
+#: ``reportingController`` of the agent's Events.
+EVENT_CONTROLLER: Final = "gpustack-worker-agent"
 _log = structlog.get_logger("gpustack_worker.agent")
 #: Node events pass only when something a reconciler reads (labels, annotations, capacity) changed.
 _node_read_changed = semantic_changed(node_facts)
@@ -111,6 +115,10 @@ class Agent:
             transform=transform,
             options=options,
         )
+        #: Warning Events for bad inputs and rejected applies (de-duplicated, fire-and-forget).
+        self.events = EventRecorder(
+            client, controller=EVENT_CONTROLLER, instance=node_name or socket.gethostname()
+        )
         self.steps = Steps(
             client,
             self.nodes.store,
@@ -119,6 +127,7 @@ class Agent:
             settings=lambda: self.settings.current,
             caches=(self.nodes, self.features),  # the appliers write Nodes and NodeFeatures
             namespace=namespace,
+            events=self.events,
         )
         self.nodefeature = self._controller("agent-nodefeature", self.steps.nodefeature, boot)
         self.capacity = self._controller("agent-capacity", self.steps.capacity, boot)
@@ -165,6 +174,9 @@ class Agent:
     async def run(self, stop: asyncio.Event) -> int:
         """Run until ``stop`` is set; returns the manager's exit code (0 after a graceful stop)."""
         _log.info("agent starting", node=self.node_name or "*")
-        code = await self.manager.run(stop)
+        try:
+            code = await self.manager.run(stop)
+        finally:
+            await self.events.close()
         _log.info("agent stopped", node=self.node_name or "*", exit_code=code)
         return code

@@ -16,6 +16,11 @@ Values are ``0`` when the population is full; a label disappears with its popula
 disappears when the node is unmanaged or has no ledger. ``aKey`` is ``<mfr>-<status group id>``; a key
 that is not a valid qualified label name is skipped. A ledger entry without a matching card in
 ``spec`` (capability unknown) is ignored.
+
+Inputs are checked first (:mod:`gpustack_worker.agent.validate`): ``desired`` computes from the
+sanitized ledger (a status group that does not match the spec group holding its cards is dropped, so
+a ledger ``manufacturer: amd`` on NVIDIA cards cannot move the labels), and a label a bad value feeds
+(``holds``) keeps its published value (the Node's labels) or is left out.
 """
 
 from __future__ import annotations
@@ -24,11 +29,12 @@ from typing import TYPE_CHECKING, Any
 
 from gpustack_worker.agent.labels import is_qualified_name
 from gpustack_worker.agent.managed import is_managed
-from gpustack_worker.api import keys
+from gpustack_worker.agent.validate import apply_holds, read_count
+from gpustack_worker.api import bounds, keys
 from gpustack_worker.api.crds.devices import AllocationMode
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
 
     from gpustack_worker.agent.facts import Card, CardLedger, DevicesFacts, NodeFacts
 
@@ -64,8 +70,23 @@ def grants_share(ledger: CardLedger) -> bool:
     )
 
 
-def desired(node: NodeFacts, devices: DevicesFacts | None, *, manual: bool) -> dict[str, str]:
-    """The fit labels this node should carry, by key."""
+def _read_published(key: str, raw: str) -> str | None:
+    """A published fit value still in bounds (free units of one card, or a number of cards)."""
+    limit = bounds.MAX_UNITS if key.startswith(keys.SLICED_FIT_PREFIX) else bounds.MAX_ACCELERATORS_PER_GROUP
+    value = read_count(raw, limit) if raw.isascii() and raw.isdigit() else None
+    return None if value is None else str(value)
+
+
+def desired(
+    node: NodeFacts,
+    devices: DevicesFacts | None,
+    *,
+    manual: bool,
+    holds: Iterable[str] = (),
+    published: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The fit labels this node should carry, by key (``devices`` is the checked view; labels matching
+    ``holds`` keep their ``published`` value when it is in bounds, else are left out)."""
     if devices is None or devices.ledger is None or not is_managed(node, manual=manual):
         return {}
     cards = {c.id: c for g in devices.groups for c in g.cards}
@@ -86,7 +107,8 @@ def desired(node: NodeFacts, devices: DevicesFacts | None, *, manual: bool) -> d
             out[keys.sliced_max_free_units_key(a_key)] = str(max(sliced))
         if shared:
             out[keys.shared_free_cards_key(a_key)] = str(sum(shared))
-    return {k: v for k, v in out.items() if is_qualified_name(k)}
+    valid = {k: v for k, v in out.items() if is_qualified_name(k)}
+    return apply_holds(valid, holds, published, read=_read_published, scope=is_fit_label)
 
 
 def is_fit_label(key: str) -> bool:

@@ -15,7 +15,9 @@ Keys (reference §3.2, built per §3.3 so they are byte-identical to other compo
 - the RDMA labels of :mod:`gpustack_worker.agent.rdma`.
 
 A key that is not a valid qualified label name (a 63-character gKey plus ``.count``) is skipped, since
-one bad key would make nfd-master reject the whole object.
+one bad key would make nfd-master reject the whole object (``agent/validate.py`` reports it). A label a
+bad input feeds (``holds``: a CPU capacity of ``1e1000000``, a NUMA id with spaces) keeps the value the
+NodeFeature carries now (``published``) or is left out.
 """
 
 from __future__ import annotations
@@ -25,10 +27,13 @@ from typing import TYPE_CHECKING, Any
 from gpustack_worker.agent import rdma
 from gpustack_worker.agent.labels import is_label_value, is_qualified_name
 from gpustack_worker.agent.managed import stamps_managed
-from gpustack_worker.api import identity, keys, kinds
+from gpustack_worker.agent.validate import apply_holds, read_count, read_label
+from gpustack_worker.api import bounds, identity, keys, kinds
 from gpustack_worker.runtime.quantity import ceil_quantity
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
     from gpustack_worker.agent.facts import DevicesFacts, NodeFacts
 
 __all__ = ("FIELD_MANAGER", "desired", "desired_labels", "has_accelerator")
@@ -44,10 +49,24 @@ def has_accelerator(node: NodeFacts, devices: DevicesFacts | None) -> bool:
     )
 
 
+def _read_published(key: str, raw: str) -> str | None:
+    if key.endswith(".count"):
+        cores = read_count(raw, bounds.MAX_CPU_CORES) if raw.isascii() and raw.isdigit() else None
+        return None if cores is None else str(cores)
+    return read_label(raw)
+
+
 def desired_labels(
-    node: NodeFacts, devices: DevicesFacts | None, *, manual: bool, mixed_on_node: bool
+    node: NodeFacts,
+    devices: DevicesFacts | None,
+    *,
+    manual: bool,
+    mixed_on_node: bool,
+    holds: Iterable[str] = (),
+    published: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """``spec.labels`` of the worker NodeFeature for ``node``."""
+    """``spec.labels`` of the worker NodeFeature for ``node`` (``devices`` is the checked view; labels
+    matching ``holds`` keep their ``published`` value when still valid, else are left out)."""
     labels: dict[str, str] = {}
     if stamps_managed(node, manual=manual):
         labels[keys.MANAGED] = "true"
@@ -62,7 +81,8 @@ def desired_labels(
         labels[keys.CPU_ONLY] = "true"
     if devices is not None:
         labels.update(rdma.desired_labels(devices.interfaces))
-    return {k: v for k, v in labels.items() if is_qualified_name(k) and is_label_value(v)}
+    valid = {k: v for k, v in labels.items() if is_qualified_name(k) and is_label_value(v)}
+    return apply_holds(valid, holds, published, read=_read_published, scope=lambda k: k != keys.MANAGED)
 
 
 def desired(
@@ -72,6 +92,8 @@ def desired(
     manual: bool,
     mixed_on_node: bool,
     namespace: str = kinds.SYSTEM_NAMESPACE,
+    holds: Iterable[str] = (),
+    published: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The whole NodeFeature as applied (server-side apply body), owned by the Node for GC."""
     return {
@@ -91,6 +113,8 @@ def desired(
             ],
         },
         "spec": {
-            "labels": desired_labels(node, devices, manual=manual, mixed_on_node=mixed_on_node),
+            "labels": desired_labels(
+                node, devices, manual=manual, mixed_on_node=mixed_on_node, holds=holds, published=published
+            ),
         },
     }

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from gpustack_worker.agent.facts import Interface
 
-__all__ = ("DISTANCE_ORDER", "desired_labels", "usable")
+__all__ = ("DISTANCE_ORDER", "desired_labels", "join_numa", "usable")
 
 #: PCIe/NUMA distance classes from closest to farthest (``nvidia-smi topo`` vocabulary).
 DISTANCE_ORDER = ("PIX", "PXB", "PHB", "NODE", "SYS")
@@ -35,18 +35,25 @@ def usable(link: Interface) -> bool:
 
 
 def _numa_order(value: str) -> tuple[int, int, str]:
-    return (0, int(value), "") if value.isdigit() else (1, 0, value)
+    # ASCII digits only, and short: int() of a 5,000-digit string raises.
+    numeric = value.isascii() and value.isdigit() and len(value) <= 18
+    return (0, int(value), "") if numeric else (1, 0, value)
+
+
+def join_numa(numa: Iterable[str]) -> str:
+    """The ``rdma.numa`` value: distinct NUMA ids sorted (numerically when numeric), joined with ``_``."""
+    return "_".join(sorted(set(numa), key=_numa_order))
 
 
 def desired_labels(interfaces: Iterable[Interface]) -> dict[str, str]:
-    """The RDMA labels for a node with these links (empty when no link is usable)."""
+    """The RDMA labels for a node with these links (empty when no link is usable). A NUMA value that
+    cannot be a label value is left out (``agent/validate.py`` reports it and holds the key)."""
     links = [i for i in interfaces if usable(i)]
     if not links:
         return {}
     labels = {keys.RDMA_CAPABLE: "true"}
-    numa = sorted({i.numa for i in links if i.numa}, key=_numa_order)
-    joined = "_".join(numa)
-    if numa and is_label_value(joined):
+    joined = join_numa(i.numa for i in links if i.numa and is_label_value(i.numa))
+    if joined and is_label_value(joined):
         labels[keys.RDMA_NUMA] = joined
     distances = [d for d in (i.distance.upper() for i in links) if d in DISTANCE_ORDER]
     if distances:

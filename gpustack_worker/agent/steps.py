@@ -21,24 +21,37 @@ writes. Two things go beyond it:
   object either, there is nothing to release and no request is sent (the API server drops a manager's
   managedFields entry once its field set is empty, so the bare apply would otherwise never look like a
   no-op and would be re-sent every reconcile).
+
+Inputs are checked before use (``agent/validate.py``): every reconcile runs all the checks on the node
+and its ``Devices``, reports new findings once (``agent/report.py``: log, metric, Warning Event on the
+object) and passes the holds to ``desired`` together with what is published now, so a bad value keeps
+its keys at their last good value and the reconcile ends. An apply the API server rejects as invalid
+(422) is reported the same way and that body is not sent again: retrying cannot change the answer, and
+the next body that differs (an input changed) is tried.
 """
 
 from __future__ import annotations
 
 import collections
+import hashlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from gpustack_worker.agent import capacity, fit, nodefeature
+import orjson
+
+from gpustack_worker.agent import capacity, fit, nodefeature, validate
 from gpustack_worker.agent.facts import devices_facts, node_facts
+from gpustack_worker.agent.report import ACTION_APPLY, Reporter, reference
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.runtime.apply import Applier
+from gpustack_worker.runtime.client import ApiError
 from gpustack_worker.runtime.controller import Result
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Awaitable, Callable, Mapping, Sequence
 
     from gpustack_worker.agent.facts import DevicesFacts
+    from gpustack_worker.agent.report import EventSink
     from gpustack_worker.agent.settings import AgentSettings
     from gpustack_worker.runtime.apply import ManagedFieldsCache
     from gpustack_worker.runtime.client import Client
@@ -48,6 +61,14 @@ __all__ = ("FIELD_MANAGERS", "Steps")
 
 #: The agent's field managers; the informers' transform must keep their managedFields entries.
 FIELD_MANAGERS: Final = (nodefeature.FIELD_MANAGER, capacity.FIELD_MANAGER, fit.FIELD_MANAGER)
+#: Event reason of an apply the API server rejected as invalid.
+REASON_APPLY_REJECTED: Final = "ApplyRejected"
+#: HTTP status of a request the API server found invalid (``StatusReasonInvalid``).
+_INVALID: Final = 422
+
+
+def _fingerprint(body: Mapping[str, Any]) -> str:
+    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 @dataclass(slots=True)
@@ -66,26 +87,84 @@ class Steps:
     namespace: str = kinds.SYSTEM_NAMESPACE
     #: Write requests issued, by field manager (tests and the bench read it; the client counts by verb).
     writes: collections.Counter[str] = field(default_factory=collections.Counter)
+    #: Where findings and rejected applies are posted as Warning Events (None: logged only).
+    events: EventSink | None = None
+    #: Applies rejected with 422, by field manager (each distinct body once).
+    rejected: collections.Counter[str] = field(default_factory=collections.Counter)
+    reporter: Reporter = field(init=False)
     _appliers: dict[str, Applier] = field(init=False)
+    #: (field manager, object name) → fingerprint of the body the API server rejected.
+    _rejected_bodies: dict[tuple[str, str], str] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self._appliers = {
             manager: Applier(self.client, manager, cache=self.caches) for manager in FIELD_MANAGERS
         }
+        self.reporter = Reporter(self.events)
 
     def _devices(self, name: str) -> DevicesFacts | None:
         raw = self.devices.get(name)
         return devices_facts(raw) if raw is not None else None
 
+    def _check(self, name: str, node: Mapping[str, Any]) -> validate.Checked:
+        """All checks over the node and its ``Devices``; new findings are reported once."""
+        checked = validate.check(node_facts(node), self._devices(name))
+        raw_devices = self.devices.get(name)
+        uids = {
+            kinds.NODE.kind: checked.node.uid,
+            kinds.DEVICES.kind: str(((raw_devices or {}).get("metadata") or {}).get("uid") or ""),
+        }
+        self.reporter.report(name, checked.findings, uids)
+        return checked
+
+    async def _guarded(
+        self,
+        manager: str,
+        name: str,
+        uid: str,
+        body: Mapping[str, Any],
+        send: Callable[[], Awaitable[dict[str, Any] | None]],
+    ) -> dict[str, Any] | None:
+        """Send an apply unless the API server already rejected this exact body as invalid (422); a new
+        rejection is reported once on the Node and not retried (None is returned)."""
+        key = (manager, name)
+        fingerprint = _fingerprint(body)
+        if self._rejected_bodies.get(key) == fingerprint:
+            return None
+        try:
+            result = await send()
+        except ApiError as exc:
+            if exc.status != _INVALID:
+                raise
+            self._rejected_bodies[key] = fingerprint
+            self.rejected[manager] += 1
+            self.reporter.warn(
+                reference(kinds.NODE.kind, name, uid),
+                reason=REASON_APPLY_REJECTED,
+                action=ACTION_APPLY,
+                note=f"{manager}: the API server rejected the apply as invalid: {exc}; "
+                "not retried until what the agent publishes changes",
+            )
+            return None
+        self._rejected_bodies.pop(key, None)
+        return result
+
     async def _apply_node(
         self, manager: str, body: Mapping[str, Any], cached: Mapping[str, Any], subresource: str | None
     ) -> dict[str, Any] | None:
-        """Apply ``body`` to the Node as ``manager`` unless the Applier's no-op check says so."""
+        """Apply ``body`` to the Node as ``manager`` unless the Applier's no-op check says so (or the API
+        server rejected this very body before)."""
         applier = self._appliers[manager]
+        name = str(body["metadata"]["name"])
+        uid = str((cached.get("metadata") or {}).get("uid") or "")
         if subresource == "status":
-            result = await applier.apply_status(kinds.NODE, body, cached)
+            result = await self._guarded(
+                manager, name, uid, body, lambda: applier.apply_status(kinds.NODE, body, cached)
+            )
         else:
-            result = await applier.apply(kinds.NODE, body, cached, force=True)
+            result = await self._guarded(
+                manager, name, uid, body, lambda: applier.apply(kinds.NODE, body, cached, force=True)
+            )
         if result is not None:
             self.writes[manager] += 1
         return result
@@ -104,19 +183,30 @@ class Steps:
         node = self.nodes.get(name)
         applier = self._appliers[nodefeature.FIELD_MANAGER]
         if node is None:
+            self.reporter.forget(name)
             if current is not None:
                 self.writes[nodefeature.FIELD_MANAGER] += 1
                 await applier.delete(kinds.NODE_FEATURE, current)
             return Result.done()
         settings = self.settings()
+        checked = self._check(name, node)
         wanted = nodefeature.desired(
-            node_facts(node),
-            self._devices(name),
+            checked.node,
+            checked.devices,
             manual=settings.node_management_manual,
             mixed_on_node=settings.instance_type_mixed_on_node,
             namespace=self.namespace,
+            holds=checked.holds(),
+            published=((current or {}).get("spec") or {}).get("labels") or {},
         )
-        if await applier.apply(kinds.NODE_FEATURE, wanted, current, force=True) is not None:
+        result = await self._guarded(
+            nodefeature.FIELD_MANAGER,
+            name,
+            checked.node.uid,
+            wanted,
+            lambda: applier.apply(kinds.NODE_FEATURE, wanted, current, force=True),
+        )
+        if result is not None:
             self.writes[nodefeature.FIELD_MANAGER] += 1
         return Result.done()
 
@@ -125,8 +215,15 @@ class Steps:
         node = self.nodes.get(name)
         if node is None:
             return Result.done()
-        facts = node_facts(node)
-        wanted = capacity.desired(facts, self._devices(name), manual=self.settings().node_management_manual)
+        checked = self._check(name, node)
+        facts = checked.node
+        wanted = capacity.desired(
+            facts,
+            checked.devices,
+            manual=self.settings().node_management_manual,
+            holds=checked.holds(),
+            published=facts.capacity,
+        )
         body = capacity.apply_body(name, wanted)
         result = await self._apply_node(capacity.FIELD_MANAGER, body, node, "status")
         after = node_facts(result) if result is not None else facts
@@ -142,8 +239,15 @@ class Steps:
         node = self.nodes.get(name)
         if node is None:
             return Result.done()
-        facts = node_facts(node)
-        wanted = fit.desired(facts, self._devices(name), manual=self.settings().node_management_manual)
+        checked = self._check(name, node)
+        facts = checked.node
+        wanted = fit.desired(
+            facts,
+            checked.devices,
+            manual=self.settings().node_management_manual,
+            holds=checked.holds(),
+            published=facts.labels,
+        )
         result = await self._apply_node(fit.FIELD_MANAGER, fit.apply_body(name, wanted), node, None)
         after = node_facts(result) if result is not None else facts
         leftover = set(fit.observed(after)) - set(wanted)
