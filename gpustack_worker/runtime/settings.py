@@ -556,6 +556,7 @@ class SettingsSource(Generic[S_co]):
         )
         if self.recorder is not None:
             meta = configmap.get("metadata") or {}
+            revision = meta.get("resourceVersion") or "?"
             regarding = {
                 "apiVersion": CONFIG_MAP.api_version,
                 "kind": CONFIG_MAP.kind,
@@ -570,5 +571,8 @@ class SettingsSource(Generic[S_co]):
                 regarding,
                 reason="InvalidSettings",
                 action="LoadSettings",
-                note=f"rejected, the settings in force stay: {exc}",
+                # The revision in the note makes every rejected content its own Event: the same content
+                # is never re-reported while it stays (see load), and the same content coming back after
+                # a fix is a new incident, not a series count (the ConfigMap Events are create-only).
+                note=f"revision {revision} rejected, the settings in force stay: {exc}",
             )

@@ -148,7 +148,8 @@ async def test_unknown_and_startup_only_keys_each_yield_one_event(devcluster: An
             await eventually(lambda: source.rejections == 1)
             typo = await _wait_events(client, name, "node-managment-manual")
             assert typo[0]["note"] == (
-                "rejected, the settings in force stay: node-managment-manual='false': "
+                f"revision {typo[0]['regarding']['resourceVersion']} rejected, the settings in force stay: "
+                "node-managment-manual='false': "
                 "unknown setting, did you mean node-management-manual?"
             )
             await touch(1)
@@ -165,7 +166,8 @@ async def test_unknown_and_startup_only_keys_each_yield_one_event(devcluster: An
             await eventually(lambda: source.rejections == 2)
             startup = await _wait_events(client, name, "controller-workers")
             assert startup[0]["note"] == (
-                "rejected, the settings in force stay: controller-workers='8': start-up-only setting, "
+                f"revision {startup[0]['regarding']['resourceVersion']} rejected, "
+                "the settings in force stay: controller-workers='8': start-up-only setting, "
                 "read once when the process starts; set GPUSTACK_CONTROLLER_WORKERS on the workload instead"
             )
             await touch(3)
