@@ -11,6 +11,9 @@ from typing import Final
 
 from gpustack_worker.api.normalize import fnv64a_hex
 
+# pruning's ownership stamp (value: the controller's name), spelled once in runtime.prune
+from gpustack_worker.runtime.prune import OWNER_LABEL as OWNER_LABEL
+
 # --- units -----------------------------------------------------------------------------------------
 #: Credit units per whole accelerator (``M``): fractional shares stay integral in Kueue's int64 math.
 UNITS_PER_ACCELERATOR: Final = 1_600_000

@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 
-from gpustack_worker.runtime.client import Conflict
 from gpustack_worker.runtime.store import object_key
 
 if TYPE_CHECKING:
@@ -123,6 +122,9 @@ class Pruner:
         An object that is already gone, or was replaced by a new object of the same name (UID
         precondition failed), is skipped; any other error propagates (the reconcile is retried).
         """
+        # imported here: ``api.keys`` re-exports OWNER_LABEL and must stay cheap to import (no HTTP stack)
+        from gpustack_worker.runtime.client import Conflict
+
         done: list[str] = []
         for obj in self.stale(cached, desired_keys):
             meta = _meta(obj)
