@@ -4,8 +4,11 @@ Runs a :class:`~gpustack_worker.runtime.manager.Manager` with leader election on
 ``worker.gpustack.ai`` in the system namespace (identity = hostname + pid unless given), the live
 settings ConfigMap, and the health/metrics endpoint. The scheduling-chain controllers are registered
 here as later issues add them; until then the process elects a leader, keeps its settings current and
-serves ``/healthz``, ``/readyz`` and ``/metrics``. SIGTERM/SIGINT stop it gracefully: queues drain and
-the Lease is released so a standby takes over at once. Requests carry ``User-Agent:
+serves ``/healthz``, ``/readyz`` and ``/metrics``. The elector fences the process's client: every write
+(controllers, Events, settings Events) passes only while this replica leads and its Lease is provably
+its own, so a standby or a replica that lost the Lease writes nothing but its own Lease attempts.
+SIGTERM/SIGINT stop it gracefully: queues drain while the Lease is still renewed, then the Lease is
+released so a standby takes over at once; losing the Lease exits 1. Requests carry ``User-Agent:
 gpustack-worker-controller/<identity>``.
 """
 
