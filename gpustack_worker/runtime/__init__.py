@@ -8,7 +8,8 @@ end). Public surface, one module per idea:
   ``watch`` (raw events, bookmarks, ``ERROR`` raised as :class:`~.client.ApiError`:
   :class:`~.client.NotFound` 404, :class:`~.client.Conflict` 409, :class:`~.client.Gone` 410), ``get``,
   ``create``, ``apply`` (SSA), ``patch``, ``replace``, ``delete`` (preconditions), ``close``;
-  ``requests_by_method`` / ``writes`` count requests for tests.
+  ``requests_by_method`` / ``writes`` count requests for tests; ``fence`` (a :class:`~.client.WriteFence`)
+  refuses writes with :class:`~.client.Fenced` when closed, ``with_fence`` makes a view with another.
 * :class:`~.informer.Informer` (``informer.py``) — list-then-watch of one kind with label/field selectors,
   ``add_handler(fn(event, old, new))``, ``wait_synced()``, ``store``.
 * :class:`~.store.Store` (``store.py``) — ``get(key)``, ``list()``, ``keys()``, ``by_index(name, value)``;
@@ -29,6 +30,9 @@ end). Public surface, one module per idea:
   ``apply_status`` via ``/status``; ``delete`` with the UID precondition and a propagation policy.
 * :class:`~.manager.Manager` (``manager.py``) — starts informers, waits for sync, runs controllers
   (under a :class:`~.leader.LeaderElector` when given), serves ``/healthz`` ``/readyz`` ``/metrics``.
+  The elector fences the client it is given: writes pass only while leading and the Lease is provably
+  ours (docs/runtime.md, "Fencing"); a lost Lease cancels in-flight reconciles, a stop drains while
+  renewing.
 * :class:`~.settings.SettingsSource` (``settings.py``) — the live settings ConfigMap validated into one
   composed settings model (each stage's :class:`~.settings.SettingsModel`; the runtime's own tunables
   are :class:`~.settings.RuntimeSettings`); ``source.current`` is the last good snapshot; fields marked

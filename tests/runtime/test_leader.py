@@ -207,6 +207,26 @@ async def test_loses_leadership_exactly_at_the_renew_deadline_when_renewals_fail
     assert all(r.status == 500 and r.at < T0 + 10.0 for r in failed)
 
 
+async def test_a_hanging_renewal_is_abandoned_at_the_renew_deadline() -> None:
+    clock = FakeClock(T0)
+    server = FakeServer(clock)
+    a = elector(server, clock, "a")
+    await a.campaign()
+    server.hang("a", "leases")  # the renewal request never gets an answer
+    holding = asyncio.ensure_future(a.hold())
+    await settle()
+    try:
+        while not holding.done():
+            assert clock.now() <= T0 + 10.0
+            await step(clock, 0.25)
+        assert clock.now() == T0 + 10.0 and a.lost and a.fence.remaining() <= 0
+        hung = server.writes(sender="a", resource="leases")[1:]
+        assert len(hung) == 1 and hung[0].at == T0 + 2.0
+    finally:
+        server.unhang()
+        await settle()
+
+
 async def test_fence_closes_at_the_renew_deadline_before_a_standby_can_acquire() -> None:
     clock = FakeClock(T0)
     server = FakeServer(clock)

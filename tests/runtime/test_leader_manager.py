@@ -74,6 +74,11 @@ async def test_lost_lease_cancels_in_flight_reconciles_and_refuses_their_writes(
             await clock.sleep(30.0)  # in flight far past the renew deadline
         except asyncio.CancelledError:
             events.append(("cancelled", key, clock.now()))
+            try:  # a reconcile that still tries to write on its way out: the fence refuses it
+                await client.apply(CONFIG_MAP, mirror(f"{key}-cleanup"), field_manager="test")
+                events.append(("wrote", f"{key}-cleanup", clock.now()))
+            except Fenced:
+                events.append(("refused", f"{key}-cleanup", clock.now()))
             raise
         await client.apply(CONFIG_MAP, mirror(key), field_manager="test")
         events.append(("wrote", key, clock.now()))
@@ -98,6 +103,7 @@ async def test_lost_lease_cancels_in_flight_reconciles_and_refuses_their_writes(
     deadline = T0 + elector.renew_deadline
     assert elector.lost and not elector.is_leader and elector.fence.remaining() <= 0
     assert ("cancelled", "slow", deadline) in events, events
+    assert ("refused", "slow-cleanup", deadline) in events, events
     assert not [e for e in events if e[0] == "wrote"], "a write went out"
     assert not [e for e in events if e[1] == "queued"], "a queued key was handed out after the loss"
     while not detached[0].done():
