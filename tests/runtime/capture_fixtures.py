@@ -241,10 +241,10 @@ def instance_type_status(_: Mapping[str, str]) -> Body:
         "accelerator": {"capacity": "5", "remaining": "4", "onceMaxRequest": "4"},
         "acceleratorShared": {"capacity": "50", "remaining": "40", "onceMaxRequest": "40"},
         "acceleratorPartitioned": {
-            "capacity": "14",
-            "remaining": "14",
+            "capacity": "7",
+            "remaining": "7",
             "onceMaxRequest": "1",
-            "remainingProfiles": [{"name": "1g.10gb", "count": 14}, {"name": "2g.20gb", "count": 6}],
+            "remainingProfiles": [{"name": "1g.10gb", "count": 7}, {"name": "2g.20gb", "count": 3}],
         },
         "detail": {"manufacturer": "nvidia", "product": "A100", "memory": "80Gi"},
     }

@@ -5,8 +5,10 @@ after it, see ``capture_fixtures.py``), edits the body, and says whether applyin
 change nothing (``noop``). ``test_apply_noop.py`` runs the rows offline against the committed fixtures;
 ``test_capture_cluster.py`` runs them against a fresh capture and then applies each edited body to the
 server to confirm the verdict: a no-op row must leave the stored object unchanged, a write row must
-change it. ``semantic`` rows are no-ops by value only: a CRD stores a quantity's spelling verbatim, so
-applying ``"1000m"`` over ``"1"`` would rewrite the string without changing the quantity.
+change it (or be refused as Invalid: a ResourceFlavor with a topology is immutable, so the server
+rejects the changed nodeLabels — a change all the same). ``semantic`` rows are no-ops by value only: a
+CRD stores a quantity's spelling verbatim, so applying ``"1000m"`` over ``"1"`` would rewrite the string
+without changing the quantity.
 """
 
 from __future__ import annotations
@@ -14,6 +16,11 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
+
+from capture_fixtures import CASES_BY_NAME
+
+from gpustack_worker.runtime.apply import is_noop
+from gpustack_worker.runtime.transform import make_transform
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -107,7 +114,12 @@ ROWS: Final[tuple[Row, ...]] = (
         edit(((*_RG, 0, "resources", 0, "nominalQuota"), "3200000")),
         noop=False,
     ),
-    Row("rf-topology-changed", "resourceflavor", edit((("spec", "topologyName"), "capture-p2")), noop=False),
+    Row(
+        "rf-annotation-changed",
+        "resourceflavor",
+        edit((("metadata", "annotations", "note.gpustack.ai/vram"), "40960")),
+        noop=False,
+    ),
     Row("node-label-changed", "node-labels", edit((("metadata", "labels", _FIT), "2")), noop=False),
     Row(
         "node-capacity-changed",
@@ -122,7 +134,7 @@ ROWS: Final[tuple[Row, ...]] = (
         noop=False,
     ),
     Row(
-        "it-keyed-item-value-changed", "instancetype-status", edit(((*_PROFILES, 0, "count"), 13)), noop=False
+        "it-keyed-item-value-changed", "instancetype-status", edit(((*_PROFILES, 0, "count"), 6)), noop=False
     ),
     Row(
         "ac-condition-message-changed",
@@ -243,3 +255,13 @@ ROWS: Final[tuple[Row, ...]] = (
     Row("empty-intent-owning-nothing-cq", "clusterqueue", bare, noop=True, manager="gpustack-worker-idle"),
     Row("empty-intent-owning-something", "node-labels", bare, noop=False),
 )
+
+
+def decide(row: Row, record: dict[str, Any]) -> bool:
+    """The check's verdict for one row over one captured record (a fixture, or a fresh capture), with
+    the object cached exactly as an informer caches it (through the ingest transform)."""
+    case = CASES_BY_NAME[record["case"]]
+    manager = row.manager or record["manager"]
+    cached = make_transform([manager])(copy.deepcopy(record["object"]))
+    body = row.change(record["body"])
+    return is_noop(body, cached, manager, record["subresource"], hints=case.resource.hints)

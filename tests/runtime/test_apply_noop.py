@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 from capture_fixtures import CASES_BY_NAME, load
-from noop_cases import ROWS, Row
+from noop_cases import ROWS, Row, decide
 
 from gpustack_worker.api import kinds
 from gpustack_worker.runtime.apply import (
@@ -28,15 +28,6 @@ from gpustack_worker.runtime.transform import make_transform
 
 if TYPE_CHECKING:
     from gpustack_worker.runtime.client import Client
-
-
-def decide(row: Row, record: dict[str, Any]) -> bool:
-    """The table's question for one row over one captured record (fixture or fresh capture)."""
-    case = CASES_BY_NAME[record["case"]]
-    manager = row.manager or record["manager"]
-    cached = make_transform([manager])(copy.deepcopy(record["object"]))
-    body = row.change(record["body"])
-    return is_noop(body, cached, manager, record["subresource"], hints=case.resource.hints)
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
