@@ -4,14 +4,23 @@ The Device Manager writes ``spec`` (what the node has: groups of identical cards
 ``status`` (the per-card allocation ledger); the worker only reads it (reference §2.2) and mirrors a
 few control labels. ``spec.interfaces`` is the project's own layout (the reference leaves it open):
 see docs/crds.md.
+
+Counts, units, sizes and memory carry the physical bounds of :mod:`gpustack_worker.api.bounds`
+(a card never has more than 1,600,000 units, more than 512 soft slices, more than 8 instances of a
+partition profile, more than 4 TiB of VRAM), and the names that become label keys carry the label
+syntax, so the API server refuses what it can. Rules across objects or sides (a ledger entry within its
+card's ``logicalSliced.count``, unique card ids across groups, profiles the card offers) are checked
+by every reader (:mod:`gpustack_worker.api.devices_check`). Partition profile names are the
+manufacturer's spelling and are deliberately *not* constrained to the label alphabet (NVIDIA prints
+``1g.10gb+me``); a reader reports and skips a profile whose published key would be invalid.
 """
 
 from enum import IntEnum, StrEnum
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, WithJsonSchema
+from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema
 
-from gpustack_worker.api import keys, kinds
+from gpustack_worker.api import bounds, keys, kinds
 from gpustack_worker.api.crds.common import (
     AGE_COLUMN,
     CrdModel,
@@ -21,7 +30,7 @@ from gpustack_worker.api.crds.common import (
     KubeObject,
     PrinterColumn,
     UInt32,
-    UInt64,
+    cel,
     list_map,
 )
 from gpustack_worker.api.manufacturers import MANUFACTURERS
@@ -45,6 +54,27 @@ def _known_manufacturer(value: str) -> str:
     if value not in MANUFACTURERS:
         raise ValueError(f"unknown manufacturer {value!r}; expected one of {sorted(MANUFACTURERS)}")
     return value
+
+
+#: A group id as reference §3.3 builds it (``NormalizeName``): lowercase letters, digits and ``-_.``,
+#: alphanumeric at both ends; with its manufacturer it forms ``aKey``, the name part of the fit labels.
+GROUP_ID_PATTERN = r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"
+#: A token that can be (part of) a label value.
+LABEL_TOKEN_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+#: ``<manufacturer>-<id>`` must fit the 63-character name part of a label key.
+_A_KEY_RULE = cel(
+    f"size(self.manufacturer) + 1 + size(self.id) <= {bounds.MAX_NAME_PART}",
+    f"<manufacturer>-<id> (the aKey) must be at most {bounds.MAX_NAME_PART} characters",
+    fieldPath=".id",
+)
+#: A count of slices on one card (``SlicedResourceMaxSize``).
+SliceCount = Annotated[Int32, Field(ge=0, le=bounds.MAX_SLICES_PER_CARD)]
+#: Instances of one partition profile on one card.
+ProfileInstances = Annotated[Int32, Field(ge=0, le=bounds.MAX_PROFILE_INSTANCES)]
+#: Units of one card (``M``).
+Units = Annotated[Int32, Field(ge=0, le=bounds.MAX_UNITS)]
+#: Per-card memory in MiB.
+CardMemoryMib = Annotated[Int64, Field(ge=0, le=bounds.MAX_CARD_MEMORY_MIB)]
 
 
 #: A manufacturer id from the manufacturer table (reference §8.3).
@@ -82,7 +112,7 @@ class LogicalSliced(CrdModel):
 
     cores_percentage_overcommit: bool | None = None
     """Whether compute is time-shared, so each slice may claim 100 % of cores."""
-    count: Int32 = Field(default=0, ge=0)
+    count: SliceCount = 0
     """Max soft slices this card can host; 0 when the card's partition mode is enabled."""
 
 
@@ -98,10 +128,10 @@ class PhysicalProfile(CrdModel):
 
     name: str = Field(min_length=1, max_length=63)
     """Manufacturer spelling, e.g. 1g.5gb or T-Head 4g48gb."""
-    memory_mib: Int64 | None = Field(default=None, ge=0)
+    memory_mib: CardMemoryMib | None = None
     compute_slices: Int32 | None = Field(default=None, ge=1, le=7)
     memory_slices: Int32 | None = Field(default=None, ge=1, le=8)
-    count: Int32 = Field(default=0, ge=0)
+    count: ProfileInstances = 0
     """Max instances of this profile per card."""
     placements: list[Placement] | None = Field(
         default=None, json_schema_extra={"x-kubernetes-list-type": "atomic"}
@@ -111,8 +141,10 @@ class PhysicalProfile(CrdModel):
 class PhysicalSliced(CrdModel):
     """Hardware partitioning capability of one card."""
 
-    profiles: list[PhysicalProfile] | None = Field(default=None, json_schema_extra=list_map("name"))
-    count: Int32 = Field(default=0, ge=0)
+    profiles: list[PhysicalProfile] | None = Field(
+        default=None, max_length=bounds.MAX_PROFILES_PER_CARD, json_schema_extra=list_map("name")
+    )
+    count: ProfileInstances = 0
     """Largest per-profile count (7 on an A100), 0 without profiles."""
 
 
@@ -132,7 +164,7 @@ class Accelerator(CrdModel):
     index: UInt32
     """Logical index from 0."""
     physical_indexes: list[UInt32] | None = Field(
-        default=None, json_schema_extra={"x-kubernetes-list-type": "atomic"}
+        default=None, max_length=64, json_schema_extra={"x-kubernetes-list-type": "atomic"}
     )
     """Device-character indexes."""
     topology: AcceleratorTopology | None = None
@@ -143,23 +175,29 @@ class LogicalSlicedDetail(CrdModel):
     """Group aggregate of soft slicing."""
 
     cores_percentage_overcommit: bool | None = None
-    count: Int32 = Field(default=0, ge=0)
+    count: Int32 = Field(default=0, ge=0, le=bounds.MAX_SLICES_PER_CARD * bounds.MAX_ACCELERATORS_PER_GROUP)
     """Sum of per-card logical counts."""
+
+
+#: Instances of one profile summed over a model's cards.
+_GROUP_INSTANCES = bounds.MAX_PROFILE_INSTANCES * bounds.MAX_ACCELERATORS_PER_GROUP
 
 
 class ProfileSum(CrdModel):
     """A partition profile summed over the group's cards."""
 
     name: str = Field(min_length=1, max_length=63)
-    count: Int32 = Field(default=0, ge=0)
-    memory_mib: Int64 | None = Field(default=None, ge=0)
+    count: Int32 = Field(default=0, ge=0, le=_GROUP_INSTANCES)
+    memory_mib: CardMemoryMib | None = None
 
 
 class PhysicalSlicedDetail(CrdModel):
     """Group aggregate of hardware partitioning."""
 
-    profiles: list[ProfileSum] | None = Field(default=None, json_schema_extra=list_map("name"))
-    count: Int32 = Field(default=0, ge=0)
+    profiles: list[ProfileSum] | None = Field(
+        default=None, max_length=bounds.MAX_PROFILES_PER_CARD, json_schema_extra=list_map("name")
+    )
+    count: Int32 = Field(default=0, ge=0, le=_GROUP_INSTANCES)
 
 
 class AcceleratorSlicedDetail(CrdModel):
@@ -172,19 +210,23 @@ class AcceleratorSlicedDetail(CrdModel):
 class DevicesGroup(CrdModel):
     """Identical cards of one model on the node."""
 
-    id: str = Field(min_length=1, max_length=63)
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [_A_KEY_RULE]})
+
+    id: str = Field(min_length=1, max_length=63, pattern=GROUP_ID_PATTERN)
     """Group id: the normalised product name without the manufacturer (reference §3.3)."""
     manufacturer: Manufacturer
     name: str = Field(min_length=1, max_length=256)
     """Raw product name, e.g. NVIDIA A10G."""
-    memory: UInt64
+    memory: CardMemoryMib
     """Per-card VRAM in MiB."""
     cores: UInt32 | None = None
     driver_version: str | None = None
     runtime_version: str | None = None
     compute_capability: str | None = None
     family: str | None = None
-    accelerators: list[Accelerator] | None = Field(default=None, json_schema_extra=list_map("id"))
+    accelerators: list[Accelerator] | None = Field(
+        default=None, max_length=bounds.MAX_ACCELERATORS_PER_GROUP, json_schema_extra=list_map("id")
+    )
     accelerator_sliced_detail: AcceleratorSlicedDetail | None = None
 
 
@@ -207,7 +249,10 @@ class NetworkInterface(CrdModel):
     """An RDMA device is bound to this interface."""
     state: PortState | None = None
     link_layer: Literal["InfiniBand", "Ethernet"] | None = None
-    numa_affinity: str | None = None
+    numa_affinity: str | None = Field(
+        default=None, max_length=bounds.MAX_LABEL_VALUE, pattern=LABEL_TOKEN_PATTERN
+    )
+    """NUMA node id(s); part of the ``rdma.numa`` label value, so a label-value token (e.g. 0, 0-1)."""
     distance: Literal["PIX", "PXB", "PHB", "NODE", "SYS"] | None = None
     """PCIe path class to the nearest accelerator, as nvidia-smi topo prints it."""
 
@@ -215,8 +260,12 @@ class NetworkInterface(CrdModel):
 class DevicesSpec(CrdModel):
     """The detected inventory (same shape as device-manager detect prints)."""
 
-    groups: list[DevicesGroup] | None = Field(default=None, json_schema_extra=list_map("id", "manufacturer"))
-    interfaces: list[NetworkInterface] | None = Field(default=None, json_schema_extra=list_map("name"))
+    groups: list[DevicesGroup] | None = Field(
+        default=None, max_length=bounds.MAX_GROUPS, json_schema_extra=list_map("id", "manufacturer")
+    )
+    interfaces: list[NetworkInterface] | None = Field(
+        default=None, max_length=bounds.MAX_INTERFACES, json_schema_extra=list_map("name")
+    )
 
 
 class AllocationMode(IntEnum):
@@ -231,10 +280,17 @@ class AllocationMode(IntEnum):
 
 
 class ProfileCount(CrdModel):
-    """Instances of one partition profile."""
+    """Instances of one partition profile (any scope: InstanceType views sum them over a pool)."""
 
     name: str = Field(min_length=1, max_length=63)
     count: Int32 = Field(default=0, ge=0)
+
+
+class CardProfileCount(CrdModel):
+    """Instances of one partition profile on one card (a ledger entry)."""
+
+    name: str = Field(min_length=1, max_length=63)
+    count: ProfileInstances = 0
 
 
 class AcceleratorAllocation(CrdModel):
@@ -243,14 +299,18 @@ class AcceleratorAllocation(CrdModel):
     id: str = Field(min_length=1, max_length=256)
     index: UInt32 = 0
     mode: AllocationMode = AllocationMode.NONE
-    allocated: Int32 = 0
-    """Allocated units."""
-    remaining: Int32 = 0
-    """Remaining units."""
-    allocated_slices: Int32 | None = Field(default=None, ge=0)
-    """Logical slices currently on the card."""
-    allocated_profiles: list[ProfileCount] | None = Field(default=None, json_schema_extra=list_map("name"))
-    remaining_profiles: list[ProfileCount] | None = Field(default=None, json_schema_extra=list_map("name"))
+    allocated: Units = 0
+    """Allocated units (0..1,600,000)."""
+    remaining: Units = 0
+    """Remaining units (0..1,600,000)."""
+    allocated_slices: SliceCount | None = None
+    """Logical slices currently on the card (at most its logicalSliced.count; checked by readers)."""
+    allocated_profiles: list[CardProfileCount] | None = Field(
+        default=None, max_length=bounds.MAX_PROFILES_PER_CARD, json_schema_extra=list_map("name")
+    )
+    remaining_profiles: list[CardProfileCount] | None = Field(
+        default=None, max_length=bounds.MAX_PROFILES_PER_CARD, json_schema_extra=list_map("name")
+    )
     allocated_physical_profile: str | None = None
     """Per-Pod annotation transport only; empty in the aggregated status."""
     allocated_physical_placements: list[Placement] | None = Field(
@@ -261,16 +321,20 @@ class AcceleratorAllocation(CrdModel):
 class DevicesAllocationGroup(CrdModel):
     """The ledger of one group."""
 
-    id: str = Field(min_length=1, max_length=63)
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [_A_KEY_RULE]})
+
+    id: str = Field(min_length=1, max_length=63, pattern=GROUP_ID_PATTERN)
     manufacturer: Manufacturer
-    accelerators: list[AcceleratorAllocation] | None = Field(default=None, json_schema_extra=list_map("id"))
+    accelerators: list[AcceleratorAllocation] | None = Field(
+        default=None, max_length=bounds.MAX_ACCELERATORS_PER_GROUP, json_schema_extra=list_map("id")
+    )
 
 
 class DevicesStatus(CrdModel):
     """The per-accelerator allocation ledger."""
 
     groups: list[DevicesAllocationGroup] | None = Field(
-        default=None, json_schema_extra=list_map("id", "manufacturer")
+        default=None, max_length=bounds.MAX_GROUPS, json_schema_extra=list_map("id", "manufacturer")
     )
 
 
