@@ -222,6 +222,20 @@ def _devices_field(node: NodeSpec, loc: tuple[int | str, ...]) -> str:
     return "accelerators"
 
 
+def _all_int64(value: object) -> bool:
+    """Every integer in ``value`` fits ``int64`` (the fast pass; :func:`_out_of_int64` finds where not)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, int) and not _INT64_MIN <= item <= _INT64_MAX:
+            return False  # bool is an int too, but always in range
+    return True
+
+
 def _out_of_int64(value: object, loc: tuple[int | str, ...]) -> Iterator[tuple[int | str, ...]]:
     if isinstance(value, bool):
         return
@@ -253,7 +267,8 @@ def _devices(node: NodeSpec) -> Iterator[_Finding]:
 
     yield from _labels(what, meta["labels"], blame)
     body = {**devices, "status": ledger["status"]}
-    for loc in _out_of_int64({"spec": body["spec"], "status": body["status"]}, ()):
+    content = {"spec": body["spec"], "status": body["status"]}
+    for loc in () if _all_int64(content) else _out_of_int64(content, ()):
         yield _Finding(_devices_field(node, loc), what, _path(loc), "must fit in a 64-bit integer")
     try:
         Devices.model_validate(body)

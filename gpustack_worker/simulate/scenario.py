@@ -13,7 +13,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StringConstraints,
+    ValidationError,
+)
+from pydantic_core import PydanticCustomError
 
 from gpustack_worker.api import keys
 
@@ -48,6 +57,45 @@ else:  # a Literal built from the one list in api.keys, so pydantic reports the 
     CpuDetail = Literal[keys.CPU_DETAIL_SUFFIXES]
 CPU_DETAIL_FIELDS: Final[tuple[str, ...]] = keys.CPU_DETAIL_SUFFIXES
 
+# --- sizes --------------------------------------------------------------------------------------------
+# Every list and mapping of a scenario has a ceiling, checked before its entries are: a scenario is
+# untrusted input, and validating a million bad entries costs seconds and gigabytes for error
+# objects nobody reads. The ceilings are physical (a card-indexed list cannot outnumber the cards) or
+# far above any real node.
+
+#: Nodes in one scenario: twice the 5,000-node scale the benchmarks target.
+MAX_NODES: Final = 10_000
+#: Cards in one accelerator entry (``count``), and so entries of every card-indexed list.
+MAX_CARDS: Final = 64
+#: Accelerator entries (distinct models) on one node; real nodes carry one or two.
+MAX_ACCELERATOR_ENTRIES: Final = 16
+#: Partition profiles one card offers (an H100 offers about ten).
+MAX_PROFILES: Final = 32
+#: Placements of one profile: at most one per memory slice.
+MAX_PLACEMENTS: Final = 8
+#: Extra labels on one node.
+MAX_LABELS: Final = 256
+#: NICs on one node.
+MAX_NICS: Final = 64
+
+
+def _at_most(limit: int, what: str) -> BeforeValidator:
+    """Refuse a list or mapping longer than ``limit`` before validating any entry of it."""
+
+    def check(value: object) -> object:
+        if isinstance(value, list | dict) and len(value) > limit:
+            raise PydanticCustomError(
+                "too_many",
+                "must have at most {limit} {what} (has {count})",
+                {"limit": limit, "what": what, "count": len(value)},
+            )
+        return value
+
+    return BeforeValidator(check)
+
+
+CardList = Annotated[list[Annotated[int, Field(ge=0)]], _at_most(MAX_CARDS, "cards")]
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -61,7 +109,9 @@ class Cpu(_Strict):
     cores: Annotated[int, Field(ge=1)]
     family: Annotated[int, Field(ge=0)] | None = None  # NFD cpu-model.family
     id: Annotated[int, Field(ge=0)] | None = None  # NFD cpu-model.id
-    details: dict[CpuDetail, Text] = Field(default_factory=dict)
+    details: Annotated[dict[CpuDetail, Text], _at_most(len(CPU_DETAIL_FIELDS), "details")] = Field(
+        default_factory=dict
+    )
 
 
 class Profile(_Strict):
@@ -72,7 +122,9 @@ class Profile(_Strict):
     computeSlices: Annotated[int, Field(ge=1, le=7)]
     memorySlices: Annotated[int, Field(ge=1, le=8)]
     #: Legal starts (memory slices) on an empty card; default: aligned to ``memorySlices``.
-    placements: list[Annotated[int, Field(ge=0)]] | None = None
+    placements: (
+        Annotated[list[Annotated[int, Field(ge=0)]], _at_most(MAX_PLACEMENTS, "placements")] | None
+    ) = None
 
 
 class Partitioning(_Strict):
@@ -80,10 +132,10 @@ class Partitioning(_Strict):
 
     kind: Text  # must be the manufacturer's partition kind (``mig``)
     #: Positions (0-based within the entry) of the cards in partitioning mode; default: all.
-    cards: list[Annotated[int, Field(ge=0)]] | None = None
+    cards: CardList | None = None
     computeSlices: Annotated[int, Field(ge=1, le=7)] = 7
     memorySlices: Annotated[int, Field(ge=1, le=8)] = 8
-    profiles: Annotated[list[Profile], Field(min_length=1)]
+    profiles: Annotated[list[Profile], Field(min_length=1), _at_most(MAX_PROFILES, "profiles")]
 
 
 class Allocation(_Strict):
@@ -94,7 +146,9 @@ class Allocation(_Strict):
     units: Annotated[int, Field(ge=1)] | None = None  # sliced
     slices: Annotated[int, Field(ge=1)] | None = None  # sliced
     shares: Annotated[int, Field(ge=1)] | None = None  # shared
-    profiles: dict[str, Annotated[int, Field(ge=1)]] | None = None  # partitioned
+    profiles: (  # partitioned
+        Annotated[dict[str, Annotated[int, Field(ge=1)]], _at_most(MAX_PROFILES, "profiles")] | None
+    ) = None
 
 
 class Accelerator(_Strict):
@@ -104,15 +158,15 @@ class Accelerator(_Strict):
     product: Text
     memoryMiB: Annotated[int, Field(ge=1)]
     cores: Annotated[int, Field(ge=1)] | None = None
-    count: Annotated[int, Field(ge=1, le=64)]
+    count: Annotated[int, Field(ge=1, le=MAX_CARDS)]
     family: Text | None = None
     computeCapability: Text | None = None
     driverVersion: Text | None = None
     runtimeVersion: Text | None = None
     #: Positions of unhealthy cards (they offer no device-plugin token).
-    unhealthy: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)
+    unhealthy: CardList = Field(default_factory=list)
     partitioning: Partitioning | None = None
-    allocations: list[Allocation] = Field(default_factory=list)
+    allocations: Annotated[list[Allocation], _at_most(MAX_CARDS, "allocations")] = Field(default_factory=list)
     #: False: the group is in ``Devices.spec`` but has no ``status`` ledger yet.
     ledgerPublished: StrictBool = True
 
@@ -134,19 +188,21 @@ class NodeSpec(_Strict):
     name: NodeName
     os: Text = "linux"
     arch: Text = "amd64"
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: Annotated[dict[str, str], _at_most(MAX_LABELS, "labels")] = Field(default_factory=dict)
     cpu: Cpu
     memory: Quantity
     pods: Annotated[int, Field(ge=1)] = 110
     ephemeralStorage: Quantity = "100Gi"
-    accelerators: list[Accelerator] = Field(default_factory=list)
-    rdma: list[RdmaInterface] = Field(default_factory=list)
+    accelerators: Annotated[list[Accelerator], _at_most(MAX_ACCELERATOR_ENTRIES, "entries")] = Field(
+        default_factory=list
+    )
+    rdma: Annotated[list[RdmaInterface], _at_most(MAX_NICS, "interfaces")] = Field(default_factory=list)
 
 
 class Scenario(_Strict):
     """The whole file."""
 
-    nodes: Annotated[list[NodeSpec], Field(min_length=1)]
+    nodes: Annotated[list[NodeSpec], Field(min_length=1), _at_most(MAX_NODES, "nodes")]
 
 
 #: Problem lines a :class:`ScenarioError` message shows; the rest are counted ("… and 12 more problems").
@@ -161,11 +217,13 @@ class ScenarioError(ValueError):
     The message lists at most :data:`MAX_SHOWN_PROBLEMS` of them and counts the rest.
     """
 
-    def __init__(self, problems: list[str], source: str = "") -> None:
+    def __init__(self, problems: list[str], source: str = "", *, uncollected: int = 0) -> None:
+        #: The problem lines collected (a caller may stop collecting early; ``uncollected`` counts the rest).
         self.problems = problems
+        self.total = len(problems) + uncollected
         head = f"{source}: " if source else ""
         shown = problems[:MAX_SHOWN_PROBLEMS]
-        more = len(problems) - len(shown)
+        more = self.total - len(shown)
         tail = [f"… and {more} more problem{'s' if more != 1 else ''}"] if more else []
         super().__init__(head + "invalid scenario:\n  " + "\n  ".join([*shown, *tail]))
 
@@ -215,6 +273,8 @@ def _message(err: Any) -> str:
         return "must not be empty"
     if kind == "string_too_long":
         return f"must be at most {ctx['max_length']} characters"
+    if kind == "too_long":
+        return f"must have at most {ctx['max_length']} entries"
     if kind == "literal_error":
         return f"must be one of {ctx['expected']}"
     return _MESSAGES.get(kind, str(err["msg"]))
@@ -230,12 +290,21 @@ def _render_loc(loc: tuple[int | str, ...], data: object) -> str:
                 out = node_path(step, node.get("name") if isinstance(node, dict) else None)
             else:
                 out += f"[{step}]"
+        elif step == "[key]":  # pydantic's marker for "the key itself", after the key
+            out += " (the key)"
         else:
-            out += f".{step}" if out else step
+            out += f".{cut(step, 64)}" if out else cut(step, 64)
             node = node.get(step) if isinstance(node, dict) else None
     return out or "<file>"
 
 
-def format_validation_error(exc: ValidationError, data: object) -> list[str]:
-    """One ``<path>: <message>`` line per pydantic error, paths rendered against the raw ``data``."""
-    return [f"{_render_loc(tuple(err['loc']), data)}: {_message(err)}" for err in exc.errors()]
+def format_validation_error(
+    exc: ValidationError, data: object, prefix: tuple[int | str, ...] = (), limit: int | None = None
+) -> list[str]:
+    """One ``<path>: <message>`` line per pydantic error (the first ``limit``), paths rendered against
+    the raw ``data``; ``prefix`` is where the validated value sits in ``data`` (``("nodes", 3)``)."""
+    errors = exc.errors(include_url=False, include_input=False)
+    return [
+        f"{_render_loc((*prefix, *err['loc']), data)}: {_message(err)}"
+        for err in (errors if limit is None else errors[:limit])
+    ]

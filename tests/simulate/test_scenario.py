@@ -82,7 +82,7 @@ def _with(path: tuple[Any, ...], value: Any) -> dict[str, Any]:
         ),
         pytest.param(
             _with(("nodes", 0, "cpu", "details"), {"colour": "red"}),
-            "nodes[0] (name=cpu-a).cpu.details.colour.[key]: must be one of",
+            "nodes[0] (name=cpu-a).cpu.details.colour (the key): must be one of",
             id="unknown-cpu-detail",
         ),
         pytest.param(
