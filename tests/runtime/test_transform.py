@@ -127,3 +127,11 @@ def test_projection_is_immutable_and_interned() -> None:
     assert (
         a["metadata"]["labels"]["nvidia.com/gpu.product"] is b["metadata"]["labels"]["nvidia.com/gpu.product"]
     )
+
+
+def test_transform_says_whose_managed_fields_it_keeps() -> None:
+    transform = make_transform([MANAGER, "other"])
+    assert transform.field_managers == {MANAGER, "other"}
+    assert make_transform().field_managers == frozenset()
+    kept = transform(copy.deepcopy(NODE))["metadata"]["managedFields"]
+    assert [e["manager"] for e in kept] == [MANAGER]  # kubelet's entry is not among those kept
