@@ -109,7 +109,8 @@ AGENT: Final = Component(
             Rule(
                 kinds.NODE_FEATURE,
                 ("list", "watch", "create", "patch", "delete"),
-                "its nodes' NodeFeatures: informer, server-side apply (create on first apply), removal",
+                "its nodes' NodeFeatures: informer, server-side apply (create on first apply), removal once "
+                "the Node is gone",
             ),
             Rule(kinds.CONFIG_MAP, ("list", "watch"), "the live settings ConfigMap"),
             Rule(kinds.EVENT, ("create",), _SETTINGS_EVENTS),
@@ -124,10 +125,6 @@ AGENT: Final = Component(
         ),
     },
     not_exercised={
-        (SYSTEM, kinds.NODE_FEATURE.group, kinds.NODE_FEATURE.plural, "delete"): (
-            "a node's NodeFeature is deleted only when the node leaves the agent's care (opted out, or its "
-            "Node deleted); the RBAC test's scenario keeps every node"
-        ),
         (EVENTS_NAMESPACE, kinds.EVENT.group, kinds.EVENT.plural, "patch"): (
             "an Event series is patched only when the same warning recurs (its count) after the first "
             "was written; the agent reports a finding once while it persists"

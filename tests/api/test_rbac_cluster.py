@@ -1,0 +1,249 @@
+"""The verbs each role holds are the verbs the code uses — read from the API server's audit log.
+
+The agent (``--all-nodes`` and single-node scope) and the controller run as real processes, each
+authenticated with a token of its ServiceAccount (bound to ``manifests/rbac``, generated from
+:mod:`gpustack_worker.api.rbac`), against the simulated ``mixed-4`` scenario (applied with
+``gpustack-worker simulate apply``) plus one fresh node, so the agent's every write happens whatever
+earlier tests converged. The test then drives the paths that write rarely: a rejected settings
+revision (a Warning Event from each process), an out-of-range Devices value (a Warning Event about a
+cluster-scoped object), a deleted Node (its NodeFeature is removed), a missing Lease (created).
+
+Then, from the audit log (which records every request of the ``gpustack-system`` ServiceAccounts):
+(a) no request was refused (403) and every (namespace, apiGroup, resource, verb) used is granted;
+(b) every granted verb was used, or is in the component's commented ``not_exercised`` allow-list —
+an excess permission fails, and so does an allow-list entry for a verb the run did use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import yaml
+
+from gpustack_worker.api import kinds, rbac
+from gpustack_worker.cli.agent_cmd import USER_AGENT as AGENT_UA
+from gpustack_worker.cli.controller_cmd import LEASE_NAME
+from gpustack_worker.cli.controller_cmd import USER_AGENT as CONTROLLER_UA
+from gpustack_worker.cli.simulate_cmd import USER_AGENT as SIMULATE_UA
+from gpustack_worker.devcluster.audit import AuditEvent, AuditLog
+from gpustack_worker.runtime.client import Client
+from gpustack_worker.simulate.load import packaged_scenario
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from pathlib import Path
+
+    from gpustack_worker.devcluster.cluster import DevCluster
+    from tests.conftest import Poll
+
+pytestmark = pytest.mark.cluster
+
+NS = kinds.SYSTEM_NAMESPACE
+Key = tuple[str, str, str, str]  # (namespace or "" , apiGroup, resource[/subresource], verb)
+
+
+def _username(component: rbac.Component) -> str:
+    return f"system:serviceaccount:{NS}:{component.name}"
+
+
+def _concrete(key: Key) -> Key:
+    namespace, group, resource, verb = key
+    return (NS if namespace == rbac.SYSTEM else namespace, group, resource, verb)
+
+
+def _granted(component: rbac.Component) -> set[Key]:
+    return {_concrete(k) for k in component.grants()}
+
+
+def _allowed_unused(component: rbac.Component) -> set[Key]:
+    return {_concrete(k) for k in component.not_exercised}
+
+
+def _used(events: Iterable[AuditEvent]) -> set[Key]:
+    """What the requests used; a server-side apply that created its object (201) used ``create`` too."""
+    out: set[Key] = set()
+    for e in events:
+        if not e.resource:  # discovery, /version: not RBAC-scoped resources
+            continue
+        out.add((e.namespace, e.api_group, e.resource_path, e.verb))
+        if e.verb == "patch" and e.code == 201:
+            out.add((e.namespace, e.api_group, e.resource_path, "create"))
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+def _cli(*args: str, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "gpustack_worker.cli.main", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ),
+        )
+
+
+def _fresh_node_scenario(name: str, path: Path) -> Path:
+    """mixed-4's gpu-hygon under a new name: a node no earlier test converged."""
+    (hygon,) = [n for n in packaged_scenario("mixed-4").nodes if n.name == "gpu-hygon"]
+    node = hygon.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    node["name"] = name
+    node["labels"] = {**node.get("labels", {}), "test.gpustack.ai/rbac": "fresh"}
+    path.write_text(yaml.safe_dump({"nodes": [node]}))
+    return path
+
+
+async def test_roles_grant_exactly_what_the_processes_use(
+    devcluster: DevCluster, eventually: Poll, tmp_path: Path
+) -> None:
+    assert devcluster.audit_log is not None
+    audit = AuditLog(devcluster.audit_log)
+    run = uuid.uuid4().hex[:8]
+    fresh = f"rbac-{run}"
+    settings_cm = f"rbac-settings-{run}"
+    identity = f"rbac-{run}"
+    logs = tmp_path / "processes.log"
+    admin = await Client.connect(str(devcluster.kubeconfig))
+    agent_kc = str(devcluster.service_account_kubeconfig(rbac.AGENT.name))
+    controller_kc = str(devcluster.service_account_kubeconfig(rbac.CONTROLLER.name))
+    start = datetime.datetime.now(datetime.UTC)
+
+    # The scenario, through the CLI as a user would (admin credentials).
+    for scenario in ("mixed-4", str(_fresh_node_scenario(fresh, tmp_path / "fresh.yaml"))):
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "gpustack_worker.cli.main", "simulate", "apply", scenario,
+             "--kubeconfig", str(devcluster.kubeconfig)],
+            capture_output=True,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr.decode()
+    assert audit.writes(SIMULATE_UA, start), "simulate sends its User-Agent"
+    await admin.create(
+        kinds.CONFIG_MAP,
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": settings_cm, "namespace": NS}},
+    )
+    await admin.delete(kinds.LEASE, LEASE_NAME, NS)  # so the controller creates it
+
+    ports = {"all": _free_port(), "one": _free_port(), "ctl": _free_port()}
+    common = ("--namespace", NS, "--settings-configmap", settings_cm)
+    procs = {
+        "all": _cli("agent", "--all-nodes", "--kubeconfig", agent_kc, *common,
+                    "--metrics-bind", f"127.0.0.1:{ports['all']}", log=logs),
+        "one": _cli("agent", "--node-name", fresh, "--kubeconfig", agent_kc, *common,
+                    "--metrics-bind", f"127.0.0.1:{ports['one']}", log=logs),
+        "ctl": _cli("controller", "--identity", identity, "--kubeconfig", controller_kc, *common,
+                    "--metrics-bind", f"127.0.0.1:{ports['ctl']}", log=logs),
+    }  # fmt: skip
+    agent_user, controller_user = _username(rbac.AGENT), _username(rbac.CONTROLLER)
+
+    def used(user: str) -> set[Key]:
+        return _used(audit.events(username=user, since=start))
+
+    try:
+        # 1. all three ready; the fresh node's worker NodeFeature created by server-side apply.
+        async def all_ready() -> bool:
+            for name, proc in procs.items():
+                assert proc.poll() is None, f"{name} exited {proc.returncode}: {logs.read_text()[-3000:]}"
+            return all([await asyncio.to_thread(_ready, p) for p in ports.values()])
+
+        await _poll(all_ready, 90)
+        created = (NS, kinds.NODE_FEATURE.group, kinds.NODE_FEATURE.plural, "create")
+        await eventually(lambda: created in used(agent_user), within=60)
+
+        # 2. a rejected settings revision: each process posts a Warning Event on the ConfigMap.
+        await admin.patch(kinds.CONFIG_MAP, settings_cm, {"data": {"no-such-setting": "1"}}, namespace=NS)
+        event_in_ns = (NS, kinds.EVENT.group, kinds.EVENT.plural, "create")
+        await eventually(
+            lambda: event_in_ns in used(agent_user) and event_in_ns in used(controller_user), within=60
+        )
+
+        # 3. bad input (one card listed in two groups): a Warning Event about a cluster-scoped object,
+        # which the API server keeps in ``default``.
+        devices = await admin.get(kinds.DEVICES, fresh)
+        assert devices is not None
+        group = devices["spec"]["groups"][0]
+        twin = {**group, "id": f"{group['id']}-twin", "name": f"{group['name']}-twin"}
+        await admin.patch(
+            kinds.DEVICES, fresh, [{"op": "add", "path": "/spec/groups/-", "value": twin}], patch_type="json"
+        )
+        event_default = (rbac.EVENTS_NAMESPACE, kinds.EVENT.group, kinds.EVENT.plural, "create")
+        await eventually(lambda: event_default in used(agent_user), within=60)
+
+        # 4. the Node goes: the agent deletes its worker NodeFeature (no GC runs here).
+        await admin.delete(kinds.NODE, fresh)
+        deleted = (NS, kinds.NODE_FEATURE.group, kinds.NODE_FEATURE.plural, "delete")
+        await eventually(lambda: deleted in used(agent_user), within=60)
+
+        # 5. everything the roles grant and the run can reach, reached.
+        for component, user in ((rbac.AGENT, agent_user), (rbac.CONTROLLER, controller_user)):
+            want = _granted(component) - _allowed_unused(component)
+            with contextlib.suppress(TimeoutError):  # asserted below with the difference spelled out
+                await eventually(lambda want=want, user=user: want <= used(user), within=60)
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        codes = {}
+        for name, proc in procs.items():
+            try:
+                codes[name] = await asyncio.to_thread(proc.wait, 30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                codes[name] = proc.wait()
+        await admin.delete(kinds.DEVICES, fresh)
+        await admin.delete(kinds.NODE, fresh)
+        await admin.delete(kinds.NODE_FEATURE, f"{fresh}-gpustack-device-manager", NS)
+        await admin.delete(kinds.CONFIG_MAP, settings_cm, NS)
+        await admin.close()
+    assert codes == {"all": 0, "one": 0, "ctl": 0}, logs.read_text()[-3000:]
+
+    for component, user in ((rbac.AGENT, agent_user), (rbac.CONTROLLER, controller_user)):
+        events = audit.events(username=user, since=start)
+        assert events, f"no request of {user} recorded"
+        refused = sorted({(e.verb, e.namespace, e.resource_path) for e in events if e.code == 403})
+        assert refused == [], f"{component.key}: refused (missing permission): {refused}"
+        used_keys = _used(events)
+        granted = _granted(component)
+        assert used_keys - granted == set(), f"{component.key}: used but not granted"
+        excess = granted - used_keys - _allowed_unused(component)
+        assert excess == set(), (
+            f"{component.key}: granted but never used — drop it from api/rbac.py or list it in "
+            f"not_exercised with the reason: {sorted(excess)}"
+        )
+        stale = _allowed_unused(component) & used_keys
+        assert stale == set(), f"{component.key}: allow-listed as unexercised but used: {sorted(stale)}"
+
+    # Each process named itself on every request.
+    agents = {e.user_agent for e in audit.events(username=agent_user, since=start)}
+    assert agents == {f"{AGENT_UA}/all-nodes", f"{AGENT_UA}/{fresh}"}
+    controllers = {e.user_agent for e in audit.events(username=controller_user, since=start)}
+    assert controllers == {f"{CONTROLLER_UA}/{identity}"}
+
+
+async def _poll(check: Any, within: float) -> None:
+    async with asyncio.timeout(within):
+        while not await check():  # noqa: ASYNC110 - polling other processes' health endpoints
+            await asyncio.sleep(0.2)
