@@ -307,7 +307,7 @@ def _body(
     labels: Mapping[str, str],
     annotations: Mapping[str, str],
     groups: Sequence[Mapping[str, Any]],
-    stop_policy: str,
+    stop_policy: str | None,
     checks: Sequence[str],
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {
@@ -318,8 +318,9 @@ def _body(
             "borrowWithinCohort": {"policy": "Never"},
             "withinClusterQueue": "Never",
         },
-        "stopPolicy": stop_policy,
     }
+    if stop_policy is not None:
+        spec["stopPolicy"] = stop_policy
     if groups:
         spec["resourceGroups"] = [dict(g) for g in groups]
     if checks:
@@ -355,7 +356,9 @@ def decide(inp: QueueInputs) -> QueueDecision:
     saved = _annotations(queue or {}).get(keys.MIGRATION_STOP_POLICY)
     inactive = bool((it.get("spec") or {}).get("inactive", False))
     foreign_stop = not inp.owns_stop_policy and current_policy in (HOLD, HOLD_AND_DRAIN) and queue is not None
-    base = HOLD if inactive or foreign_stop else NONE
+    # Someone else stopped the queue: leave their stop policy theirs (omit the field) until the InstanceType
+    # controller has back-filled ``inactive``; re-owning it earlier would hide the stop from the backfill.
+    base: str | None = HOLD if inactive else (None if foreign_stop else NONE)
     checks = _checks(pool, inp)
 
     outcome = plan_queue(

@@ -2,9 +2,9 @@
 
 Runs a :class:`~gpustack_worker.runtime.manager.Manager` with leader election on the Lease
 ``worker.gpustack.ai`` in the system namespace (identity = hostname + pid unless given), the live
-settings ConfigMap, and the health/metrics endpoint. The scheduling-chain controllers are registered
-here as later issues add them; until then the process elects a leader, keeps its settings current and
-serves ``/healthz``, ``/readyz`` and ``/metrics``. The elector fences the process's client: every write
+settings ConfigMap, and the health/metrics endpoint, with the stage-4 chain controllers
+(:class:`~gpustack_worker.chain.controller.Chain`) running while this replica leads; standbys keep
+warm caches. The elector fences the process's client: every write
 (controllers, Events, settings Events) passes only while this replica leads and its Lease is provably
 its own, so a standby or a replica that lost the Lease writes nothing but its own Lease attempts.
 SIGTERM/SIGINT stop it gracefully: queues drain while the Lease is still renewed, then the Lease is
@@ -21,10 +21,12 @@ from typing import TYPE_CHECKING, Final
 import structlog
 
 from gpustack_worker.api import kinds
+from gpustack_worker.chain.controller import Chain
 from gpustack_worker.cli.process import running
 from gpustack_worker.cli.settings import open_settings
 from gpustack_worker.runtime.leader import LeaderElector
 from gpustack_worker.runtime.manager import Manager
+from gpustack_worker.runtime.registry import InformerRegistry
 
 if TYPE_CHECKING:
     import argparse
@@ -68,6 +70,11 @@ async def run(args: argparse.Namespace) -> int:
             health_bind=getattr(args, "metrics_bind", None) or "127.0.0.1:8080",
             cache_sync_timeout=proc.boot.cache_sync_timeout_seconds,
         )
+        registry = manager.add_registry(InformerRegistry(proc.client, options=proc.boot.informer_options()))
+        chain = Chain(proc.client, settings, registry, system_namespace=namespace)
+        for controller in chain.controllers:
+            manager.add_controller(controller)
+        chain.start_keys()
         _log.info("controller starting", identity=identity, namespace=namespace)
         code = await manager.run(proc.stop)
         _log.info("controller stopped", exit_code=code)

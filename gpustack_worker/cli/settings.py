@@ -12,6 +12,7 @@ import os
 from typing import TYPE_CHECKING
 
 from gpustack_worker.agent.settings import AgentSettings
+from gpustack_worker.chain.settings import ControllerSettings
 from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP, SettingsError, SettingsSource, settings_from
 from gpustack_worker.runtime.telemetry import set_log_level
 
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 __all__ = ("WorkerSettings", "boot_settings", "environment_problem", "open_settings")
 
 
-class WorkerSettings(AgentSettings):
+class WorkerSettings(AgentSettings, ControllerSettings):
     """Every setting of every stage (runtime, chain, agent)."""
 
 

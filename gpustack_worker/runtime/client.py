@@ -462,11 +462,18 @@ class Client:
             return None
 
     async def create(
-        self, resource: Resource, body: dict[str, Any], namespace: str | None = None
+        self,
+        resource: Resource,
+        body: dict[str, Any],
+        namespace: str | None = None,
+        *,
+        field_manager: str | None = None,
     ) -> dict[str, Any]:
-        """POST ``body``; the namespace defaults to ``body.metadata.namespace``."""
+        """POST ``body``; the namespace defaults to ``body.metadata.namespace``. ``field_manager`` names
+        the manager of the created fields (default: the server derives it from the User-Agent)."""
         ns = namespace or (body.get("metadata") or {}).get("namespace")
-        return await self._request("POST", resource.collection_path(ns), body=body)
+        params = {"fieldManager": field_manager} if field_manager else None
+        return await self._request("POST", resource.collection_path(ns), params=params, body=body)
 
     async def apply(
         self,

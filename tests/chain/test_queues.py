@@ -152,9 +152,13 @@ def test_foreign_hold_is_kept_until_backfilled() -> None:
     held = _queue(first)
     held["spec"] = {**held["spec"], "stopPolicy": "Hold"}
     kept = queues.decide(_inputs(types[T4], held, owns_stop_policy=False))
-    assert kept.body is not None and kept.body["spec"]["stopPolicy"] == "Hold"
-    # A foreign None is not a stop: the sticky Inactive wins.
+    # The field is left out, so the admin keeps owning it (and the backfill sees a foreign stop).
+    assert kept.body is not None and "stopPolicy" not in kept.body["spec"]
+    # Once back-filled (inactive), the chain applies Hold itself.
     it = {**types[T4], "spec": {**types[T4]["spec"], "inactive": True}}
+    owned = queues.decide(_inputs(it, held, owns_stop_policy=False))
+    assert owned.body is not None and owned.body["spec"]["stopPolicy"] == "Hold"
+    # A foreign None is not a stop: the sticky Inactive wins.
     released = {**held, "spec": {**held["spec"], "stopPolicy": "None"}}
     back = queues.decide(_inputs(it, released, owns_stop_policy=False))
     assert back.body is not None and back.body["spec"]["stopPolicy"] == "Hold"

@@ -1,0 +1,180 @@
+"""The stage-4 chain's wiring: shared informers, six runtime controllers, and which event wakes which key.
+
+Runs inside ``gpustack-worker controller`` (leader-elected): the caller passes the process's informer
+registry and adds :attr:`Chain.controllers` to its Manager. Informers come from the registry, one per
+kind, each keeping the managedFields of the chain's field managers for that kind (the appliers' no-op
+check needs them). Reconciles are level-triggered; the mappers below only decide which keys a change
+concerns:
+
+- ``chain-node-topology`` [Node]: the Node added or its labels changed;
+- ``chain-flavors`` [``flavors``]: any Node label change; any flavor, Topology or InstanceType change;
+- ``chain-queues`` [InstanceType name]: its InstanceType or ClusterQueue; any flavor, Topology, check or
+  Node label change (every key);
+- ``chain-instancetypes`` [InstanceType name]: its InstanceType or ClusterQueue; any flavor, Devices or
+  Node label change (every key; Devices events coalesced for a second);
+- ``chain-localqueues`` [Namespace name]: the Namespace; its LocalQueues; any ClusterQueue (every
+  Namespace);
+- ``chain-admissionchecks`` [``checks``]: the AdmissionChecks.
+
+A new settings snapshot wakes every key of every controller, so a changed grouping, mixing, authoring or
+draining setting converges without a restart.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+
+from gpustack_worker.api import keys, kinds
+from gpustack_worker.chain import managers
+from gpustack_worker.chain.admissionchecks import CHECKS
+from gpustack_worker.chain.steps import CHECKS_KEY, FLAVORS_KEY, Steps
+from gpustack_worker.runtime import ratelimit
+from gpustack_worker.runtime.clock import MonotonicClock
+from gpustack_worker.runtime.controller import Controller, labels_changed
+from gpustack_worker.runtime.mappers import all_keys
+from gpustack_worker.runtime.prune import owner_selector
+from gpustack_worker.runtime.queue import WorkQueue
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Iterable
+
+    from gpustack_worker.chain.settings import ControllerSettings
+    from gpustack_worker.runtime.client import Client
+    from gpustack_worker.runtime.registry import InformerRegistry
+    from gpustack_worker.runtime.settings import SettingsSource
+
+__all__ = ("Chain",)
+
+#: Devices ledgers change with every allocation; their status views are recomputed at most once a second.
+DEVICES_COALESCE_S: Final = 1.0
+
+
+def _constant(key: str) -> Callable[[Any], Iterable[str]]:
+    return lambda _obj: (key,)
+
+
+def _namespace_of(obj: Any) -> Iterable[str]:
+    ns = (obj.get("metadata") or {}).get("namespace")
+    return (str(ns),) if ns else ()
+
+
+class Chain:
+    """The chain controllers over one informer registry."""
+
+    def __init__(
+        self,
+        client: Client,
+        settings: SettingsSource[ControllerSettings],
+        registry: InformerRegistry,
+        *,
+        system_namespace: str = kinds.SYSTEM_NAMESPACE,
+    ) -> None:
+        self.settings = settings
+        boot = settings.current
+        reg = registry
+        by_type = keys.RESOURCE_TYPE + "={}"
+        self.nodes = reg.informer(kinds.NODE, field_manager=managers.NODE_TOPOLOGY)
+        self.devices = reg.informer(kinds.DEVICES)
+        self.flavors = reg.informer(
+            kinds.RESOURCE_FLAVOR,
+            label_selector=by_type.format(keys.TYPE_NODES),
+            field_manager=managers.FLAVOR,
+        )
+        self.topologies = reg.informer(
+            kinds.TOPOLOGY,
+            label_selector=by_type.format(keys.TYPE_TOPOLOGY),
+            field_manager=managers.NODE_TOPOLOGY,
+        )
+        self.queues = reg.informer(
+            kinds.CLUSTER_QUEUE,
+            label_selector=by_type.format(keys.TYPE_INSTANCE_TYPES),
+            field_manager=managers.QUEUE,
+        )
+        self.types = reg.informer(
+            kinds.INSTANCE_TYPE, field_manager=(managers.INSTANCE_TYPE, managers.AUTHOR)
+        )
+        self.local_queues = reg.informer(
+            kinds.LOCAL_QUEUE,
+            label_selector=owner_selector(managers.OWNER_LOCAL_QUEUES),
+            field_manager=managers.LOCAL_QUEUE,
+        )
+        self.namespaces = reg.informer(kinds.NAMESPACE)
+        self.checks = reg.informer(kinds.ADMISSION_CHECK, field_manager=tuple(CHECKS))
+        self.steps = Steps(
+            client,
+            lambda: self.settings.current,
+            nodes=self.nodes,
+            devices=self.devices,
+            flavor_cache=self.flavors,
+            topology_cache=self.topologies,
+            queue_cache=self.queues,
+            type_cache=self.types,
+            local_queue_cache=self.local_queues,
+            namespaces=self.namespaces,
+            checks=self.checks,
+            system_namespace=system_namespace,
+        )
+        self.node_topology = self._controller("chain-node-topology", self.steps.node_topology, boot)
+        self.flavor_ctl = self._controller("chain-flavors", self.steps.flavors, boot)
+        self.queue_ctl = self._controller("chain-queues", self.steps.queue, boot)
+        self.type_ctl = self._controller("chain-instancetypes", self.steps.instance_type, boot)
+        self.local_queue_ctl = self._controller("chain-localqueues", self.steps.local_queues, boot)
+        self.check_ctl = self._controller("chain-admissionchecks", self.steps.admission_checks, boot)
+
+        every_type = all_keys(self.types.store)
+        self.node_topology.watch(self.nodes, predicates=[labels_changed])
+        self.flavor_ctl.watch(self.nodes, mapper=_constant(FLAVORS_KEY), predicates=[labels_changed])
+        for informer in (self.flavors, self.topologies, self.types):
+            self.flavor_ctl.watch(informer, mapper=_constant(FLAVORS_KEY))
+        for ctl in (self.queue_ctl, self.type_ctl):
+            ctl.watch(self.types)
+            ctl.watch(self.queues)
+            ctl.watch(self.flavors, mapper=every_type)
+            ctl.watch(self.nodes, mapper=every_type, predicates=[labels_changed])
+        self.queue_ctl.watch(self.topologies, mapper=every_type)
+        self.queue_ctl.watch(self.checks, mapper=every_type)
+        self.type_ctl.watch(self.devices, mapper=every_type, delay=lambda: DEVICES_COALESCE_S)
+        self.local_queue_ctl.watch(self.namespaces)
+        self.local_queue_ctl.watch(self.local_queues, mapper=_namespace_of)
+        self.local_queue_ctl.watch(self.queues, mapper=all_keys(self.namespaces.store))
+        self.check_ctl.watch(self.checks, mapper=_constant(CHECKS_KEY))
+        settings.subscribe(self._settings_changed)
+
+    @property
+    def controllers(self) -> list[Controller]:
+        return [
+            self.node_topology,
+            self.flavor_ctl,
+            self.queue_ctl,
+            self.type_ctl,
+            self.local_queue_ctl,
+            self.check_ctl,
+        ]
+
+    def start_keys(self) -> None:
+        """Keys that exist without any event: the singleton reconciles."""
+        self.flavor_ctl.enqueue_all([FLAVORS_KEY])
+        self.check_ctl.enqueue_all([CHECKS_KEY])
+
+    @staticmethod
+    def _controller(
+        name: str, reconcile: Callable[[str], Awaitable[Any]], boot: ControllerSettings
+    ) -> Controller:
+        clock = MonotonicClock()
+        limiter = ratelimit.default(
+            clock,
+            base=boot.requeue_base_delay_seconds,
+            cap=boot.requeue_max_delay_seconds,
+            qps=boot.requeue_qps,
+            burst=boot.requeue_burst,
+        )
+        queue = WorkQueue(name, clock=clock, rate_limiter=limiter)
+        return Controller(name, reconcile, queue, workers=boot.controller_workers)
+
+    def _settings_changed(self, _settings: ControllerSettings) -> None:
+        self.node_topology.enqueue_all(self.nodes.store.keys())
+        self.flavor_ctl.enqueue_all([FLAVORS_KEY])
+        self.queue_ctl.enqueue_all(self.types.store.keys())
+        self.type_ctl.enqueue_all(self.types.store.keys())
+        self.local_queue_ctl.enqueue_all(self.namespaces.store.keys())
+        self.check_ctl.enqueue_all([CHECKS_KEY])

@@ -1,0 +1,401 @@
+"""The chain's thin reconcile steps: read the cache, call the pure decision, apply it.
+
+One method per controller (keys in brackets):
+
+- ``node_topology`` [Node name] — the Node's ``topology.gpustack.ai/profile`` label;
+- ``flavors`` [``flavors``] — every ResourceFlavor and Topology, plus create-only InstanceType authoring;
+- ``queue`` [InstanceType name] — the ClusterQueue of the same name and its ``TopologyReady`` condition;
+- ``instance_type`` [InstanceType name] — finalizer, teardown, ``inactive`` backfill and status;
+- ``local_queues`` [Namespace name] — the Namespace's LocalQueues;
+- ``admission_checks`` [``checks``] — the two AdmissionChecks.
+
+Every write goes through an :class:`~gpustack_worker.runtime.apply.Applier` bound to the informer it
+checks against (no write when nothing changed), or is a create / delete / patch decided from the cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+import structlog
+
+from gpustack_worker.api import keys, kinds
+from gpustack_worker.api.devices_view import devices_facts
+from gpustack_worker.chain import (
+    admissionchecks,
+    flavors,
+    instancetypes,
+    localqueues,
+    managers,
+    pools,
+    queues,
+)
+from gpustack_worker.chain import topologies as topo
+from gpustack_worker.chain.nodes import NodeHardware, node_hardware
+from gpustack_worker.chain.views import accelerator_views, column, cpu_view, pool_cards
+from gpustack_worker.runtime import conditions
+from gpustack_worker.runtime.apply import Applier, owned_fields
+from gpustack_worker.runtime.client import Conflict, NotFound
+from gpustack_worker.runtime.controller import Result
+from gpustack_worker.runtime.finalizers import Finalizer
+from gpustack_worker.runtime.prune import Pruner, stamp
+from gpustack_worker.runtime.quantity import parse
+
+if TYPE_CHECKING:
+    from gpustack_worker.chain.flavors import FlavorPlan
+    from gpustack_worker.chain.settings import ControllerSettings
+    from gpustack_worker.runtime.client import Client
+    from gpustack_worker.runtime.informer import Informer
+
+__all__ = ("CHECKS_KEY", "FLAVORS_KEY", "Steps", "owns_field")
+
+FLAVORS_KEY: Final = "flavors"
+CHECKS_KEY: Final = "checks"
+#: Requeue while a flavor whose immutable spec changed is being replaced (its deletion event also wakes us).
+REPLACE_POLL_S: Final = 5.0
+_STOP_POLICY: Final = ("f:spec", "f:stopPolicy")
+_log = structlog.get_logger("gpustack_worker.chain")
+
+
+def owns_field(obj: Mapping[str, Any] | None, manager: str, path: tuple[str, ...]) -> bool:
+    """Whether ``manager``'s apply entry on the cached ``obj`` owns the field ``path`` (``f:``-spelled)."""
+    for entry in ((obj or {}).get("metadata") or {}).get("managedFields") or ():
+        if (
+            entry.get("manager") == manager
+            and not entry.get("subresource")
+            and path in owned_fields(entry.get("fieldsV1") or {})
+        ):
+            return True
+    return False
+
+
+def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return (obj or {}).get("metadata") or {}
+
+
+def _immutable_spec_changed(desired: Mapping[str, Any], cached: Mapping[str, Any]) -> bool:
+    """Kueue forbids changing a TAS flavor's ``nodeLabels``, ``tolerations`` and ``topologyName``."""
+    want, have = desired.get("spec") or {}, cached.get("spec") or {}
+    return any(
+        _plain(want.get(k)) != _plain(have.get(k)) for k in ("nodeLabels", "tolerations", "topologyName")
+    )
+
+
+def _plain(value: Any) -> Any:
+    """Frozen cache values (mappings, tuples) as plain JSON values, for comparison."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+@dataclass
+class Steps:
+    """The chain's reconcile steps over one set of informers."""
+
+    client: Client
+    settings: Callable[[], ControllerSettings]
+    nodes: Informer
+    devices: Informer
+    flavor_cache: Informer
+    topology_cache: Informer
+    queue_cache: Informer
+    type_cache: Informer
+    local_queue_cache: Informer
+    namespaces: Informer
+    checks: Informer
+    system_namespace: str = kinds.SYSTEM_NAMESPACE
+    now: Callable[[], dt.datetime] = field(default=lambda: dt.datetime.now(dt.UTC))
+    _hardware: dict[str, tuple[str, NodeHardware | None]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        c = self.client
+        self.node_applier = Applier(c, managers.NODE_TOPOLOGY, cache=self.nodes)
+        self.topology_applier = Applier(c, managers.NODE_TOPOLOGY, cache=self.topology_cache)
+        self.flavor_applier = Applier(c, managers.FLAVOR, cache=self.flavor_cache)
+        self.queue_applier = Applier(c, managers.QUEUE, cache=self.queue_cache)
+        self.type_applier = Applier(c, managers.INSTANCE_TYPE, cache=self.type_cache)
+        self.local_queue_applier = Applier(c, managers.LOCAL_QUEUE, cache=self.local_queue_cache)
+        self.check_appliers = {name: Applier(c, name, cache=self.checks) for name in admissionchecks.CHECKS}
+        self.flavor_pruner = Pruner(c, kinds.RESOURCE_FLAVOR, controller=managers.OWNER_FLAVORS)
+        self.topology_pruner = Pruner(c, kinds.TOPOLOGY, controller=managers.OWNER_TOPOLOGIES)
+        self.local_queue_pruner = Pruner(c, kinds.LOCAL_QUEUE, controller=managers.OWNER_LOCAL_QUEUES)
+        self.finalizer = Finalizer(
+            c, kinds.INSTANCE_TYPE, keys.FINALIZER_CONTROLLED, field_manager=managers.INSTANCE_TYPE
+        )
+        #: Objects created by the InstanceType author (tests count them).
+        self.authored = 0
+
+    # -- shared reads ------------------------------------------------------------------------------
+
+    def hardware(self) -> list[NodeHardware]:
+        """Every managed, profiled Node's chain view (memoised per resourceVersion)."""
+        out: list[NodeHardware] = []
+        seen: set[str] = set()
+        for node in self.nodes.store.list():
+            meta = _meta(node)
+            name, rv = str(meta.get("name", "")), str(meta.get("resourceVersion", ""))
+            seen.add(name)
+            memo = self._hardware.get(name)
+            if memo is None or memo[0] != rv:
+                memo = (rv, node_hardware(node))
+                self._hardware[name] = memo
+            if memo[1] is not None:
+                out.append(memo[1])
+        for gone in set(self._hardware) - seen:
+            del self._hardware[gone]
+        return out
+
+    # -- Node profile ------------------------------------------------------------------------------
+
+    async def node_topology(self, name: str) -> Result:
+        node = self.nodes.store.get(name)
+        if node is None:
+            return Result.done()
+        profile = topo.desired_node_profile(node)
+        metadata: dict[str, Any] = {"name": name}
+        if profile is not None:
+            metadata["labels"] = {keys.TOPOLOGY_PROFILE: profile}
+        body = {"apiVersion": kinds.NODE.api_version, "kind": kinds.NODE.kind, "metadata": metadata}
+        await self.node_applier.apply(kinds.NODE, body, node)
+        return Result.done()
+
+    # -- flavors, Topologies, InstanceType authoring -----------------------------------------------
+
+    async def flavors(self, _key: str) -> Result:
+        s = self.settings()
+        hardware = self.hardware()
+        plans = flavors.plan_flavors(hardware, mixed_on_node=s.instance_type_mixed_on_node)
+        requeue: float | None = None
+
+        wanted_topologies = {
+            topo.topology_body(topo.HOSTNAME_LEVELS)["metadata"]["name"]: topo.HOSTNAME_LEVELS
+        }
+        for name, levels in wanted_topologies.items():
+            body = stamp(topo.topology_body(levels), managers.OWNER_TOPOLOGIES)
+            await self.topology_applier.apply(kinds.TOPOLOGY, body, self.topology_cache.store.get(name))
+
+        desired = {
+            p.name: stamp(
+                flavors.flavor_body(
+                    p,
+                    mixed_on_node=s.instance_type_mixed_on_node,
+                    aware=s.instance_type_aware_cpu_manufacturer,
+                ),
+                managers.OWNER_FLAVORS,
+            )
+            for p in plans
+        }
+        for name, body in desired.items():
+            cached = self.flavor_cache.store.get(name)
+            if cached is not None and _meta(cached).get("deletionTimestamp"):
+                requeue = REPLACE_POLL_S  # being replaced: wait until Kueue lets it go
+                continue
+            if cached is not None and _immutable_spec_changed(body, cached):
+                _log.info("replacing flavor whose immutable selector changed", flavor=name)
+                await self._delete(kinds.RESOURCE_FLAVOR, cached)
+                requeue = REPLACE_POLL_S
+                continue
+            await self.flavor_applier.apply(kinds.RESOURCE_FLAVOR, body, cached)
+        await self.flavor_pruner.prune(self.flavor_cache.store.list(), set(desired))
+        referenced = {
+            str((f.get("spec") or {}).get("topologyName") or "") for f in self.flavor_cache.store.list()
+        }
+        await self.topology_pruner.prune(
+            self.topology_cache.store.list(), set(wanted_topologies) | referenced
+        )
+
+        if s.instance_type_derived_from_node:
+            await self._author(plans, aware=s.instance_type_aware_cpu_manufacturer)
+        return Result.after(requeue) if requeue else Result.done()
+
+    async def _author(self, plans: list[FlavorPlan], *, aware: bool) -> None:
+        """Create the pool's InstanceType when none of that name exists (create-only, never updated)."""
+        done: set[str] = set()
+        for plan in plans:
+            body = pools.derived_instance_type(plan, aware=aware)
+            name = body["metadata"]["name"]
+            if name in done or self.type_cache.store.get(name) is not None:
+                continue
+            done.add(name)
+            try:
+                await self.client.create(kinds.INSTANCE_TYPE, body, field_manager=managers.AUTHOR)
+                self.authored += 1
+                _log.info("authored InstanceType", instance_type=name)
+            except Conflict:
+                pass  # AlreadyExists: someone (an admin, or our cache lagging) has it — never touched
+
+    async def _delete(self, resource: Any, cached: Mapping[str, Any]) -> None:
+        meta = _meta(cached)
+        with contextlib.suppress(Conflict):  # a newer object of that name: not the one we decided on
+            await self.client.delete(resource, str(meta["name"]), meta.get("namespace"), uid=meta.get("uid"))
+
+    # -- the ClusterQueue --------------------------------------------------------------------------
+
+    async def queue(self, name: str) -> Result:
+        s = self.settings()
+        it = self.type_cache.store.get(name)
+        queue = self.queue_cache.store.get(name)
+        decision = queues.decide(
+            queues.QueueInputs(
+                instance_type=it,
+                queue=queue,
+                flavors=self.flavor_cache.store.list(),
+                nodes=self.hardware(),
+                topologies=frozenset(self.topology_cache.store.keys()),
+                active_checks=admissionchecks.active_checks(self.checks.store.list()),
+                owns_stop_policy=owns_field(queue, managers.QUEUE, _STOP_POLICY),
+                aware=s.instance_type_aware_cpu_manufacturer,
+                mixed_on_node=s.instance_type_mixed_on_node,
+                derived_from_node=s.instance_type_derived_from_node,
+                drain_when_no_flavors=s.instance_type_drain_when_no_flavors,
+            )
+        )
+        if decision.body is None:
+            return Result.done()
+        if decision.drain_only:
+            current = ((queue or {}).get("spec") or {}).get("stopPolicy")
+            if queue is not None and current != queues.HOLD_AND_DRAIN:
+                with contextlib.suppress(NotFound):
+                    await self.client.patch(
+                        kinds.CLUSTER_QUEUE, name, decision.body, field_manager=managers.QUEUE
+                    )
+            return Result.done()
+        written = await self.queue_applier.apply(kinds.CLUSTER_QUEUE, decision.body, queue, force=True)
+        target = written if written is not None else queue
+        if target is not None and decision.condition is not None:
+            await self._queue_condition(name, target, decision.condition)
+        return Result.after(decision.requeue_after) if decision.requeue_after else Result.done()
+
+    async def _queue_condition(self, name: str, queue: Mapping[str, Any], cond: queues.Condition) -> None:
+        generation = _meta(queue).get("generation")
+        wanted = conditions.Condition(
+            keys.TOPOLOGY_READY,
+            cond.status,
+            cond.reason,
+            cond.message,
+            observed_generation=int(generation) if generation is not None else None,
+        )
+        current = (queue.get("status") or {}).get("conditions") or ()
+        body = {
+            "apiVersion": kinds.CLUSTER_QUEUE.api_version,
+            "kind": kinds.CLUSTER_QUEUE.kind,
+            "metadata": {"name": name},
+            "status": {"conditions": conditions.for_apply(current, [wanted], now=self.now())},
+        }
+        await self.queue_applier.apply_status(kinds.CLUSTER_QUEUE, body, queue)
+
+    # -- the InstanceType --------------------------------------------------------------------------
+
+    async def instance_type(self, name: str) -> Result:
+        it = self.type_cache.store.get(name)
+        if it is None:
+            return Result.done()
+        queue = self.queue_cache.store.get(name)
+        decision = instancetypes.decide_type(
+            it, queue, queue_stop_is_ours=owns_field(queue, managers.QUEUE, _STOP_POLICY)
+        )
+        if decision.add_finalizer:
+            await self.finalizer.add(it)
+        if decision.delete_queue and queue is not None:
+            await self._delete(kinds.CLUSTER_QUEUE, queue)
+        if decision.remove_finalizer:
+            await self.finalizer.remove(it)
+            return Result.done()
+        if decision.backfill_inactive:
+            await self.client.patch(
+                kinds.INSTANCE_TYPE, name, {"spec": {"inactive": True}}, field_manager=managers.INSTANCE_TYPE
+            )
+        status = {
+            "entrance": keys.local_queue_name(name),
+            "phase": decision.phase,
+            **({"phaseMessage": decision.phase_message} if decision.phase_message else {}),
+            **self._capacity_status(it, queue),
+        }
+        body = {
+            "apiVersion": kinds.INSTANCE_TYPE.api_version,
+            "kind": kinds.INSTANCE_TYPE.kind,
+            "metadata": {"name": name},
+            "status": status,
+        }
+        await self.type_applier.apply_status(kinds.INSTANCE_TYPE, body, it)
+        return Result.after(decision.requeue_after) if decision.requeue_after else Result.done()
+
+    def _capacity_status(self, it: Mapping[str, Any], queue: Mapping[str, Any] | None) -> dict[str, Any]:
+        """Four-view (accelerated) or CPU view, plus the descriptors of the pool's first flavor."""
+        s = self.settings()
+        pool = pools.identity_of(it)
+        labels = pools.schedule_labels(pool, aware=s.instance_type_aware_cpu_manufacturer)
+        pool_flavors = [
+            f
+            for f in pools.flavors_of(pools.flavor_selector(labels), self.flavor_cache.store.list())
+            if not _meta(f).get("deletionTimestamp")
+        ]
+        hardware = self.hardware()
+        members: set[str] = set()
+        for flavor in pool_flavors:
+            members.update(flavors.flavor_nodes(flavor, hardware))
+        out: dict[str, Any] = {}
+        if pool.acceleratable:
+            facts = [
+                devices_facts(d) for n in sorted(members) if (d := self.devices.store.get(n)) is not None
+            ]
+            views = accelerator_views(pool_cards(pool.accelerator_group, facts))
+            out.update(views)
+            out["acceleratorSummary"] = column(views)
+        else:
+            cores = {h.name: h.cpu.cores for h in hardware if h.name in members}
+            out["cpu"] = cpu_view(cores, _cpu_used(queue))
+        if pool_flavors:
+            notes: Mapping[str, str] = _meta(pool_flavors[0]).get("annotations") or {}
+            detail = {
+                k: notes[f"{keys.NOTE_PREFIX}{k}"]
+                for k in ("manufacturer", "product", "family", "memory", "cores")
+                if notes.get(f"{keys.NOTE_PREFIX}{k}")
+            }
+            if detail:
+                out["detail"] = detail
+        return out
+
+    # -- LocalQueues ---------------------------------------------------------------------------------
+
+    async def local_queues(self, namespace: str) -> Result:
+        ns = self.namespaces.store.get(namespace)
+        desired: dict[str, dict[str, Any]] = {}
+        if ns is not None:
+            desired = localqueues.desired_local_queues(
+                ns, self.queue_cache.store.list(), system_namespace=self.system_namespace
+            )
+        for name, body in desired.items():
+            key = f"{namespace}/{name}"
+            await self.local_queue_applier.apply(
+                kinds.LOCAL_QUEUE,
+                stamp(body, managers.OWNER_LOCAL_QUEUES),
+                self.local_queue_cache.store.get(key),
+            )
+        cached = [q for q in self.local_queue_cache.store.list() if _meta(q).get("namespace") == namespace]
+        await self.local_queue_pruner.prune(cached, {f"{namespace}/{n}" for n in desired})
+        return Result.done()
+
+    # -- AdmissionChecks -----------------------------------------------------------------------------
+
+    async def admission_checks(self, _key: str) -> Result:
+        for name, body in admissionchecks.desired_admission_checks().items():
+            await self.check_appliers[name].apply(kinds.ADMISSION_CHECK, body, self.checks.store.get(name))
+        return Result.done()
+
+
+def _cpu_used(queue: Mapping[str, Any] | None) -> int:
+    """CPU cores Kueue reports in use on the queue's flavors (``status.flavorsUsage``), rounded up."""
+    total = 0.0
+    for flavor in ((queue or {}).get("status") or {}).get("flavorsUsage") or ():
+        for res in flavor.get("resources") or ():
+            if res.get("name") == "cpu":
+                value = parse(str(res.get("total") or "0"))
+                total += float(value) if value is not None else 0.0
+    return int(total + 0.999999)
