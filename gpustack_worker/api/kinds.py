@@ -33,7 +33,23 @@ CRD: Final = Resource(
 )
 
 # ours
-DEVICES: Final = Resource(WORKER_GROUP, WORKER_VERSION, "Devices", "devices", namespaced=False)
+_PROFILES: Final = ("name",)
+DEVICES_HINTS: Final = FieldHints(
+    keyed={
+        "spec.groups": ("id", "manufacturer"),
+        "spec.groups[].accelerators": ("id",),
+        "spec.groups[].acceleratorSlicedDetail.physical.profiles": _PROFILES,
+        "spec.groups[].accelerators[].status.physicalSliced.profiles": _PROFILES,
+        "spec.interfaces": ("name",),
+        "status.groups": ("id", "manufacturer"),
+        "status.groups[].accelerators": ("id",),
+        "status.groups[].accelerators[].allocatedProfiles": _PROFILES,
+        "status.groups[].accelerators[].remainingProfiles": _PROFILES,
+    }
+)
+DEVICES: Final = Resource(
+    WORKER_GROUP, WORKER_VERSION, "Devices", "devices", namespaced=False, hints=DEVICES_HINTS
+)
 TOPOLOGY_SOURCE: Final = Resource(
     WORKER_GROUP, WORKER_VERSION, "TopologySource", "topologysources", namespaced=False
 )
@@ -74,8 +90,15 @@ RESOURCE_FLAVOR_HINTS: Final = FieldHints(atomic=("spec.nodeLabels",))
 # ClusterQueue: resourceGroups is atomic (so is everything inside it, whatever the inner lists' types);
 # the admission checks merge by name, their onFlavors as a set.
 _QUOTA: Final = "spec.resourceGroups[].flavors[].resources[]"
+# Both queues report usage per flavor and resource in status (Kueue writes it; declared for completeness).
+_USAGE_KEYED: Final = {
+    f"status.{usage}{inner}": ("name",)
+    for usage in ("flavorsReservation", "flavorsUsage")
+    for inner in ("", "[].resources")
+}
+_USAGE: Final = tuple(f"status.{usage}[].resources[]" for usage in ("flavorsReservation", "flavorsUsage"))
 CLUSTER_QUEUE_HINTS: Final = FieldHints(
-    keyed={**_CONDITIONS, "spec.admissionChecksStrategy.admissionChecks": ("name",)},
+    keyed={**_CONDITIONS, **_USAGE_KEYED, "spec.admissionChecksStrategy.admissionChecks": ("name",)},
     sets=("spec.admissionChecksStrategy.admissionChecks[].onFlavors",),
     atomic=("spec.namespaceSelector",),
     quantities=(
@@ -83,9 +106,17 @@ CLUSTER_QUEUE_HINTS: Final = FieldHints(
         f"{_QUOTA}.borrowingLimit",
         f"{_QUOTA}.lendingLimit",
         "spec.fairSharing.weight",
+        *(f"{usage}.{field}" for usage in _USAGE for field in ("total", "borrowed")),
     ),
 )
-LOCAL_QUEUE_HINTS: Final = FieldHints(keyed=_CONDITIONS, quantities=("spec.fairSharing.weight",))
+LOCAL_QUEUE_HINTS: Final = FieldHints(
+    keyed={**_CONDITIONS, **_USAGE_KEYED},
+    quantities=(
+        "spec.fairSharing.weight",
+        "status.fairSharing.admissionFairSharingStatus.consumedResources.*",
+        *(f"{usage}.total" for usage in _USAGE),
+    ),
+)
 RESOURCE_FLAVOR: Final = Resource(
     KUEUE_GROUP, KUEUE_VERSION, "ResourceFlavor", "resourceflavors", False, hints=RESOURCE_FLAVOR_HINTS
 )
