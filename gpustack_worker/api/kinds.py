@@ -18,7 +18,8 @@ KUEUE_VERSION: Final = "v1beta2"
 # Field hints (the schema's list/map types, quantity fields, defaults inside atomic values) for every kind
 # a controller applies: the apply no-op check is exact only with them. Taken from the kinds' schemas
 # (k8s.io/api core/v1, Kueue v0.19 and NFD v0.19 CRDs, ours) and checked against the real API server by
-# tests/runtime/test_capture_cluster.py. Lists not declared are atomic, maps granular (the CRD defaults).
+# tests/runtime/test_capture_cluster.py; for the CRD kinds, tests/api/test_kinds_hints_cluster.py compares
+# them with the served schemas. Lists not declared are atomic, maps granular (the CRD defaults).
 _CONDITIONS: Final = {"status.conditions": ("type",)}
 NODE_HINTS: Final = FieldHints(
     keyed={**_CONDITIONS, "status.addresses": ("type",)},
