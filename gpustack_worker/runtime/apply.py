@@ -33,7 +33,7 @@ object), the resourceVersion only when the caller asks for it, and an optional p
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast, runtime_checkable
 
 import orjson
 import structlog
@@ -338,10 +338,10 @@ def _describe(cache: object) -> str:
 class Applier:
     """Applies desired objects as one field manager, skipping no-ops against the cache.
 
-    ``cache`` is the informer (or informers) whose objects the caller passes as ``cached``: each must keep
-    this field manager's managedFields entries (``make_transform([..., field_manager])``), else
-    :class:`ApplierConfigError` is raised here, at start-up — without the entry no apply could ever be
-    judged a no-op.
+    ``cache`` is the informer whose objects the caller passes as ``cached`` (or a list / tuple / set of
+    them): each must keep this field manager's managedFields entries
+    (``make_transform([..., field_manager])``), else :class:`ApplierConfigError` is raised here, at
+    start-up — without the entry no apply could ever be judged a no-op.
     """
 
     def __init__(
@@ -354,11 +354,12 @@ class Applier:
         self.client = client
         self.field_manager = field_manager
         self._skipped = APPLY_SKIPPED.labels(field_manager=field_manager)
-        caches = [cache] if isinstance(cache, ManagedFieldsCache) else list(cache)
+        several = isinstance(cache, list | tuple | set | frozenset)
+        caches = list(cast("Iterable[ManagedFieldsCache]", cache)) if several else [cache]
         if not caches:
             raise ApplierConfigError(f"Applier {field_manager!r} is bound to no cache")
         for one in caches:
-            self.bind(one)
+            self.bind(cast("ManagedFieldsCache", one))
 
     def bind(self, cache: ManagedFieldsCache) -> None:
         """Check that ``cache`` keeps this manager's managedFields (raises :class:`ApplierConfigError`)."""

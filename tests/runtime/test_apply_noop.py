@@ -24,6 +24,7 @@ from gpustack_worker.runtime.apply import (
     owned_fields,
 )
 from gpustack_worker.runtime.resources import FieldHints, Resource
+from gpustack_worker.runtime.store import Store
 from gpustack_worker.runtime.transform import make_transform
 
 if TYPE_CHECKING:
@@ -201,6 +202,8 @@ def test_applier_refuses_a_cache_that_drops_its_managed_fields() -> None:
         Applier(client, "b", cache=[])
     with pytest.raises(ApplierConfigError, match="does not say which field managers"):
         Applier(client, "b", cache=[object()])  # type: ignore[list-item]
+    with pytest.raises(ApplierConfigError, match="Store does not say which field managers"):
+        Applier(client, "b", cache=Store())  # type: ignore[arg-type]  # a bare store: whose entries?
     applier = Applier(client, "b", cache=[make_transform(["a", "b"]), make_transform(["b"])])
     with pytest.raises(ApplierConfigError):
         applier.bind(make_transform())
