@@ -56,8 +56,15 @@ class ApplyReport:
     created: list[str] = field(default_factory=list)
     applied: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
+    #: Every successful write in the order it happened (``"created Node/gpu-a"``).
+    writes: list[str] = field(default_factory=list)
     step: str = ""
     done_nodes: list[str] = field(default_factory=list)
+
+    def record(self, verb: str, key: str) -> None:
+        """Note one successful write: ``verb`` is ``created``, ``applied`` or ``deleted``."""
+        {"created": self.created, "applied": self.applied, "deleted": self.deleted}[verb].append(key)
+        self.writes.append(f"{verb} {key}")
 
 
 class ApplyFailed(Exception):
@@ -92,7 +99,8 @@ async def _ensure_namespace(client: Client, report: ApplyReport) -> None:
     except ApiError as exc:
         if exc.status != 409:  # created concurrently: fine
             raise
-    report.created.append(f"Namespace/{kinds.SYSTEM_NAMESPACE}")
+        return
+    report.record("created", f"Namespace/{kinds.SYSTEM_NAMESPACE}")
 
 
 async def _strip_lifecycle_taints(client: Client, node: dict[str, Any]) -> None:
@@ -116,7 +124,7 @@ async def _delete_if_present(
         return
     report.step = f"delete of {resource.kind}/{name}"
     if await client.delete(resource, name, namespace):
-        report.deleted.append(f"{resource.kind}/{name}")
+        report.record("deleted", f"{resource.kind}/{name}")
 
 
 async def apply_node(client: Client, spec: NodeSpec, report: ApplyReport) -> None:
@@ -128,7 +136,7 @@ async def apply_node(client: Client, spec: NodeSpec, report: ApplyReport) -> Non
     if existing is None:
         report.step = f"create of {node_key}"
         existing = await client.create(kinds.NODE, render.render_node(spec, ready_since))
-        report.created.append(node_key)
+        report.record("created", node_key)
     report.step = f"removal of lifecycle taints from {node_key}"
     await _strip_lifecycle_taints(client, existing)
     manager = render.FIELD_MANAGER
@@ -142,7 +150,7 @@ async def apply_node(client: Client, spec: NodeSpec, report: ApplyReport) -> Non
     }
     report.step = f"server-side apply of {node_key}/status"
     await client.apply(kinds.NODE, status, field_manager=manager, force=True, subresource="status")
-    report.applied.append(node_key)
+    report.record("applied", node_key)
 
     uid = str(existing["metadata"]["uid"])
     feature = render.render_node_feature(spec, uid)
@@ -157,14 +165,14 @@ async def apply_node(client: Client, spec: NodeSpec, report: ApplyReport) -> Non
     feature_key = f"NodeFeature/{feature['metadata']['name']}"
     report.step = f"server-side apply of {feature_key}"
     await client.apply(kinds.NODE_FEATURE, feature, field_manager=manager, force=True)
-    report.applied.append(feature_key)
+    report.record("applied", feature_key)
     devices_key = f"Devices/{spec.name}"
     report.step = f"server-side apply of {devices_key}"
     await client.apply(kinds.DEVICES, devices, field_manager=manager, force=True)
-    report.applied.append(devices_key)
+    report.record("applied", devices_key)
     report.step = f"server-side apply of {devices_key}/status"
     await client.apply(kinds.DEVICES, ledger, field_manager=manager, force=True, subresource="status")
-    report.applied.append(f"{devices_key}/status")
+    report.record("applied", f"{devices_key}/status")
     report.done_nodes.append(spec.name)
 
 

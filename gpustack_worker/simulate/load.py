@@ -210,7 +210,7 @@ def _expanded_size(root: yaml.Node) -> int:
         stack.append((node, True))
         for child in _children(node):
             if id(child) in on_path:
-                raise _Refused(f"{_at(child.start_mark)}: an alias refers to a node that contains it")
+                raise _Refused(f"{_at(child.start_mark)}: the node anchored here contains an alias of itself")
             if id(child) not in sizes:
                 stack.append((child, False))
     return sizes[id(root)]
