@@ -47,20 +47,13 @@ def _load(file: str) -> Scenario:
         raise _Unreadable(f"{file}: cannot read: {exc.strerror or exc}") from None
 
 
-def _print_written(report_lines: list[str]) -> None:
-    for line in report_lines:
-        print(f"  {line}", file=sys.stderr)
-
-
 def _failed(exc: ApplyFailed, scenario: Scenario) -> None:
     report = exc.report
     print(f"simulate apply: {exc.step} failed: {exc.cause}", file=sys.stderr)
-    written = [f"created {key}" for key in report.created]
-    written += [f"applied {key}" for key in report.applied]
-    written += [f"deleted {key}" for key in report.deleted]
-    if written:
+    if report.writes:
         print("written before the failure (left in place; a re-run converges):", file=sys.stderr)
-        _print_written(written)
+        for line in report.writes:
+            print(f"  {line}", file=sys.stderr)
     else:
         print("nothing was written before the failure", file=sys.stderr)
     done = set(report.done_nodes)
