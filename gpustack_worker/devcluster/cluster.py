@@ -3,8 +3,8 @@
 Used by the test suite (one per session), by the demo and by ``gpustack-worker devcluster up``. Start
 order follows the control-plane notes: certificates → etcd → kube-apiserver → CRDs (Kueue, NFD, ours) →
 namespaces → our RBAC (``manifests/rbac``: ServiceAccounts, roles, bindings) → the node nfd-master needs →
-Kueue → nfd-master. Every port is chosen free at start, so
-several clusters can run side by side.
+Kueue → Kueue's webhooks (registered by URL once Kueue is ready; :mod:`.kueue_webhooks`) → nfd-master.
+Every port is chosen free at start, so several clusters can run side by side.
 
 There is no kubelet, scheduler or kube-controller-manager: Nodes are API objects whose status we write,
 namespaces never finish terminating, and owner references are not garbage-collected.
@@ -25,7 +25,8 @@ from typing import Any
 
 import yaml
 
-from gpustack_worker.devcluster import build, versions
+from gpustack_worker.api import kueue_config
+from gpustack_worker.devcluster import build, kueue_webhooks, versions
 from gpustack_worker.devcluster.audit import audit_policy
 from gpustack_worker.devcluster.bootstrap import ApiBootstrap, load_yaml_documents
 from gpustack_worker.devcluster.pki import Pki, make_pki
@@ -328,33 +329,46 @@ class DevCluster:
                     f"Kueue needs its metrics certificate at {KUEUE_METRICS_CERT_DIR} (hard-coded upstream); "
                     f"cannot write it: {exc}. Run as root or make that directory writable."
                 ) from exc
-        config = {
-            "apiVersion": "config.kueue.x-k8s.io/v1beta2",
-            "kind": "Configuration",
-            "namespace": "kueue-system",
-            "health": {"healthProbeBindAddress": f"127.0.0.1:{self.kueue_health_port}"},
-            "metrics": {"bindAddress": "0"},
-            "webhook": {"host": "127.0.0.1", "port": self.kueue_webhook_port, "certDir": str(certs)},
-            "leaderElection": {"leaderElect": False},
-            "internalCertManagement": {"enable": False},
-            "manageJobsWithoutQueueName": False,
-            "integrations": {"frameworks": ["batch/job", "pod"]},
-            "resources": {"quotaCheckStrategy": "IgnoreUndeclared"},
-            # As GPUStack's chart deploys Kueue (reference §1.3), minus the aggregated visibility server.
-            "featureGates": {
-                "TopologyAwareScheduling": True,
-                "TASBalancedPlacement": True,
-                "TASRespectNodeAffinityPreferred": True,
-                "QuotaCheckStrategy": True,
-                "AssignQueueLabelsForPods": False,
-                "VisibilityOnDemand": False,
+        # The chain's configuration (api/kueue_config.py, the same the chart ships) plus what is local here:
+        # loopback ports, our certificates, one replica, no aggregated visibility server.
+        config = kueue_config.merge(
+            kueue_config.kueue_manager_config(),
+            {
+                "health": {"healthProbeBindAddress": f"127.0.0.1:{self.kueue_health_port}"},
+                "metrics": {"bindAddress": "0"},
+                "webhook": {"host": "127.0.0.1", "port": self.kueue_webhook_port, "certDir": str(certs)},
+                "leaderElection": {"leaderElect": False},
+                "internalCertManagement": {"enable": False},
+                "featureGates": {"VisibilityOnDemand": False},
             },
-        }
+        )
         path = self.dir / "kueue-config.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=True))
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
         proc = self._spawn("kueue", [str(self.binaries["kueue"]), f"--config={path}"], env)
+        # /readyz passes once Kueue's webhook server listens; only then are its webhooks registered.
         proc.wait_ready(lambda: _http_ok(f"http://127.0.0.1:{self.kueue_health_port}/readyz"), 120)
+        self._register_kueue_webhooks(config)
+        api = self.bootstrap()
+        try:
+            proc.wait_ready(lambda: kueue_webhooks.served(api), 60)
+        finally:
+            api.close()
+
+    def _register_kueue_webhooks(self, config: dict[str, Any]) -> None:
+        """Kueue's webhook configurations, calling it at its loopback webhook server (kueue_webhooks)."""
+        assert self.pki is not None
+        docs = kueue_webhooks.webhook_configurations(
+            kueue_webhooks.upstream_documents(),
+            base_url=f"https://127.0.0.1:{self.kueue_webhook_port}",
+            ca_bundle=self.pki.ca_cert.read_bytes(),
+            config=config,
+        )
+        api = self.bootstrap()
+        try:
+            kueue_webhooks.register(api, docs)
+        finally:
+            api.close()
 
     def _start_nfd_master(self) -> None:
         self.nfd_port = free_port()
