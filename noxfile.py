@@ -1,4 +1,7 @@
-"""Sessions: tests, lint, typecheck, crds, rbac, demo, bench. ``nox -s lint typecheck tests`` is CI."""
+"""Sessions: tests, lint, typecheck, crds, rbac, kueue_config, demo, bench.
+
+``nox -s lint typecheck tests`` is CI.
+"""
 
 from __future__ import annotations
 
@@ -45,6 +48,13 @@ def rbac(session: nox.Session) -> None:
     """Regenerate manifests/rbac/ and chart/templates/rbac-*.yaml from gpustack_worker/api/rbac.py."""
     session.install("-e", ".")
     session.run("python", "-m", "gpustack_worker.api.rbacgen")
+
+
+@nox.session
+def kueue_config(session: nox.Session) -> None:
+    """Regenerate chart/files/kueue-manager-config.yaml from gpustack_worker/api/kueue_config.py."""
+    session.install("-e", ".")
+    session.run("python", "-m", "gpustack_worker.api.kueue_config", "chart/files/kueue-manager-config.yaml")
 
 
 @nox.session
