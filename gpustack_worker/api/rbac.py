@@ -132,9 +132,55 @@ AGENT: Final = Component(
     },
 )
 
+_PRUNE: Final = (
+    "pruning: deleted (UID precondition) only when the chain no longer wants an object it created — "
+    "a pool's last node left, a profile changed, a queue went away; not part of a converging start"
+)
+
 CONTROLLER: Final = Component(
     name="gpustack-worker-controller",
     key="controller",
+    cluster=(
+        Rule(kinds.NODE, ("list", "watch", "patch"), "chain informer; apply of the profile label"),
+        Rule(kinds.DEVICES, ("list", "watch"), "InstanceType status views read the ledgers"),
+        Rule(kinds.NAMESPACE, ("list", "watch"), "a LocalQueue in every non-system namespace"),
+        Rule(
+            kinds.RESOURCE_FLAVOR,
+            ("list", "watch", "create", "patch", "delete"),
+            "capacity flavors: apply (create on first apply), replace on an immutable change, prune",
+        ),
+        Rule(
+            kinds.TOPOLOGY,
+            ("list", "watch", "create", "patch", "delete"),
+            "the Kueue Topology of each profile: server-side apply, prune once unreferenced",
+        ),
+        Rule(
+            kinds.CLUSTER_QUEUE,
+            ("list", "watch", "create", "patch", "delete"),
+            "one queue per InstanceType: server-side apply, HoldAndDrain patch, teardown delete",
+        ),
+        Rule(kinds.CLUSTER_QUEUE, ("patch",), "the TopologyReady condition", subresource="status"),
+        Rule(
+            kinds.INSTANCE_TYPE,
+            ("list", "watch", "create", "patch"),
+            "create-only authoring; finalizer and the sticky inactive backfill",
+        ),
+        Rule(kinds.INSTANCE_TYPE, ("patch",), "status: phase, entrance, views", subresource="status"),
+        Rule(
+            kinds.LOCAL_QUEUE,
+            ("list", "watch", "create", "patch", "delete"),
+            "LocalQueues in every namespace: server-side apply, prune with their queue",
+        ),
+        Rule(kinds.ADMISSION_CHECK, ("list", "watch", "create", "patch"), "the two AdmissionChecks"),
+    ),
+    not_exercised={
+        ("", kinds.RESOURCE_FLAVOR.group, kinds.RESOURCE_FLAVOR.plural, "delete"): _PRUNE,
+        ("", kinds.TOPOLOGY.group, kinds.TOPOLOGY.plural, "delete"): _PRUNE,
+        ("", kinds.LOCAL_QUEUE.group, kinds.LOCAL_QUEUE.plural, "delete"): _PRUNE,
+        ("", kinds.CLUSTER_QUEUE.group, kinds.CLUSTER_QUEUE.plural, "delete"): (
+            "InstanceType teardown deletes its queue; the RBAC test deletes no InstanceType"
+        ),
+    },
     namespaced={
         SYSTEM: (
             Rule(kinds.LEASE, ("get", "create", "update"), "leader election on the Lease"),

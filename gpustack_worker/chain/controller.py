@@ -172,6 +172,10 @@ class Chain:
         return Controller(name, reconcile, queue, workers=boot.controller_workers)
 
     def _settings_changed(self, _settings: ControllerSettings) -> None:
+        self.resync()
+
+    def resync(self) -> None:
+        """Enqueue every key of every controller (a settings change; tests' forced resyncs)."""
         self.node_topology.enqueue_all(self.nodes.store.keys())
         self.flavor_ctl.enqueue_all([FLAVORS_KEY])
         self.queue_ctl.enqueue_all(self.types.store.keys())

@@ -166,6 +166,8 @@ class InstanceTypeStatus(CrdModel):
     """Partition instances (partitioned view)."""
     cpu: CapacityView | None = None
     """CPU cores of a CPU pool."""
+    accelerator_summary: str | None = Field(default=None, max_length=128)
+    """The four views as ``onceMaxRequest/remaining`` pairs (EX SH SL PT), for ``kubectl get``."""
 
 
 class InstanceType(KubeObject):
@@ -178,6 +180,9 @@ class InstanceType(KubeObject):
             PrinterColumn(name="Display", type="string", json_path=".spec.displayName"),
             PrinterColumn(name="Phase", type="string", json_path=".status.phase"),
             PrinterColumn(name="Entrance", type="string", json_path=".status.entrance"),
+            PrinterColumn(
+                name="Accelerator(EX/SH/SL/PT)", type="string", json_path=".status.acceleratorSummary"
+            ),
             PrinterColumn(name="Accelerator", type="string", json_path=".spec.acceleratorGroup", priority=1),
             AGE_COLUMN,
         ),

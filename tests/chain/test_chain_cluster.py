@@ -1,0 +1,355 @@
+"""Stage 4 end to end on the real control plane: the chain-4 scenario, the agent and the chain running as
+their own ServiceAccounts, real Kueue admitting (and refusing) Workloads through the generated queues,
+draining and restoring a pool, tearing an InstanceType down, and zero writes once converged."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from gpustack_worker.agent.controller import Agent
+from gpustack_worker.api import keys, kinds, rbac
+from gpustack_worker.chain.controller import Chain
+from gpustack_worker.cli.settings import WorkerSettings
+from gpustack_worker.runtime.client import Client
+from gpustack_worker.runtime.manager import Manager
+from gpustack_worker.runtime.registry import InformerRegistry
+from gpustack_worker.runtime.settings import SettingsSource
+from gpustack_worker.simulate.apply import apply_scenario
+from gpustack_worker.simulate.load import packaged_scenario
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable
+
+    from gpustack_worker.devcluster.cluster import DevCluster
+
+pytestmark = pytest.mark.cluster
+
+P = keys.topology_profile([keys.HOSTNAME])
+INTEL = "intel-xeon-platinum-8259cl"
+T4 = "gpustack--nvidia-tesla-t4-linux-amd64"
+A10G = "gpustack--nvidia-a10g-linux-amd64"
+GENERIC = "gpustack--generic-linux-amd64"
+FLAVORS = {
+    f"gpustack--{INTEL}-linux-amd64-4c-{P}",
+    f"gpustack--amd-epyc-7r32-linux-amd64-8c-{P}",
+    f"gpustack--amd-epyc-7r13-linux-amd64-48c-{P}",
+    f"gpustack--amd-epyc-7r32--nvidia-a10g-linux-amd64-1d-{P}",
+    f"gpustack--{INTEL}--nvidia-tesla-t4-linux-amd64-1d-{P}",
+    f"gpustack--amd-epyc-7r13--nvidia-tesla-t4-linux-amd64-4d-{P}",
+}
+TEAM = "team-a"
+M = keys.UNITS_PER_ACCELERATOR
+
+
+async def eventually(check: Callable[[], Any], *, within: float = 60.0, every: float = 0.25) -> Any:
+    """Poll an async ``check`` until it returns a truthy value."""
+    deadline = time.monotonic() + within
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(every)
+    raise AssertionError(f"condition not met within {within}s; last value: {last!r}")
+
+
+def _cond(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or ():
+        if cond.get("type") == type_:
+            return dict(cond)
+    return {}
+
+
+class Running:
+    """The agent and the chain, each in-process with its own ServiceAccount client."""
+
+    def __init__(self, admin: Client, agent: Agent, chain: Chain, chain_client: Client) -> None:
+        self.admin = admin
+        self.agent = agent
+        self.chain = chain
+        self.chain_client = chain_client
+
+    def idle(self) -> bool:
+        """Every chain queue empty (no pending, delayed or in-flight key)."""
+        return all(len(c.queue) == 0 and not c.queue.processing for c in self.chain.controllers)
+
+
+@pytest.fixture(scope="module")
+async def running(devcluster: DevCluster) -> AsyncIterator[Running]:
+    admin = await Client.connect(str(devcluster.kubeconfig))
+    await apply_scenario(admin, packaged_scenario("chain-4"))
+    await admin.create(kinds.NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": TEAM}})
+    agent_client = await Client.connect(str(devcluster.service_account_kubeconfig(rbac.AGENT.name)))
+    chain_client = await Client.connect(str(devcluster.service_account_kubeconfig(rbac.CONTROLLER.name)))
+    agent = Agent(agent_client, SettingsSource(agent_client, model=WorkerSettings, env={}), node_name=None)
+    settings = SettingsSource(chain_client, model=WorkerSettings, env={})
+    manager = Manager(settings=settings)
+    registry = manager.add_registry(InformerRegistry(chain_client))
+    chain = Chain(chain_client, settings, registry)
+    for controller in chain.controllers:
+        manager.add_controller(controller)
+    chain.start_keys()
+    stop = asyncio.Event()
+    tasks = [asyncio.create_task(agent.run(stop)), asyncio.create_task(manager.run(stop))]
+    try:
+        yield Running(admin, agent, chain, chain_client)
+    finally:
+        stop.set()
+        for task in tasks:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(task, 30)
+        for client in (agent_client, chain_client, admin):
+            await client.close()
+
+
+async def _names(client: Client, resource: Any, namespace: str | None = None) -> set[str]:
+    items, _ = await client.list(resource, namespace=namespace)
+    return {i["metadata"]["name"] for i in items}
+
+
+async def test_flavors_queues_types_and_local_queues_exist(running: Running) -> None:
+    admin = running.admin
+
+    async def flavors_ready() -> bool:
+        return await _names(admin, kinds.RESOURCE_FLAVOR) >= FLAVORS
+
+    await eventually(flavors_ready)
+    t4 = await admin.get(
+        kinds.RESOURCE_FLAVOR, f"gpustack--amd-epyc-7r13--nvidia-tesla-t4-linux-amd64-4d-{P}"
+    )
+    assert t4 is not None
+    assert t4["spec"]["topologyName"] == f"gpustack-{P}"
+    assert t4["metadata"]["labels"]["acceleratable.feature.gpustack.ai/nvidia-tesla-t4.capacity"] == "4"
+
+    async def types_ready() -> bool:
+        return {T4, A10G, GENERIC} <= await _names(admin, kinds.INSTANCE_TYPE)
+
+    await eventually(types_ready)
+    units = {}
+    for name in (T4, A10G, GENERIC):
+        it = await admin.get(kinds.INSTANCE_TYPE, name)
+        assert it is not None
+        units[name] = (
+            it["spec"]["unitResources"]["cpu"],
+            it["spec"]["unitResources"]["ram"],
+            it["spec"]["localStorage"],
+        )
+        assert it["metadata"]["labels"][keys.DERIVED_FROM_NODE] == "true"
+    assert units == {T4: ("8", "32Gi", "100Gi"), A10G: ("8", "64Gi", "100Gi"), GENERIC: ("1", "2Gi", "100Gi")}
+
+    for name in (T4, A10G, GENERIC):
+
+        async def active(name: str = name) -> bool:
+            cq = await admin.get(kinds.CLUSTER_QUEUE, name)
+            return (
+                _cond(cq, "Active").get("status") == "True"
+                and _cond(cq, keys.TOPOLOGY_READY).get("status") == "True"
+            )
+
+        await eventually(active)
+    cq = await admin.get(kinds.CLUSTER_QUEUE, T4)
+    assert cq is not None
+    assert cq["spec"]["stopPolicy"] == "None"
+    assert cq["spec"]["resourceGroups"][0]["coveredResources"] == ["credits.gpustack.ai/nvidia"]
+    assert [f["resources"][0]["nominalQuota"] for f in cq["spec"]["resourceGroups"][0]["flavors"]] == [
+        str(1 * M),
+        str(4 * M),
+    ]
+
+    async def local_queues() -> bool:
+        names = await _names(admin, kinds.LOCAL_QUEUE, TEAM)
+        return {keys.local_queue_name(n) for n in (T4, A10G, GENERIC)} <= names
+
+    await eventually(local_queues)
+    assert not await _names(admin, kinds.LOCAL_QUEUE, kinds.SYSTEM_NAMESPACE)
+
+    async def status_fresh() -> dict[str, Any] | None:
+        it = await admin.get(kinds.INSTANCE_TYPE, T4)
+        status = (it or {}).get("status") or {}
+        return status if status.get("acceleratorSummary") else None
+
+    status = await eventually(status_fresh)
+    assert status["entrance"] == keys.local_queue_name(T4)
+    assert status["phase"] == "Active"
+    assert status["acceleratorSummary"] == "4/5 4/50 100/500 0/0"
+
+
+def _workload(name: str, queue: str, gpus: int) -> dict[str, Any]:
+    return {
+        "apiVersion": kinds.WORKLOAD.api_version,
+        "kind": "Workload",
+        "metadata": {"name": name, "namespace": TEAM},
+        "spec": {
+            "queueName": keys.local_queue_name(queue),
+            "podSets": [
+                {
+                    "name": "main",
+                    "count": 1,
+                    "template": {
+                        "spec": {
+                            "restartPolicy": "Never",
+                            "containers": [
+                                {
+                                    "name": "c",
+                                    "image": "registry.invalid/x",
+                                    "resources": {
+                                        "requests": {"cpu": "1", "nvidia.com/gpu": str(gpus)},
+                                        "limits": {"nvidia.com/gpu": str(gpus)},
+                                    },
+                                }
+                            ],
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+async def test_workload_admitted_on_the_right_flavor_and_charged_in_credits(running: Running) -> None:
+    admin = running.admin
+    await test_flavors_queues_types_and_local_queues_exist(running)
+    await admin.create(kinds.WORKLOAD, _workload("two-t4", T4, 2), namespace=TEAM)
+
+    async def admitted() -> dict[str, Any] | None:
+        wl = await admin.get(kinds.WORKLOAD, "two-t4", TEAM)
+        return wl if _cond(wl, "Admitted").get("status") == "True" else None
+
+    wl = await eventually(admitted)
+    assignment = wl["status"]["admission"]["podSetAssignments"][0]
+    assert assignment["flavors"] == {
+        "credits.gpustack.ai/nvidia": f"gpustack--amd-epyc-7r13--nvidia-tesla-t4-linux-amd64-4d-{P}"
+    }
+
+    async def charged() -> list[Any] | None:
+        cq = await admin.get(kinds.CLUSTER_QUEUE, T4)
+        usage = ((cq or {}).get("status") or {}).get("flavorsReservation") or []
+        totals = [
+            r["total"] for f in usage for r in f.get("resources") or () if r.get("total") not in (None, "0")
+        ]
+        return totals or None
+
+    assert await eventually(charged) == [str(2 * M)]
+
+    # More than the pool holds on any one node: pending, with Kueue's own message.
+    await admin.create(kinds.WORKLOAD, _workload("eight-t4", T4, 8), namespace=TEAM)
+
+    async def refused() -> str | None:
+        wl = await admin.get(kinds.WORKLOAD, "eight-t4", TEAM)
+        cond = _cond(wl, "QuotaReserved")
+        return cond.get("message") if cond.get("status") == "False" and cond.get("message") else None
+
+    message = await eventually(refused)
+    assert "couldn't assign flavors" in message or "insufficient" in message.lower()
+    wl = await admin.get(kinds.WORKLOAD, "eight-t4", TEAM)
+    assert _cond(wl, "Admitted").get("status") != "True"
+    for name in ("two-t4", "eight-t4"):
+        await admin.delete(kinds.WORKLOAD, name, TEAM)
+
+
+async def _set_nodes_managed(admin: Client, names: tuple[str, ...], value: str) -> None:
+    for name in names:
+        await admin.patch(kinds.NODE, name, {"metadata": {"labels": {keys.MANAGED: value}}})
+
+
+async def _cq(admin: Client, name: str) -> dict[str, Any]:
+    cq = await admin.get(kinds.CLUSTER_QUEUE, name)
+    assert cq is not None
+    return cq
+
+
+async def test_pool_losing_its_last_node_drains_holds_and_restores(running: Running) -> None:
+    admin = running.admin
+    await test_flavors_queues_types_and_local_queues_exist(running)
+    before = await _cq(admin, T4)
+    # An admin Hold must survive the drain and the restore.
+    await admin.patch(kinds.CLUSTER_QUEUE, T4, {"spec": {"stopPolicy": "Hold"}})
+
+    async def backfilled() -> bool:
+        it = await admin.get(kinds.INSTANCE_TYPE, T4)
+        return bool(((it or {}).get("spec") or {}).get("inactive"))
+
+    await eventually(backfilled)
+
+    # Both T4 nodes leave the chain (an admin opts them out).
+    await _set_nodes_managed(admin, ("t4-a", "t4-b"), "false")
+
+    async def drained() -> dict[str, Any] | None:
+        cq = await _cq(admin, T4)
+        ann = cq["metadata"].get("annotations") or {}
+        empty = not cq["spec"].get("resourceGroups")
+        return (
+            cq
+            if empty and cq["spec"].get("stopPolicy") == "HoldAndDrain" and keys.MIGRATION_STOP_POLICY in ann
+            else None
+        )
+
+    cq = await eventually(drained)
+    assert cq["metadata"]["uid"] == before["metadata"]["uid"]
+
+    # The nodes come back: the queue gets its plan again and the admin's Hold (now Inactive) is restored.
+    await _set_nodes_managed(admin, ("t4-a", "t4-b"), "true")
+
+    async def restored() -> dict[str, Any] | None:
+        cq = await _cq(admin, T4)
+        ann = cq["metadata"].get("annotations") or {}
+        ok = cq["spec"].get("resourceGroups") and keys.MIGRATION_STOP_POLICY not in ann
+        return cq if ok and cq["spec"].get("stopPolicy") == "Hold" else None
+
+    cq = await eventually(restored)
+    assert cq["metadata"]["uid"] == before["metadata"]["uid"]
+
+    # The admin reactivates the type: the queue admits again, no other action needed.
+    await admin.patch(kinds.INSTANCE_TYPE, T4, {"spec": {"inactive": False}})
+
+    async def reopened() -> bool:
+        return (await _cq(admin, T4))["spec"].get("stopPolicy") == "None"
+
+    await eventually(reopened)
+
+
+async def test_deleting_an_instance_type_tears_its_queue_down(running: Running) -> None:
+    admin = running.admin
+    await test_flavors_queues_types_and_local_queues_exist(running)
+    it = await admin.get(kinds.INSTANCE_TYPE, A10G)
+    assert it is not None and keys.FINALIZER_CONTROLLED in (it["metadata"].get("finalizers") or ())
+    old_uid = it["metadata"]["uid"]
+    await admin.delete(kinds.INSTANCE_TYPE, A10G)
+
+    async def recreated() -> dict[str, Any] | None:
+        # The queue goes away with its type, the LocalQueues with the queue, and since the pool still has
+        # a flavor the type is re-authored (create-only) under the same name: a new object.
+        new = await admin.get(kinds.INSTANCE_TYPE, A10G)
+        return new if new is not None and new["metadata"]["uid"] != old_uid else None
+
+    await eventually(recreated, within=90)
+
+
+async def test_zero_writes_once_converged(running: Running) -> None:
+    """After convergence: three forced resyncs of every key issue no write (counted by the chain's client;
+    the audit-log view of the same is in the bench)."""
+    await test_flavors_queues_types_and_local_queues_exist(running)
+
+    async def settled() -> bool:
+        return running.idle()
+
+    async def quiet() -> bool:
+        # Converged: a full resync of every key issues no write.
+        before = running.chain_client.writes
+        running.chain.resync()
+        await asyncio.sleep(0.5)
+        await eventually(settled)
+        return running.chain_client.writes == before
+
+    await eventually(quiet, within=120, every=1.0)
+    before = running.chain_client.writes
+    for _ in range(3):
+        running.chain.resync()
+        await asyncio.sleep(0.5)
+        await eventually(settled)
+    assert running.chain_client.writes == before
