@@ -30,6 +30,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Final, NamedTuple
 
+import orjson
 from pydantic import ValidationError
 
 from gpustack_worker.api import keys, validation
@@ -223,16 +224,12 @@ def _devices_field(node: NodeSpec, loc: tuple[int | str, ...]) -> str:
 
 
 def _all_int64(value: object) -> bool:
-    """Every integer in ``value`` fits ``int64`` (the fast pass; :func:`_out_of_int64` finds where not)."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-        elif isinstance(item, int) and not _INT64_MIN <= item <= _INT64_MAX:
-            return False  # bool is an int too, but always in range
+    """Every integer in ``value`` fits ``int64`` — the fast pass (``orjson`` refuses integers past 2⁵³
+    in strict mode); only when it refuses does :func:`_out_of_int64` walk the object to find where."""
+    try:
+        orjson.dumps(value, option=orjson.OPT_STRICT_INTEGER)
+    except orjson.JSONEncodeError:
+        return not any(_out_of_int64(value, ()))
     return True
 
 

@@ -136,6 +136,14 @@ CASES: list[tuple[str, bytes, list[str]]] = [
         ],
     ),
     (
+        "card-memory-past-int64",
+        _doc(_node("gpu", accelerators=[_gpu(memoryMiB=2**64)])),
+        [
+            "nodes[0] (name=gpu).accelerators[0].memoryMiB: Devices gpu spec.groups[0].memory: "
+            "must fit in a 64-bit integer"
+        ],
+    ),
+    (
         "nic-name-past-the-devices-schema",
         _doc(_node("gpu", accelerators=[_gpu()], rdma=[{"name": "i" * 100, "linkLayer": "Ethernet"}])),
         [
