@@ -147,12 +147,6 @@ def cluster_queue(_: Mapping[str, str]) -> Body:
     return body
 
 
-def fresh_cluster_queue(ctx: Mapping[str, str]) -> Body:
-    body = cluster_queue(ctx)
-    body["metadata"]["name"] = "capture-fresh-queue"
-    return body
-
-
 def local_queue(_: Mapping[str, str]) -> Body:
     body = _meta(
         kinds.LOCAL_QUEUE,
@@ -288,16 +282,6 @@ CASES: Final[tuple[Case, ...]] = (
                 },
             ),
         ),
-    ),
-    # Kueue adds its finalizer with a full Update that rewrites resourceGroups with canonical quantities
-    # ("6400000" -> "6400k"), which takes the atomic resourceGroups over from us until we apply again.
-    Case(
-        "clusterqueue-kueue-first-update",
-        kinds.CLUSTER_QUEUE,
-        CHAIN,
-        fresh_cluster_queue,
-        reapply=False,
-        fresh=True,
     ),
     Case("localqueue", kinds.LOCAL_QUEUE, CHAIN, local_queue),
     Case("topology", kinds.TOPOLOGY, CHAIN, topology),

@@ -242,7 +242,6 @@ ROWS: Final[tuple[Row, ...]] = (
     # -- ownership: someone else took a field over (same body)
     Row("cq-field-taken-by-forced-apply", "clusterqueue-taken-over", same, noop=False),
     Row("node-label-changed-by-update", "node-labels-updated-by-other", same, noop=False),
-    Row("cq-resource-groups-taken-by-kueue-update", "clusterqueue-kueue-first-update", same, noop=False),
     # -- owner references: each one atomic
     Row(
         "nf-owner-reference-changed",
