@@ -68,10 +68,6 @@ class Case:
     body: Callable[[Mapping[str, str]], Body]
     subresource: str | None = None
     after: tuple[Step, ...] = field(default=())
-    #: Apply again after Kueue reacted, as the controller's next reconcile does (the steady state).
-    reapply: bool = True
-    #: Delete the object first, so the apply creates it (Kueue's first reaction happens again).
-    fresh: bool = False
 
 
 def _meta(resource: Resource, name: str, **extra: Any) -> Body:
@@ -329,14 +325,6 @@ def object_name(body: Mapping[str, Any]) -> tuple[str, str | None]:
     return str(meta["name"]), meta.get("namespace")
 
 
-async def _gone(client: Client, resource: Resource, name: str, namespace: str | None) -> None:
-    for _ in range(150):
-        if await client.get(resource, name, namespace) is None:
-            return
-        await asyncio.sleep(0.2)
-    raise RuntimeError(f"{resource.kind} {name} still there 30 s after its delete")
-
-
 async def wait_for_kueue(client: Client, case: Case, body: Mapping[str, Any]) -> None:
     """Wait for Kueue's controllers to react to a new Kueue object (a finalizer; status on a LocalQueue):
     their first Update can take fields over, and the fixtures show the state after it."""
@@ -357,12 +345,9 @@ async def wait_for_kueue(client: Client, case: Case, body: Mapping[str, Any]) ->
 
 async def establish(client: Client, case: Case, ctx: Mapping[str, str]) -> Body:
     """Bring the object to the case's state: our apply (forced, as our controllers apply), Kueue's
-    reaction, our next reconcile's apply (unless ``case.reapply`` is off), then the other managers' steps."""
+    reaction, our next reconcile's apply (the steady state), then the other managers' steps."""
     body = case.body(ctx)
     name, namespace = object_name(body)
-    if case.fresh:
-        await client.delete(case.resource, name, namespace)
-        await _gone(client, case.resource, name, namespace)
 
     async def ours() -> None:
         await client.apply(
@@ -376,8 +361,7 @@ async def establish(client: Client, case: Case, ctx: Mapping[str, str]) -> Body:
         await client.apply(case.resource, base.body(ctx), field_manager=base.manager, force=True)
     await ours()
     await wait_for_kueue(client, case, body)
-    if case.reapply:
-        await ours()
+    await ours()
     for step in case.after:
         if step.patch_type == "apply":
             await client.apply(
