@@ -13,6 +13,7 @@ Everything here is pure: no I/O, deterministic for equal inputs.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -66,7 +67,7 @@ class CardGeometry:
 
     def capacity(self) -> dict[str, int]:
         """Max instances per profile on an empty card (``profiles[].count``)."""
-        return remaining_profiles(self, ())
+        return dict(_empty_card_capacity(self))
 
     @property
     def max_instances(self) -> int:
@@ -215,3 +216,9 @@ def partitioned_card(card: CardGeometry, wanted: Mapping[str, int]) -> CardLedge
         allocated_profiles=dict(sorted(counts.items())),
         remaining_profiles=remaining_profiles(card, placed),
     )
+
+
+@functools.lru_cache(maxsize=256)
+def _empty_card_capacity(geometry: CardGeometry) -> tuple[tuple[str, int], ...]:
+    """:meth:`CardGeometry.capacity`, remembered per geometry (the entries of a fleet share a few)."""
+    return tuple(remaining_profiles(geometry, ()).items())

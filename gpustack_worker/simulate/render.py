@@ -26,6 +26,7 @@ Every function here is pure; :mod:`~gpustack_worker.simulate.apply` does the I/O
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any, Final
 
 from gpustack_worker.api import identity, keys, kinds
@@ -59,15 +60,21 @@ READY_MESSAGE: Final = "simulated by gpustack-simulator"
 Obj = dict[str, Any]
 
 
+@functools.lru_cache(maxsize=4096)
+def _a_key(manufacturer: str, product: str) -> str:
+    """``identity.accelerator_key``, remembered: a fleet has few models and every render asks often."""
+    return identity.accelerator_key(manufacturer, product)
+
+
 def group_id(acc: Accelerator) -> str:
     """``Devices`` group id: the aKey with its ``<mfr>-`` head removed."""
     mfr = cards.manufacturer_of(acc).name
-    return identity.accelerator_key(mfr, acc.product)[len(mfr) + 1 :]
+    return _a_key(mfr, acc.product)[len(mfr) + 1 :]
 
 
 def a_key(acc: Accelerator) -> str:
     """The accelerator model's aKey."""
-    return identity.accelerator_key(cards.manufacturer_of(acc).name, acc.product)
+    return _a_key(cards.manufacturer_of(acc).name, acc.product)
 
 
 def accelerator_id(node: str, acc: Accelerator, position: int) -> str:
