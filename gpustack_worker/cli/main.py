@@ -71,6 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--node-name", default=os.environ.get("NODE_NAME"), help="node to serve (default: $NODE_NAME)"
     )
 
+    cat = sub.add_parser("catalog", help="the InstanceTypeFlavor catalog, computed from the live flavors")
+    cat.add_argument("--kubeconfig", default=None)
+    cat.add_argument("--namespace", default=SYSTEM_NAMESPACE, help="system namespace (default: %(default)s)")
+    cat.add_argument("--settings-configmap", default=SETTINGS_CONFIGMAP)
+    cat.add_argument("-o", "--output", choices=("text", "json"), default="text")
+
     demo = sub.add_parser("demo", help="a dev cluster, a simulated mixed cluster and the agent, end to end")
     demo.add_argument("--dir", default=".devcluster", help="state directory (default: %(default)s)")
     demo.add_argument("--scenario", default=None, help="scenario file (default: the packaged mixed-4)")
@@ -111,6 +117,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gpustack_worker.cli import agent_cmd
 
         return asyncio.run(agent_cmd.run(args))
+    if args.command == "catalog":
+        from gpustack_worker.cli import catalog_cmd
+
+        return asyncio.run(catalog_cmd.run(args))
     from gpustack_worker.cli import demo_cmd
 
     return demo_cmd.run(args)

@@ -1,0 +1,80 @@
+"""The InstanceTypeFlavor catalog: a read-only view over the operator's ResourceFlavors (reference §2.4).
+
+In the reference system the catalog is a list-only kind served by its aggregated API server, with no
+object and no controller behind it: it is recomputed from the flavors' ``note.gpustack.ai/*``
+annotations on every read. Our design serves CRDs directly and has no aggregated API layer, so the
+catalog is the same view computed on read — :func:`catalog` here, printed by ``gpustack-worker catalog``
+(``-o json`` for machines). A CRD with a controller writing it would add a second copy of the flavors'
+data that could be stale, which the catalog by construction never is.
+
+One entry per distinct pool, de-duplicated and sorted by name, grouped like InstanceTypes by
+``instance-type-aware-cpu-manufacturer`` but without os/arch: ``gpustack--generic`` /
+``gpustack--<aKey>`` (aware=false), ``gpustack--<gKey>`` / ``gpustack--<gKey>--<aKey>`` (aware=true).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from gpustack_worker.api import keys, manufacturers
+from gpustack_worker.chain.pools import GENERIC
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+__all__ = ("catalog",)
+
+
+def _note(flavor: Mapping[str, Any], name: str) -> str:
+    notes: Mapping[str, str] = (flavor.get("metadata") or {}).get("annotations") or {}
+    return str(notes.get(f"{keys.NOTE_PREFIX}{name}", ""))
+
+
+def _entry(flavor: Mapping[str, Any], *, aware: bool) -> dict[str, Any]:
+    accelerated = _note(flavor, "acceleratable") == "true"
+    g_key = _note(flavor, "generalGroup")
+    if accelerated:
+        a_key = _note(flavor, "acceleratorGroup")
+        mfr = manufacturers.get(_note(flavor, "manufacturer"))
+        spec = {
+            "acceleratorGroup": a_key,
+            "acceleratable": True,
+            "manufacturer": _note(flavor, "manufacturer"),
+            "product": _note(flavor, "product"),
+            "family": _note(flavor, "family"),
+            "memory": _note(flavor, "memory"),
+            "cores": _note(flavor, "cores"),
+            "sliceable": bool(mfr and mfr.logical_slices),
+            "generalGroup": g_key if aware else "",
+        }
+        name = f"gpustack--{g_key}--{a_key}" if aware else f"gpustack--{a_key}"
+    else:
+        group = g_key if aware else GENERIC
+        spec = {
+            "acceleratorGroup": "",
+            "acceleratable": False,
+            "manufacturer": _note(flavor, "manufacturer") if aware else GENERIC,
+            "product": _note(flavor, "product") if aware else "",
+            "family": _note(flavor, "family") if aware else "",
+            "memory": "",
+            "cores": "",
+            "sliceable": False,
+            "generalGroup": group,
+        }
+        name = f"gpustack--{group}"
+    # Empty strings are left out (``acceleratable`` and ``sliceable`` are always serialized).
+    return {"name": name, "spec": {k: v for k, v in spec.items() if v != "" or isinstance(v, bool)}}
+
+
+def catalog(flavors: Iterable[Mapping[str, Any]], *, aware: bool) -> list[dict[str, Any]]:
+    """The catalog entries of the operator's live flavors (first flavor of a pool by name wins)."""
+    entries: dict[str, dict[str, Any]] = {}
+    ordered = sorted(flavors, key=lambda f: str((f.get("metadata") or {}).get("name", "")))
+    for flavor in ordered:
+        meta = flavor.get("metadata") or {}
+        labels: Mapping[str, str] = meta.get("labels") or {}
+        if labels.get(keys.RESOURCE_TYPE) != keys.TYPE_NODES or meta.get("deletionTimestamp"):
+            continue
+        entry = _entry(flavor, aware=aware)
+        entries.setdefault(entry["name"], entry)
+    return [entries[n] for n in sorted(entries)]
