@@ -7,9 +7,11 @@ Objects are written with the harness' own admin client (no operator code involve
 from __future__ import annotations
 
 import base64
+import ssl
 import time
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import orjson
 import pytest
 
@@ -258,9 +260,14 @@ def test_flavor_and_queue_are_defaulted_by_kueue_on_create(api: ApiBootstrap) ->
     cq = _created(
         api,
         f"{KUEUE}/clusterqueues",
-        _cluster_queue("cq-defaulted", ["cpu"], "rf-defaulted", [{"name": "cpu", "nominalQuota": "1"}]),
+        _cluster_queue(
+            "cq-defaulted", [CREDITS], "rf-defaulted", [{"name": CREDITS, "nominalQuota": "1600000"}]
+        ),
     )
     assert kueue_webhooks.KUEUE_FINALIZER in cq["metadata"]["finalizers"]
+    # The webhook decodes and re-encodes the whole object, so a created queue's quantities come back in
+    # canonical form (as in any cluster): a writer comparing quantity strings must parse them.
+    assert cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] == "1600k"
 
 
 def test_workload_create_goes_through_kueues_mutating_webhook(
@@ -419,3 +426,46 @@ def test_device_requests_are_charged_in_credits(api: ApiBootstrap) -> None:
     assert CREDITS in message, message
     assert "insufficient unused quota" in message, message
     assert _condition(pending, "Admitted").get("status") != "True"
+
+
+def test_server_side_apply_does_not_own_what_kueue_defaults(devcluster: DevCluster) -> None:
+    # The chain applies its ClusterQueues; the finalizer Kueue's webhook adds on create must not become a
+    # field of the chain's apply (a later apply without it would then remove it), and applying the same
+    # body again must stay a no-op.
+    assert devcluster.pki is not None
+    body = _cluster_queue("cq-applied", ["cpu"], "rf-applied", [{"name": "cpu", "nominalQuota": "1"}])
+    ctx = ssl.create_default_context(cafile=str(devcluster.pki.ca_cert))
+    with httpx.Client(
+        base_url=devcluster.server,
+        verify=ctx,
+        headers={
+            "Authorization": f"Bearer {devcluster.pki.admin_token}",
+            "Content-Type": "application/apply-patch+yaml",
+        },
+    ) as http:
+
+        def apply() -> dict[str, Any]:
+            resp = http.patch(
+                f"{KUEUE}/clusterqueues/cq-applied",
+                params={"fieldManager": "chain-test", "force": "true"},
+                content=orjson.dumps(body),
+            )
+            assert resp.status_code in (200, 201), resp.text
+            applied: dict[str, Any] = resp.json()
+            return applied
+
+        first = apply()
+        assert kueue_webhooks.KUEUE_FINALIZER in first["metadata"]["finalizers"]
+        ours = [m for m in first["metadata"]["managedFields"] if m["manager"] == "chain-test"]
+        assert ours
+        assert all("f:finalizers" not in orjson.dumps(m["fieldsV1"]).decode() for m in ours)
+
+        def reapply_is_noop() -> bool:
+            # Kueue writes the queue's status meanwhile; an apply that changed anything would always
+            # move the resourceVersion past the one read just before it.
+            before = http.get(f"{KUEUE}/clusterqueues/cq-applied").json()["metadata"]["resourceVersion"]
+            again = apply()
+            assert kueue_webhooks.KUEUE_FINALIZER in again["metadata"]["finalizers"]
+            return bool(again["metadata"]["resourceVersion"] == before)
+
+        _eventually(reapply_is_noop, bool)
