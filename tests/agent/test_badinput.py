@@ -380,10 +380,9 @@ async def test_fixed_value_converges_and_a_new_mistake_is_reported_again() -> No
     await w.reconcile("n1")
     assert len(w.events_for("n1")) == 1
     fixed = world()
-    fixed.steps.reporter = w.steps.reporter  # same process memory
-    fixed.steps.events = w.events
-    fixed.steps.reporter.events = w.events
+    fixed.steps.reporter = w.steps.reporter  # the same agent process: its memory and its Event sink
     await fixed.reconcile("n1")
+    assert len(w.events_for("n1")) == 1
     assert fixed.outputs("n1") == GOOD_AFTER
     again = world(devices_change=at([*entry(0, 0), "remaining"], 99_999_999_999))
     again.steps.reporter = w.steps.reporter
