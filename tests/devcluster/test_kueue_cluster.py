@@ -431,9 +431,12 @@ def test_device_requests_are_charged_in_credits(api: ApiBootstrap) -> None:
 def test_server_side_apply_does_not_own_what_kueue_defaults(devcluster: DevCluster) -> None:
     # The chain applies its ClusterQueues; the finalizer Kueue's webhook adds on create must not become a
     # field of the chain's apply (a later apply without it would then remove it), and applying the same
-    # body again must stay a no-op.
+    # body again must end up a no-op — after one real write that puts back the quantity text the webhook
+    # canonicalized on create.
     assert devcluster.pki is not None
-    body = _cluster_queue("cq-applied", ["cpu"], "rf-applied", [{"name": "cpu", "nominalQuota": "1"}])
+    body = _cluster_queue(
+        "cq-applied", [CREDITS], "rf-applied", [{"name": CREDITS, "nominalQuota": "1600000"}]
+    )
     ctx = ssl.create_default_context(cafile=str(devcluster.pki.ca_cert))
     with httpx.Client(
         base_url=devcluster.server,
@@ -459,6 +462,14 @@ def test_server_side_apply_does_not_own_what_kueue_defaults(devcluster: DevClust
         ours = [m for m in first["metadata"]["managedFields"] if m["manager"] == "chain-test"]
         assert ours
         assert all("f:finalizers" not in orjson.dumps(m["fieldsV1"]).decode() for m in ours)
+
+        def nominal(obj: dict[str, Any]) -> str:
+            return str(obj["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"])
+
+        assert nominal(first) == "1600k"  # canonicalized by mclusterqueue.kb.io on create
+        second = apply()  # the webhook does not run on update: our text is stored, a real write
+        assert nominal(second) == "1600000"
+        assert int(second["metadata"]["resourceVersion"]) > int(first["metadata"]["resourceVersion"])
 
         def reapply_is_noop() -> bool:
             # Kueue writes the queue's status meanwhile; an apply that changed anything would always
