@@ -95,6 +95,9 @@ class Steps:
     _appliers: dict[str, Applier] = field(init=False)
     #: (field manager, object name) → fingerprint of the body the API server rejected.
     _rejected_bodies: dict[tuple[str, str], str] = field(init=False, default_factory=dict)
+    #: Node name → (cached Node, cached Devices, their checks): the three controllers reconcile the same
+    #: cached objects (immutable; replaced on every change), so the checks run once per change.
+    _checked: dict[str, tuple[Any, Any, validate.Checked]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self._appliers = {
@@ -108,8 +111,14 @@ class Steps:
 
     def _check(self, name: str, node: Mapping[str, Any]) -> validate.Checked:
         """All checks over the node and its ``Devices``; new findings are reported once."""
-        checked = validate.check(node_facts(node), self._devices(name))
         raw_devices = self.devices.get(name)
+        memo = self._checked.get(name)
+        if memo is not None and memo[0] is node and memo[1] is raw_devices:
+            checked = memo[2]
+        else:
+            devices = devices_facts(raw_devices) if raw_devices is not None else None
+            checked = validate.check(node_facts(node), devices)
+            self._checked[name] = (node, raw_devices, checked)
         uids = {
             kinds.NODE.kind: checked.node.uid,
             kinds.DEVICES.kind: str(((raw_devices or {}).get("metadata") or {}).get("uid") or ""),
@@ -184,6 +193,7 @@ class Steps:
         applier = self._appliers[nodefeature.FIELD_MANAGER]
         if node is None:
             self.reporter.forget(name)
+            self._checked.pop(name, None)
             if current is not None:
                 self.writes[nodefeature.FIELD_MANAGER] += 1
                 await applier.delete(kinds.NODE_FEATURE, current)

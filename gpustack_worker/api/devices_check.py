@@ -49,6 +49,7 @@ A ledger entry whose card is in no spec group is ignored without a finding: the 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
@@ -82,6 +83,13 @@ REASON_MISMATCH: Final = "LedgerMismatch"
 REASON_INVALID_NAME: Final = "InvalidLabelName"
 #: Values longer than this are cut in findings (an Event note holds 1 KiB).
 _VALUE_MAX: Final = 96
+_MODES: Final = frozenset(int(m) for m in AllocationMode)
+
+
+@functools.lru_cache(maxsize=4096)
+def _name_problems(key: str) -> tuple[str, ...]:
+    """``qualified_name`` of a key built from device data (the same few keys recur on every node)."""
+    return tuple(qualified_name(key))
 
 
 def render(value: object) -> str:
@@ -156,6 +164,10 @@ def profile_suffix(mfr: manufacturers.Manufacturer, profile: str) -> str:
     return f"{mfr.partition_kind}-{published}" if mfr.partition_kind else published
 
 
+def _profile_key(mfr: manufacturers.Manufacturer, profile: str) -> str:
+    return keys.partitioned_resource(mfr.resource, profile_suffix(mfr, profile))
+
+
 def counting_selectors(base: str) -> tuple[str, str]:
     """Every ``.sliced`` and every ``.partitioned`` counting key of one base resource."""
     return (keys.sliced_resource(base) + ".*", keys.partitioned_resource(base) + ".*")
@@ -217,7 +229,7 @@ class _Checker:
                 )
                 continue
             group_fit = fit_keys(mfr.name, group.id)
-            a_key_problems = qualified_name(group_fit[0])
+            a_key_problems = _name_problems(group_fit[0])
             if a_key_problems:
                 self.add(
                     f"{path}.id",
@@ -269,7 +281,7 @@ class _Checker:
         for profile in card.profiles:
             ppath = f"{path}.physicalSliced.profiles[name={profile.name}]"
             key = keys.partitioned_resource(mfr.resource, profile_suffix(mfr, profile.name))
-            problems = qualified_name(key)
+            problems = _name_problems(key)
             if problems:
                 self.add(
                     f"{ppath}.name",
@@ -356,7 +368,10 @@ class _Checker:
                     )
                     continue
                 cards.append(self.entry(epath, mfr, card, entry, group_fit))
-            out.append(dataclasses.replace(group, cards=tuple(cards)))
+            same = len(cards) == len(group.cards) and all(
+                a is b for a, b in zip(cards, group.cards, strict=True)
+            )
+            out.append(group if same else dataclasses.replace(group, cards=tuple(cards)))
         return tuple(out)
 
     def homes(self, group: LedgerGroup) -> list[Group]:
@@ -405,7 +420,7 @@ class _Checker:
     ) -> CardLedger:
         """Check one ledger entry against its card; returns it without profiles the card lacks."""
         sliced_fit = (group_fit[0],)
-        if entry.mode not in {int(m) for m in AllocationMode}:
+        if entry.mode not in _MODES:
             self.add(
                 f"{path}.mode",
                 entry.mode,
@@ -445,7 +460,6 @@ class _Checker:
             ("remainingProfiles", entry.remaining_profiles),
         ):
             for name, count in counts.items():
-                key = keys.partitioned_resource(mfr.resource, profile_suffix(mfr, name))
                 ppath = f"{path}.{field}[name={name}]"
                 if name not in offered:
                     self.add(
@@ -455,7 +469,7 @@ class _Checker:
                         + (", ".join(sorted(offered)) or "none")
                         + ")",
                         REASON_MISMATCH,
-                        withholds=(key,),
+                        withholds=(_profile_key(mfr, name),),
                     )
                     continue
                 if not 0 <= count <= bounds.MAX_PROFILE_INSTANCES:
@@ -464,7 +478,7 @@ class _Checker:
                         count,
                         f"instances of one profile per card {_range(0, bounds.MAX_PROFILE_INSTANCES)}",
                         REASON_OUT_OF_RANGE,
-                        holds=(key,),
+                        holds=(_profile_key(mfr, name),),
                     )
                     out_of_range.add(name)
                 kept[field][name] = count
@@ -472,15 +486,19 @@ class _Checker:
             total = kept["allocatedProfiles"].get(name, 0) + kept["remainingProfiles"].get(name, 0)
             in_range = name not in out_of_range and 0 <= profile.count <= bounds.MAX_PROFILE_INSTANCES
             if in_range and total > profile.count:
-                key = keys.partitioned_resource(mfr.resource, profile_suffix(mfr, name))
                 self.add(
                     f"{path}.remainingProfiles[name={name}].count",
                     kept["remainingProfiles"].get(name, 0),
                     f"allocated + remaining instances ({total}) must not exceed the card's ceiling "
                     f"for the profile ({profile.count})",
                     REASON_MISMATCH,
-                    holds=(key,),
+                    holds=(_profile_key(mfr, name),),
                 )
+        if (
+            kept["allocatedProfiles"] == entry.allocated_profiles
+            and kept["remainingProfiles"] == entry.remaining_profiles
+        ):
+            return entry
         return dataclasses.replace(
             entry,
             allocated_profiles=kept["allocatedProfiles"],
@@ -493,4 +511,11 @@ def check_devices(devices: DevicesFacts) -> CheckedDevices:
     checker = _Checker(devices)
     checker.spec()
     ledger = checker.ledger()
+    if (
+        ledger is not None
+        and devices.ledger is not None
+        and all(a is b for a, b in zip(ledger, devices.ledger, strict=False))
+        and len(ledger) == len(devices.ledger)
+    ):
+        return CheckedDevices(devices, tuple(checker.findings))
     return CheckedDevices(dataclasses.replace(devices, ledger=ledger), tuple(checker.findings))
