@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.chain import pools
+from gpustack_worker.runtime.quantity import format_integer
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -264,12 +265,18 @@ def plan_queue(
         "flavors": [
             {
                 "name": _name(f),
-                "resources": [{"name": resource, "nominalQuota": str((_capacity(f) or 0) * scale)}],
+                "resources": [
+                    {"name": resource, "nominalQuota": format_integer((_capacity(f) or 0) * scale)}
+                ],
             }
             for f in ordered
         ],
     }
     return Plan(tuple(_name(f) for f in ordered), (group,))
+
+
+def _quota(flavor: Mapping[str, Any], scale: int) -> str:
+    return format_integer((_capacity(flavor) or 0) * scale)
 
 
 def _resource(pool: pools.PoolIdentity, flavor: Mapping[str, Any]) -> str:

@@ -21,7 +21,7 @@ from decimal import Context, Decimal, DecimalException, Overflow, Subnormal, Und
 from decimal import InvalidOperation as _Invalid
 from typing import Final
 
-__all__ = ("LIMIT_EXPONENT", "ceil_quantity", "parse", "same_quantity")
+__all__ = ("LIMIT_EXPONENT", "ceil_quantity", "format_integer", "parse", "same_quantity")
 
 #: Magnitudes outside ``10^-LIMIT_EXPONENT .. 10^LIMIT_EXPONENT`` read as "not a quantity".
 LIMIT_EXPONENT: Final = 64
@@ -103,3 +103,18 @@ def ceil_quantity(text: object) -> int:
     """A quantity rounded up to a whole number; ``0`` when absent, empty, not a quantity or out of range."""
     value = parse(text) if text else None
     return 0 if value is None else math.ceil(value)
+
+
+_DECIMAL_SUFFIXES: Final = ((18, "E"), (15, "P"), (12, "T"), (9, "G"), (6, "M"), (3, "k"))
+
+
+def format_integer(value: int) -> str:
+    """An integer in the API server's canonical decimal form (``1600000`` → ``1600k``, ``16000000`` →
+    ``16M``, ``8`` → ``8``): writing it this way makes a desired value equal to the stored text, so an
+    atomic value holding it (a ClusterQueue's resource groups) is never rewritten just to re-spell it."""
+    if value == 0:
+        return "0"
+    for exponent, suffix in _DECIMAL_SUFFIXES:
+        if value % 10**exponent == 0:
+            return f"{value // 10**exponent}{suffix}"
+    return str(value)

@@ -96,9 +96,9 @@ def test_rules_are_well_formed(component: rbac.Component) -> None:
             assert rule.verbs and set(rule.verbs) <= VERBS, rule
             assert len(set(rule.verbs)) == len(rule.verbs), rule
             assert rule.why.strip(), rule
-            assert rule.resource.namespaced == (namespace != ""), (
-                f"{rule.resource_path} scope in {namespace!r}"
-            )
+            # A Role grants only namespaced kinds; a ClusterRole may grant a namespaced kind too (then in
+            # every namespace: the chain's LocalQueues).
+            assert rule.resource.namespaced or namespace == "", f"{rule.resource_path} scope in {namespace!r}"
             key = (namespace, rule.api_group, rule.resource_path)
             assert key not in seen, f"{key} granted by two rules"
             seen.add(key)

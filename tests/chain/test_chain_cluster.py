@@ -17,6 +17,7 @@ from gpustack_worker.chain.controller import Chain
 from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.manager import Manager
+from gpustack_worker.runtime.quantity import parse
 from gpustack_worker.runtime.registry import InformerRegistry
 from gpustack_worker.runtime.settings import SettingsSource
 from gpustack_worker.simulate.apply import apply_scenario
@@ -156,10 +157,8 @@ async def test_flavors_queues_types_and_local_queues_exist(running: Running) -> 
     assert cq is not None
     assert cq["spec"]["stopPolicy"] == "None"
     assert cq["spec"]["resourceGroups"][0]["coveredResources"] == ["credits.gpustack.ai/nvidia"]
-    assert [f["resources"][0]["nominalQuota"] for f in cq["spec"]["resourceGroups"][0]["flavors"]] == [
-        str(1 * M),
-        str(4 * M),
-    ]
+    quotas = [parse(f["resources"][0]["nominalQuota"]) for f in cq["spec"]["resourceGroups"][0]["flavors"]]
+    assert quotas == [1 * M, 4 * M]  # the server canonicalises (1600000 is stored as 1600k)
 
     async def local_queues() -> bool:
         names = await _names(admin, kinds.LOCAL_QUEUE, TEAM)
@@ -229,12 +228,10 @@ async def test_workload_admitted_on_the_right_flavor_and_charged_in_credits(runn
     async def charged() -> list[Any] | None:
         cq = await admin.get(kinds.CLUSTER_QUEUE, T4)
         usage = ((cq or {}).get("status") or {}).get("flavorsReservation") or []
-        totals = [
-            r["total"] for f in usage for r in f.get("resources") or () if r.get("total") not in (None, "0")
-        ]
-        return totals or None
+        totals = [parse(r.get("total")) for f in usage for r in f.get("resources") or ()]
+        return [int(t) for t in totals if t] or None
 
-    assert await eventually(charged) == [str(2 * M)]
+    assert await eventually(charged) == [2 * M]
 
     # More than the pool holds on any one node: pending, with Kueue's own message.
     await admin.create(kinds.WORKLOAD, _workload("eight-t4", T4, 8), namespace=TEAM)

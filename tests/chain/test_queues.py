@@ -80,11 +80,11 @@ def test_t4_queue_quota_in_credits_smallest_nodes_first() -> None:
             "flavors": [
                 {
                     "name": f"gpustack--{INTEL}--nvidia-tesla-t4-linux-amd64-1d-{HOSTNAME_PROFILE}",
-                    "resources": [{"name": "credits.gpustack.ai/nvidia", "nominalQuota": str(1 * M)}],
+                    "resources": [{"name": "credits.gpustack.ai/nvidia", "nominalQuota": "1600k"}],
                 },
                 {
                     "name": f"gpustack--amd-epyc-7r13--nvidia-tesla-t4-linux-amd64-4d-{HOSTNAME_PROFILE}",
-                    "resources": [{"name": "credits.gpustack.ai/nvidia", "nominalQuota": str(4 * M)}],
+                    "resources": [{"name": "credits.gpustack.ai/nvidia", "nominalQuota": "6400k"}],
                 },
             ],
         }

@@ -97,3 +97,22 @@ def test_out_of_range_is_none_never_an_exception(text: str) -> None:
 )
 def test_parse_any_input(value: object, expected: Decimal | None) -> None:
     assert parse(value) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (0, "0"),
+        (8, "8"),
+        (48, "48"),
+        (1000, "1k"),
+        (1_600_000, "1600k"),
+        (16_000_000, "16M"),
+        (1_234_567, "1234567"),
+    ],
+)
+def test_format_integer_is_the_canonical_form(value: int, text: str) -> None:
+    from gpustack_worker.runtime.quantity import format_integer, parse
+
+    assert format_integer(value) == text
+    assert parse(text) == value
