@@ -202,7 +202,17 @@ def plan_queue(
     mixed_on_node: bool,
 ) -> Plan | Refusal:
     """The complete plan for a queue, or why none can be made (reference Appendix A.5)."""
-    live = [f for f in pools.flavors_of(selector, flavors) if _live(f)]
+    matching = pools.flavors_of(selector, flavors)
+    live = [f for f in matching if _live(f)]
+    # Nodes of a flavor being replaced (finalizing): the queue must let go of the old flavor before Kueue
+    # releases it and the replacement can be created, so those nodes are not "missing" meanwhile.
+    replacing = {
+        n.name
+        for f in matching
+        if not _live(f)
+        for n in nodes
+        if all(n.labels.get(k) == v for k, v in ((f.get("spec") or {}).get("nodeLabels") or {}).items())
+    }
     if len(live) > MAX_FLAVORS_PER_GROUP:
         return Refusal(
             "TooManyFlavors",
@@ -248,7 +258,7 @@ def plan_queue(
         covered.add(_resource(pool, flavor))
     if len(covered) > 1:
         return Refusal("DuplicateCoveredResource", f"flavors cover different resources: {sorted(covered)}")
-    missing = sorted(set(pool_nodes(pool, nodes, mixed_on_node=mixed_on_node)) - set(selected_by))
+    missing = sorted(set(pool_nodes(pool, nodes, mixed_on_node=mixed_on_node)) - set(selected_by) - replacing)
     if missing:
         return Refusal(
             "NonConservedQuota",

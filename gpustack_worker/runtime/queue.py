@@ -66,6 +66,8 @@ class WorkQueue:
         self._shutting_down = False
         self._depth = QUEUE_DEPTH.labels(name=name, controller=name)
         self._adds = QUEUE_ADDS.labels(name=name, controller=name)
+        #: Keys accepted for processing so far (what ``workqueue_adds_total`` counts), for tests.
+        self.adds = 0
         self._retries = QUEUE_RETRIES.labels(name=name, controller=name)
         self._latency = QUEUE_LATENCY.labels(name=name, controller=name)
         self._work = QUEUE_WORK.labels(name=name, controller=name)
@@ -102,6 +104,7 @@ class WorkQueue:
         if self._shutting_down or key in self._dirty:
             return
         self._adds.inc()
+        self.adds += 1
         self._dirty.add(key)
         self._added_at.setdefault(key, self._clock.now())
         if key in self._processing:

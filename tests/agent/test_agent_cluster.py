@@ -15,7 +15,7 @@ import pytest
 from gpustack_worker.agent import capacity, fit
 from gpustack_worker.agent.controller import Agent
 from gpustack_worker.agent.facts import devices_facts, node_facts
-from gpustack_worker.api import keys, kinds
+from gpustack_worker.api import keys, kinds, rbac
 from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.quantity import parse
@@ -58,7 +58,11 @@ async def cluster(devcluster: DevCluster) -> AsyncIterator[tuple[Client, Agent]]
     """The mixed-4 scenario applied, and an --all-nodes agent with its own client (own request counts)."""
     admin = await Client.connect(str(devcluster.kubeconfig))
     await apply_scenario(admin, packaged_scenario("mixed-4"))
-    agent_client = await Client.connect(str(devcluster.kubeconfig))
+    # The agent authenticates as its ServiceAccount: a permission manifests/rbac lacks fails here.
+    agent_client = await Client.connect(
+        str(devcluster.service_account_kubeconfig(rbac.AGENT.name)),
+        user_agent="gpustack-worker-agent/all-nodes",
+    )
     agent = Agent(agent_client, SettingsSource(agent_client, model=WorkerSettings, env={}), node_name=None)
     stop = asyncio.Event()
     task = asyncio.create_task(agent.run(stop))
@@ -181,7 +185,8 @@ async def test_zero_writes_over_a_quiet_minute(cluster: tuple[Client, Agent]) ->
     admin, agent = cluster
     # Converged first: NodeFeatures projected and every window closed.
     await _eventually(lambda: _has_capacity(admin, "gpu-a100", "nvidia.com/gpu.sliced.units"))
-    await asyncio.sleep(agent.settings.current.fit_label_coalesce_seconds + 2)
+    # Converged by construction, not by a fixed wait: every queue empty, nothing delayed or in flight.
+    await _eventually(lambda: _true(_idle(agent)))
     before = dict(agent.client.requests_by_method)
     await asyncio.sleep(QUIET_S)
     after = dict(agent.client.requests_by_method)
@@ -193,7 +198,10 @@ async def test_per_node_mode_watches_only_its_node(
     cluster: tuple[Client, Agent], devcluster: DevCluster
 ) -> None:
     """The DaemonSet mode: informers narrowed to one node; it agrees with the all-nodes agent (no writes)."""
-    client = await Client.connect(str(devcluster.kubeconfig))
+    client = await Client.connect(
+        str(devcluster.service_account_kubeconfig(rbac.AGENT.name)),
+        user_agent="gpustack-worker-agent/gpu-hygon",
+    )
     agent = Agent(client, SettingsSource(client, model=WorkerSettings, env={}), node_name="gpu-hygon")
     stop = asyncio.Event()
     task = asyncio.create_task(agent.run(stop))
@@ -282,8 +290,15 @@ async def test_manual_node_management_withdraws_stamp_keys_and_labels(cluster: t
         assert MANUAL in str(agent.settings.last_error)
         # A Node event reconciles all three outputs again, under the last good (manual) settings.
         poke = "test.gpustack.ai/poke"
+        processed = {c.name: c.queue.adds for c in (agent.nodefeature, agent.capacity, agent.fit)}
         await admin.patch(kinds.NODE, name, {"metadata": {"labels": {poke: "1"}}})
-        await asyncio.sleep(agent.settings.current.fit_label_coalesce_seconds + 2)
+        # The poke was handed to every controller and every queue has drained since (no fixed wait).
+        await _eventually(
+            lambda: _true(
+                all(c.queue.adds > processed[c.name] for c in (agent.nodefeature, agent.capacity, agent.fit))
+                and _idle(agent)
+            )
+        )
         assert await withdrawn()
         await admin.patch(kinds.NODE, name, {"metadata": {"labels": {poke: None}}})
     finally:
@@ -297,3 +312,11 @@ async def test_manual_node_management_withdraws_stamp_keys_and_labels(cluster: t
 
 async def _true(value: bool) -> bool:
     return value
+
+
+def _idle(agent: Agent) -> bool:
+    """Every agent queue empty: nothing pending, delayed (fit window) or in flight."""
+    return all(
+        len(c.queue) == 0 and not c.queue.processing and c.queue.delayed == 0
+        for c in (agent.nodefeature, agent.capacity, agent.fit)
+    )

@@ -19,7 +19,7 @@ from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.manager import Manager
 from gpustack_worker.runtime.quantity import parse
 from gpustack_worker.runtime.registry import InformerRegistry
-from gpustack_worker.runtime.settings import SettingsSource
+from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP, DEFAULT_NAMESPACE, SettingsSource
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario
 
@@ -350,3 +350,122 @@ async def test_zero_writes_once_converged(running: Running) -> None:
         await asyncio.sleep(0.5)
         await eventually(settled)
     assert running.chain_client.writes == before
+
+
+async def _settings(admin: Client, data: dict[str, str]) -> None:
+    body = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": DEFAULT_CONFIGMAP, "namespace": DEFAULT_NAMESPACE},
+        "data": data,
+    }
+    if await admin.get(kinds.CONFIG_MAP, DEFAULT_CONFIGMAP, DEFAULT_NAMESPACE) is None:
+        await admin.create(kinds.CONFIG_MAP, body, namespace=DEFAULT_NAMESPACE)
+    else:
+        await admin.replace(kinds.CONFIG_MAP, {**body, "metadata": {**body["metadata"]}})
+
+
+async def test_settings_changes_converge_without_restart(running: Running) -> None:
+    admin = running.admin
+    await test_flavors_queues_types_and_local_queues_exist(running)
+    aware_t4 = "gpustack--amd-epyc-7r13--nvidia-tesla-t4-linux-amd64"
+    aware_cpu = f"gpustack--{INTEL}-linux-amd64"
+    try:
+        # Awareness regroups the aggregation layer only: new per-CPU pools appear, flavors stay.
+        await _settings(admin, {"instance-type-aware-cpu-manufacturer": "true"})
+
+        async def regrouped() -> bool:
+            names = await _names(admin, kinds.INSTANCE_TYPE)
+            return {aware_t4, aware_cpu} <= names
+
+        await eventually(regrouped)
+        assert await _names(admin, kinds.RESOURCE_FLAVOR) >= FLAVORS
+        cq = await _cq(admin, aware_t4)
+        assert cq["metadata"]["labels"][keys.general_key("amd-epyc-7r13")] == "true"
+        flavors_of_aware = [
+            f["name"]
+            for f in (await _cq_when_filled(admin, aware_t4))["spec"]["resourceGroups"][0]["flavors"]
+        ]
+        assert flavors_of_aware == [f"gpustack--amd-epyc-7r13--nvidia-tesla-t4-linux-amd64-4d-{P}"]
+        # The collapsed types stay (create-only, never garbage-collected).
+        assert T4 in await _names(admin, kinds.INSTANCE_TYPE)
+
+        # Mixing off: accelerated nodes leave the CPU flavors; the Intel 4-core flavor (an immutable
+        # selector) is replaced, now selecting only the CPU-only node.
+        await _settings(admin, {"instance-type-mixed-on-node": "false"})
+        intel_cpu = f"gpustack--{INTEL}-linux-amd64-4c-{P}"
+
+        async def cpu_only() -> bool:
+            rf = await admin.get(kinds.RESOURCE_FLAVOR, intel_cpu)
+            labels = ((rf or {}).get("metadata") or {}).get("labels") or {}
+            selector = ((rf or {}).get("spec") or {}).get("nodeLabels") or {}
+            return (
+                selector.get(keys.CPU_ONLY) == "true"
+                and labels.get(f"{keys.general_key(INTEL)}.capacity") == "4"
+            )
+
+        await eventually(cpu_only, within=120)
+        assert f"gpustack--amd-epyc-7r13-linux-amd64-48c-{P}" not in await _names(
+            admin, kinds.RESOURCE_FLAVOR
+        )
+    finally:
+        await _settings(admin, {})
+
+    async def mixed_again() -> bool:
+        rf = await admin.get(kinds.RESOURCE_FLAVOR, f"gpustack--{INTEL}-linux-amd64-4c-{P}")
+        return keys.CPU_ONLY not in (((rf or {}).get("spec") or {}).get("nodeLabels") or {})
+
+    await eventually(mixed_again, within=120)
+
+
+async def _cq_when_filled(admin: Client, name: str) -> dict[str, Any]:
+    async def filled() -> dict[str, Any] | None:
+        cq = await admin.get(kinds.CLUSTER_QUEUE, name)
+        return cq if cq and cq["spec"].get("resourceGroups") else None
+
+    result: dict[str, Any] = await eventually(filled)
+    return result
+
+
+async def test_an_admin_type_without_flavors_is_held_and_marked(running: Running) -> None:
+    admin = running.admin
+    name = "gpustack--nvidia-h100-80gb-hbm3-linux-amd64"
+    await admin.create(
+        kinds.INSTANCE_TYPE,
+        {
+            "apiVersion": kinds.INSTANCE_TYPE.api_version,
+            "kind": "InstanceType",
+            "metadata": {"name": name},
+            "spec": {
+                "acceleratable": True,
+                "acceleratorGroup": "nvidia-h100-80gb-hbm3",
+                "os": "linux",
+                "arch": "amd64",
+                "unitResources": {"cpu": "12", "ram": "192Gi"},
+                "localStorage": "100Gi",
+            },
+        },
+    )
+
+    async def held() -> dict[str, Any] | None:
+        cq = await admin.get(kinds.CLUSTER_QUEUE, name)
+        ann = ((cq or {}).get("metadata") or {}).get("annotations") or {}
+        return (
+            cq
+            if cq and cq["spec"].get("stopPolicy") == "Hold" and ann.get(keys.EMPTY_PLAN_HOLD) == "true"
+            else None
+        )
+
+    cq = await eventually(held)
+    assert not cq["spec"].get("resourceGroups")
+
+    async def phase() -> str | None:
+        it = await admin.get(kinds.INSTANCE_TYPE, name)
+        status = (it or {}).get("status") or {}
+        return status.get("phase") if status.get("phase") == "Inactive" else None
+
+    await eventually(phase)
+    it = await admin.get(kinds.INSTANCE_TYPE, name)
+    assert it is not None and not it["spec"].get("inactive"), (
+        "an empty-plan Hold is never mirrored into inactive"
+    )

@@ -359,3 +359,22 @@ def test_too_many_flavors_refuses_the_whole_plan() -> None:
         many.append(f)
     decision = queues.decide(_inputs(types[T4], flavors=many))
     assert decision.condition is not None and decision.condition.reason == "TooManyFlavors"
+
+
+def test_a_flavor_being_replaced_is_let_go_without_refusing_the_plan() -> None:
+    """A flavor whose immutable selector changed is deleted and recreated under the same name: the queue
+    must drop it (so Kueue releases it) although its nodes have no live flavor meanwhile."""
+    _, bodies, types = _world()
+    one = f"gpustack--amd-epyc-7r13--nvidia-tesla-t4-linux-amd64-4d-{HOSTNAME_PROFILE}"
+    replacing = [
+        {**b, "metadata": {**b["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}}
+        if b["metadata"]["name"] == one
+        else b
+        for b in bodies
+    ]
+    decision = queues.decide(_inputs(types[T4], flavors=replacing))
+    assert decision.condition is not None and decision.condition.status == "True"
+    assert decision.body is not None
+    assert [f["name"] for f in decision.body["spec"]["resourceGroups"][0]["flavors"]] == [
+        f"gpustack--{INTEL}--nvidia-tesla-t4-linux-amd64-1d-{HOSTNAME_PROFILE}"
+    ]
