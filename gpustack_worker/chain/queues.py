@@ -338,8 +338,10 @@ def _body(
     }
     if stop_policy is not None:
         spec["stopPolicy"] = stop_policy
-    if groups:
-        spec["resourceGroups"] = [dict(g) for g in groups]
+    # Always explicit, also when empty: an omitted field is only released by our apply, and another
+    # manager co-owning the list (Kueue's finalizer update rewrites it) would keep it — and with it the
+    # flavors Kueue then never lets go of.
+    spec["resourceGroups"] = [dict(g) for g in groups]
     if checks:
         spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": c} for c in checks]}
     metadata: dict[str, Any] = {"name": name, "labels": dict(labels)}

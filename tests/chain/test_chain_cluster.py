@@ -404,7 +404,12 @@ async def test_settings_changes_converge_without_restart(running: Running) -> No
                 and labels.get(f"{keys.general_key(INTEL)}.capacity") == "4"
             )
 
-        await eventually(cpu_only, within=120)
+        try:
+            await eventually(cpu_only, within=120)
+        except AssertionError as exc:
+            rf = await admin.get(kinds.RESOURCE_FLAVOR, intel_cpu)
+            generic = await admin.get(kinds.CLUSTER_QUEUE, GENERIC)
+            raise AssertionError(f"{exc}\nflavor: {rf}\ngeneric queue: {generic}") from None
         assert f"gpustack--amd-epyc-7r13-linux-amd64-48c-{P}" not in await _names(
             admin, kinds.RESOURCE_FLAVOR
         )

@@ -187,7 +187,7 @@ def test_pool_without_flavors_is_held_and_marked() -> None:
     decision = queues.decide(_inputs(it))
     assert decision.body is not None
     assert decision.body["spec"]["stopPolicy"] == "Hold"
-    assert "resourceGroups" not in decision.body["spec"]
+    assert decision.body["spec"]["resourceGroups"] == []
     assert decision.body["metadata"]["annotations"] == {keys.EMPTY_PLAN_HOLD: "true"}
 
 
@@ -211,7 +211,7 @@ def test_drain_then_empty_then_hold_then_restore_with_admin_change() -> None:
     cleared = _queue(draining, reservingWorkloads=0, admittedWorkloads=0)
     emptied = queues.decide(_inputs(it, cleared, flavors=no_t4, nodes=hw))
     assert emptied.body is not None
-    assert "resourceGroups" not in emptied.body["spec"]
+    assert emptied.body["spec"]["resourceGroups"] == []
     assert emptied.body["spec"]["stopPolicy"] == "HoldAndDrain"
     assert emptied.body["metadata"]["annotations"][keys.MIGRATION_PHASE] == "switched"
 
