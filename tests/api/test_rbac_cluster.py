@@ -172,7 +172,6 @@ async def test_roles_grant_exactly_what_the_processes_use(
         kinds.CONFIG_MAP,
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": settings_cm, "namespace": NS}},
     )
-    await admin.delete(kinds.LEASE, LEASE_NAME, NS)  # so the controller creates it
 
     ports = {"all": _free_port(), "one": _free_port(), "ctl": _free_port()}
     common = ("--namespace", NS, "--settings-configmap", settings_cm)
@@ -197,6 +196,13 @@ async def test_roles_grant_exactly_what_the_processes_use(
             return all([await asyncio.to_thread(_ready, p) for p in ports.values()])
 
         await _poll(all_ready, 90)
+
+        # The controller writes (Events included) only while it leads: wait until the Lease names it.
+        async def leading() -> bool:
+            lease = await admin.get(kinds.LEASE, LEASE_NAME, NS)
+            return lease is not None and (lease.get("spec") or {}).get("holderIdentity") == identity
+
+        await _poll(leading, 90)
         created = (NS, kinds.NODE_FEATURE.group, kinds.NODE_FEATURE.plural, "create")
         await eventually(lambda: created in used(agent_user), within=60)
 

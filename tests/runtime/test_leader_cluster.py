@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from gpustack_worker.api import kinds
+from gpustack_worker.api import kinds, rbac
 from gpustack_worker.cli.controller_cmd import LEASE_NAME
 from gpustack_worker.runtime.client import Client
 
@@ -64,7 +64,9 @@ async def test_exactly_one_leader_and_handover_after_kill(devcluster: Any) -> No
 
     await client.delete(LEASE, LEASE_NAME, NS)
     ports = {"ctl-a": free_port(), "ctl-b": free_port()}
-    procs = {name: start(kubeconfig, name, port) for name, port in ports.items()}
+    # The controllers authenticate as their ServiceAccount (manifests/rbac); the admin client sets up.
+    controller_kubeconfig = str(devcluster.service_account_kubeconfig(rbac.CONTROLLER.name))
+    procs = {name: start(controller_kubeconfig, name, port) for name, port in ports.items()}
     max_simultaneous = 0
 
     async def sample() -> dict[str, float | None]:
