@@ -191,14 +191,21 @@ def local_queue_name(cluster_queue: str) -> str:
     return LOCAL_QUEUE_PREFIX + fnv64a_hex(cluster_queue)
 
 
+def object_name(name: str) -> str:
+    """A built name as a Kubernetes object name: keys keep ``_`` (``hygon-k100_ai`` is a valid label
+    value), object names may not (DNS-1123 subdomain), so it becomes ``-``; the label values and notes
+    keep the key as it is. docs/chain.md lists this among the choices."""
+    return name.replace("_", "-")
+
+
 def cpu_flavor_name(g_key: str, os: str, arch: str, cores: int, profile: str) -> str:
     """``gpustack--<gKey>-<os>-<arch>-<cores>c-<profile>``."""
-    return f"gpustack--{g_key}-{os}-{arch}-{cores}c-{profile}"
+    return object_name(f"gpustack--{g_key}-{os}-{arch}-{cores}c-{profile}")
 
 
 def device_flavor_name(g_key: str, a_key: str, os: str, arch: str, cards: int, profile: str) -> str:
     """``gpustack--<gKey>--<aKey>-<os>-<arch>-<cards>d-<profile>``."""
-    return f"gpustack--{g_key}--{a_key}-{os}-{arch}-{cards}d-{profile}"
+    return object_name(f"gpustack--{g_key}--{a_key}-{os}-{arch}-{cards}d-{profile}")
 
 
 def pool_name(os: str, arch: str, a_key: str = "", g_key: str = "generic") -> str:
@@ -207,4 +214,4 @@ def pool_name(os: str, arch: str, a_key: str = "", g_key: str = "generic") -> st
         head = f"gpustack--{a_key}" if g_key == "generic" else f"gpustack--{g_key}--{a_key}"
     else:
         head = f"gpustack--{g_key}"
-    return f"{head}-{os}-{arch}"
+    return object_name(f"{head}-{os}-{arch}")

@@ -63,7 +63,10 @@ def _entry(flavor: Mapping[str, Any], *, aware: bool) -> dict[str, Any]:
         }
         name = f"gpustack--{group}"
     # Empty strings are left out (``acceleratable`` and ``sliceable`` are always serialized).
-    return {"name": name, "spec": {k: v for k, v in spec.items() if v != "" or isinstance(v, bool)}}
+    return {
+        "name": keys.object_name(name),
+        "spec": {k: v for k, v in spec.items() if v != "" or isinstance(v, bool)},
+    }
 
 
 def catalog(flavors: Iterable[Mapping[str, Any]], *, aware: bool) -> list[dict[str, Any]]:

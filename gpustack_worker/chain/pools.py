@@ -27,7 +27,6 @@ __all__ = (
     "DISPLAY_NAME_MAX",
     "GENERIC",
     "PoolIdentity",
-    "catalog_name",
     "derived_instance_type",
     "flavor_selector",
     "flavors_of",
@@ -119,18 +118,6 @@ def flavors_of(selector: Mapping[str, str], flavors: Iterable[Mapping[str, Any]]
         if all(labels.get(k) == v for k, v in selector.items()):
             chosen.append(flavor)
     return sorted(chosen, key=lambda f: str((f.get("metadata") or {}).get("name", "")))
-
-
-def catalog_name(pool: PoolIdentity) -> str:
-    """InstanceTypeFlavor catalog entry name: the pool name without os/arch (reference §2.4)."""
-    group = pool.general_group or GENERIC
-    if pool.acceleratable:
-        return (
-            f"gpustack--{pool.accelerator_group}"
-            if group == GENERIC
-            else f"gpustack--{group}--{pool.accelerator_group}"
-        )
-    return f"gpustack--{group}"
 
 
 def _display_name(plan: FlavorPlan, pool: PoolIdentity) -> str:

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 
-from gpustack_worker.api import keys, kinds
+from gpustack_worker.api import keys, kinds, validation
 from gpustack_worker.api.devices_view import devices_facts
 from gpustack_worker.chain import (
     admissionchecks,
@@ -39,7 +39,7 @@ from gpustack_worker.chain.nodes import NodeHardware, node_hardware
 from gpustack_worker.chain.views import accelerator_views, column, cpu_view, pool_cards
 from gpustack_worker.runtime import conditions
 from gpustack_worker.runtime.apply import Applier, owned_fields
-from gpustack_worker.runtime.client import Conflict, NotFound
+from gpustack_worker.runtime.client import ApiError, Conflict, NotFound
 from gpustack_worker.runtime.controller import Result
 from gpustack_worker.runtime.finalizers import Finalizer
 from gpustack_worker.runtime.prune import Pruner, stamp
@@ -59,6 +59,35 @@ CHECKS_KEY: Final = "checks"
 REPLACE_POLL_S: Final = 5.0
 _STOP_POLICY: Final = ("f:spec", "f:stopPolicy")
 _log = structlog.get_logger("gpustack_worker.chain")
+
+
+_INVALID: Final = 422
+
+
+class _Failures:
+    """Per-object isolation inside a reconcile that writes many objects: one object the API server
+    refuses as invalid (422: retrying cannot help) is logged and skipped; any other error is raised
+    after the rest were written, so the key is retried without starving its siblings."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.retriable: list[ApiError] = []
+
+    def invalid(self, name: str, reason: str) -> None:
+        _log.error(f"{self.kind} skipped: invalid", name=name, reason=reason)
+
+    async def run(self, name: str, write: Awaitable[Any]) -> None:
+        try:
+            await write
+        except ApiError as exc:
+            if exc.status == _INVALID:
+                self.invalid(name, str(exc))
+            else:
+                self.retriable.append(exc)
+
+    def raise_retriable(self) -> None:
+        if self.retriable:
+            raise self.retriable[0]
 
 
 def owns_field(obj: Mapping[str, Any] | None, manager: str, path: tuple[str, ...]) -> bool:
@@ -191,7 +220,11 @@ class Steps:
             )
             for p in plans
         }
+        failures = _Failures("flavor")
         for name, body in desired.items():
+            if not validation.is_dns1123_subdomain(name):
+                failures.invalid(name, "; ".join(validation.dns1123_subdomain(name)))
+                continue
             cached = self.flavor_cache.store.get(name)
             if cached is not None and _meta(cached).get("deletionTimestamp"):
                 requeue = REPLACE_POLL_S  # being replaced: wait until Kueue lets it go
@@ -201,7 +234,7 @@ class Steps:
                 await self._delete(kinds.RESOURCE_FLAVOR, cached)
                 requeue = REPLACE_POLL_S
                 continue
-            await self.flavor_applier.apply(kinds.RESOURCE_FLAVOR, body, cached)
+            await failures.run(name, self.flavor_applier.apply(kinds.RESOURCE_FLAVOR, body, cached))
         await self.flavor_pruner.prune(self.flavor_cache.store.list(), set(desired))
         referenced = {
             str((f.get("spec") or {}).get("topologyName") or "") for f in self.flavor_cache.store.list()
@@ -212,6 +245,7 @@ class Steps:
 
         if s.instance_type_derived_from_node:
             await self._author(plans, aware=s.instance_type_aware_cpu_manufacturer)
+        failures.raise_retriable()
         return Result.after(requeue) if requeue else Result.done()
 
     async def _author(self, plans: list[FlavorPlan], *, aware: bool) -> None:
@@ -229,6 +263,12 @@ class Steps:
                 _log.info("authored InstanceType", instance_type=name)
             except Conflict:
                 pass  # AlreadyExists: someone (an admin, or our cache lagging) has it — never touched
+            except ApiError as exc:
+                if exc.status != _INVALID:
+                    raise
+                # Never valid as built (e.g. a name too long): retrying cannot help; the pool's other
+                # objects and every other pool still converge.
+                _log.error("InstanceType refused by the API server", instance_type=name, error=str(exc))
 
     async def _delete(self, resource: Any, cached: Mapping[str, Any]) -> None:
         meta = _meta(cached)

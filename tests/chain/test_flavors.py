@@ -151,3 +151,19 @@ def test_a_node_without_cards_or_cores_contributes_nothing() -> None:
         "odd", vendor="Intel", cpu_name="Intel Xeon", cores=0, devices=(("nvidia", "Tesla T4", 0, 15360),)
     )
     assert flavors.plan_flavors(_hardware([obj]), mixed_on_node=True) == []
+
+
+def test_object_names_turn_key_underscores_into_dashes_labels_keep_them() -> None:
+    # Hygon's K100_AI has the aKey hygon-k100_ai (reference §3.3): valid in a label, not in an object name.
+    obj = node(
+        "dcu",
+        vendor="Hygon",
+        cpu_name="Hygon C86 7285 32-core Processor",
+        cores=64,
+        devices=(("hygon", "K100_AI", 4, 65536),),
+    )
+    (plan,) = [p for p in flavors.plan_flavors(_hardware([obj]), mixed_on_node=True) if p.accelerated]
+    assert plan.name == f"gpustack--hygon-c86-7285--hygon-k100-ai-linux-amd64-4d-{P}"
+    body = flavors.flavor_body(plan, mixed_on_node=True, aware=False)
+    assert body["spec"]["nodeLabels"]["acceleratable.feature.gpustack.ai/hygon-k100_ai"] == "true"
+    assert body["metadata"]["annotations"]["note.gpustack.ai/acceleratorGroup"] == "hygon-k100_ai"
