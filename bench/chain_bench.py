@@ -1,0 +1,855 @@
+"""Stage-4 chain benchmark: a cold controller start over a 5,000-node fleet, on the real control plane.
+
+One run, printed as a table (never pass/fail; targets are printed next to what was reached):
+
+1. **Fleet** — N Nodes (default 5,000) from a seeded table of shapes: ten accelerator models of six
+   manufacturers (NVIDIA A10G/T4/H100/A100/L40S, Ascend 910B2, Hygon K100_AI, MetaX MXC500, Cambricon
+   MLU370-X8, Moore Threads MTT S4000) on several CPU models and core counts, plus CPU-only nodes of
+   several CPUs (amd64 and arm64). Each Node carries exactly what stages 1-3 leave on it: the
+   simulator's NFD labels and CPU annotations (:mod:`gpustack_worker.simulate.render`), the Device
+   Manager's NodeFeature labels, and the node agent's own labels and counting keys computed by the
+   agent's pure functions (``nodefeature``, ``fit``, ``capacity``) — as if nfd-master had projected them.
+   Accelerated nodes get their ``Devices`` object with its ledger, so InstanceType status views have
+   something to count. Created with a bare admin client, 32 requests in flight, before the controller
+   starts (setup, not measured). No topology profile on any Node: the controller labels them.
+2. **Cold start** — ``gpustack-worker controller`` as a subprocess (its own RSS), authenticated as the
+   controller ServiceAccount. Measured from its ``caches synced`` log line: seconds until the chain has
+   converged — every expected ResourceFlavor (labels and selector, so every Node carries its profile),
+   InstanceType (finalizer, ``phase=Active``, entrance), ClusterQueue (Kueue ``Active=True``, our
+   ``TopologyReady=True``, resource groups = the expected plan), and LocalQueue in every non-system
+   namespace. "Expected" is computed with the chain's own pure functions (``chain.nodes``,
+   ``chain.flavors``, ``chain.pools``, ``chain.queues``) from the generated Nodes.
+3. **Writes** — from the kube-apiserver audit log, requests by the controller's User-Agent
+   (``gpustack-worker-controller/…``) per resource and verb, next to the objects the chain desires.
+4. **Quiet** — a quiet period and three forced full resyncs (a live setting the chain does not read,
+   flipped in the settings ConfigMap: every settings snapshot re-enqueues every key of every chain
+   controller); writes counted from the audit log; expected 0 (the Lease renewals are listed apart).
+5. **Raw apply rate** — after the controller stopped, the same API server's server-side-apply rate from
+   a bare client at the controller's concurrency (its ``controller-workers``): a label applied to the
+   same Nodes under another field manager (the write the controller issues most), and small ConfigMaps.
+
+``nox -s bench`` runs it; ``--nodes``, ``--quiet`` and ``--dir`` change the scale, the quiet period and
+keep the cluster's logs and audit log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import datetime as dt
+import os
+import random
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import orjson
+
+from gpustack_worker.agent import capacity, fit, nodefeature
+from gpustack_worker.agent.facts import node_facts
+from gpustack_worker.api import keys, kinds, rbac
+from gpustack_worker.api.devices_view import devices_facts
+from gpustack_worker.chain import flavors, localqueues, pools, queues
+from gpustack_worker.chain import topologies as topo
+from gpustack_worker.chain.nodes import NodeHardware, node_hardware
+from gpustack_worker.cli.settings import WorkerSettings
+from gpustack_worker.runtime.quantity import parse
+from gpustack_worker.simulate import render
+from gpustack_worker.simulate.load import parse_scenario
+
+if TYPE_CHECKING:
+    from gpustack_worker.devcluster.audit import AuditEvent
+    from gpustack_worker.devcluster.cluster import DevCluster
+    from gpustack_worker.devcluster.procs import ManagedProcess
+    from gpustack_worker.runtime.client import Client
+    from gpustack_worker.simulate.scenario import NodeSpec
+
+READY_SINCE: Final = "2026-01-01T00:00:00Z"
+SETUP_CONCURRENCY: Final = 32
+CONTROLLER_UA: Final = "gpustack-worker-controller/"
+BENCH_IDENTITY: Final = "chain-bench"
+#: A live setting the chain never reads: flipping it is a pure forced resync of every chain key.
+RESYNC_SETTING: Final = "workload-fit-affinity"
+TEAM_NAMESPACES: Final = ("team-a", "team-b")
+
+# Targets (issue 9): printed next to the measured values, never asserted.
+TARGET_CONVERGE_S: Final = 10.0
+TARGET_RSS_MIB: Final = 200.0
+TARGET_RATIO: Final = 0.8
+
+# --- the fleet ---------------------------------------------------------------------------------------
+_XEON_8259 = {"vendor": "Intel", "model": "Intel(R) Xeon(R) Platinum 8259CL CPU @ 2.50GHz", "cores": 96}
+_XEON_6348 = {"vendor": "Intel", "model": "Intel(R) Xeon(R) Gold 6348 CPU @ 2.60GHz", "cores": 112}
+_XEON_8480 = {"vendor": "Intel", "model": "Intel(R) Xeon(R) Platinum 8480+", "cores": 224}
+_EPYC_7R32 = {"vendor": "AMD", "model": "AMD EPYC 7R32", "cores": 48}
+_EPYC_7763 = {"vendor": "AMD", "model": "AMD EPYC 7763 64-Core Processor", "cores": 128}
+_EPYC_9654 = {"vendor": "AMD", "model": "AMD EPYC 9654 96-Core Processor", "cores": 384}
+_KUNPENG = {"vendor": "ARM", "model": "Kunpeng-920", "cores": 192}
+_HYGON = {"vendor": "Hygon", "model": "Hygon C86 7285 32-core Processor", "cores": 64}
+_A100_MIG: Final = {
+    "kind": "mig",
+    "cards": [6, 7],
+    "profiles": [
+        {"name": "1g.10gb", "memoryMiB": 9728, "computeSlices": 1, "memorySlices": 1},
+        {"name": "3g.40gb", "memoryMiB": 40192, "computeSlices": 3, "memorySlices": 4},
+        {"name": "7g.80gb", "memoryMiB": 80384, "computeSlices": 7, "memorySlices": 8},
+    ],
+}
+
+
+def _cpu(base: dict[str, Any], cores: int | None = None) -> dict[str, Any]:
+    return {**base, "cores": cores or base["cores"]}
+
+
+def _acc(mfr: str, product: str, mib: int, count: int, **extra: Any) -> dict[str, Any]:
+    return {"manufacturer": mfr, "product": product, "memoryMiB": mib, "count": count, **extra}
+
+
+#: (weight, node template without name). Ten accelerator models, eight CPU models, several core counts.
+SHAPES: Final[tuple[tuple[int, dict[str, Any]], ...]] = (
+    # CPU-only nodes
+    (8, {"cpu": _cpu(_XEON_8259), "memory": "384Gi"}),
+    (5, {"cpu": _cpu(_XEON_8259, 48), "memory": "192Gi"}),
+    (5, {"cpu": _cpu(_EPYC_7763), "memory": "512Gi"}),
+    (3, {"cpu": _cpu(_EPYC_9654), "memory": "1536Gi"}),
+    (4, {"cpu": _cpu(_KUNPENG), "arch": "arm64", "memory": "512Gi"}),
+    (3, {"cpu": _cpu(_XEON_6348), "memory": "512Gi"}),
+    # NVIDIA
+    (
+        7,
+        {
+            "cpu": _cpu(_EPYC_7R32),
+            "memory": "192Gi",
+            "accelerators": [_acc("nvidia", "NVIDIA A10G", 23028, 1)],
+        },
+    ),
+    (
+        5,
+        {
+            "cpu": _cpu(_EPYC_7R32, 192),
+            "memory": "768Gi",
+            "accelerators": [_acc("nvidia", "NVIDIA A10G", 23028, 4)],
+        },
+    ),
+    (
+        6,
+        {
+            "cpu": _cpu(_XEON_8259, 8),
+            "memory": "32Gi",
+            "accelerators": [_acc("nvidia", "Tesla T4", 15360, 1)],
+        },
+    ),
+    (
+        4,
+        {
+            "cpu": _cpu(_XEON_8259, 48),
+            "memory": "192Gi",
+            "accelerators": [_acc("nvidia", "Tesla T4", 15360, 4)],
+        },
+    ),
+    (
+        10,
+        {
+            "cpu": _cpu(_XEON_8480),
+            "memory": "2048Gi",
+            "accelerators": [
+                _acc(
+                    "nvidia",
+                    "NVIDIA H100 80GB HBM3",
+                    81559,
+                    8,
+                    cores=16896,
+                    family="Hopper",
+                    computeCapability="9.0",
+                )
+            ],
+        },
+    ),
+    (
+        8,
+        {
+            "cpu": _cpu(_EPYC_7763, 256),
+            "memory": "1024Gi",
+            "accelerators": [
+                _acc(
+                    "nvidia",
+                    "NVIDIA A100-SXM4-80GB",
+                    81920,
+                    8,
+                    cores=6912,
+                    family="Ampere",
+                    computeCapability="8.0",
+                    partitioning=_A100_MIG,
+                )
+            ],
+        },
+    ),
+    (
+        5,
+        {
+            "cpu": _cpu(_EPYC_9654),
+            "memory": "1536Gi",
+            "accelerators": [_acc("nvidia", "NVIDIA L40S", 46068, 8)],
+        },
+    ),
+    (
+        3,
+        {
+            "cpu": _cpu(_XEON_6348),
+            "memory": "512Gi",
+            "accelerators": [_acc("nvidia", "NVIDIA L40S", 46068, 4)],
+        },
+    ),
+    # Ascend, Hygon, MetaX, Cambricon, Moore Threads
+    (
+        6,
+        {
+            "cpu": _cpu(_KUNPENG),
+            "arch": "arm64",
+            "memory": "1536Gi",
+            "accelerators": [_acc("ascend", "910B2", 65536, 8)],
+        },
+    ),
+    (5, {"cpu": _cpu(_HYGON), "memory": "512Gi", "accelerators": [_acc("hygon", "K100_AI", 65536, 8)]}),
+    (4, {"cpu": _cpu(_XEON_6348), "memory": "1024Gi", "accelerators": [_acc("metax", "MXC500", 65536, 8)]}),
+    (4, {"cpu": _cpu(_HYGON), "memory": "512Gi", "accelerators": [_acc("cambricon", "MLU370-X8", 49152, 4)]}),
+    (
+        4,
+        {
+            "cpu": _cpu(_XEON_6348),
+            "memory": "1024Gi",
+            "accelerators": [_acc("mthreads", "MTT S4000", 49152, 8)],
+        },
+    ),
+)
+
+
+def fleet(n_nodes: int, seed: int = 0) -> list[NodeSpec]:
+    """``n_nodes`` validated node specs named ``bench-00000``…, shapes drawn by weight."""
+    rng = random.Random(seed)
+    weights = [w for w, _ in SHAPES]
+    nodes: list[dict[str, Any]] = []
+    for i in range(n_nodes):
+        _, shape = rng.choices(SHAPES, weights=weights)[0]
+        node: dict[str, Any] = {"name": f"bench-{i:05d}", **shape}
+        accs = [dict(a) for a in shape.get("accelerators", [])]
+        for acc in accs:
+            # A few cards with a pre-existing exclusive allocation, so the status views have work to do.
+            acc["allocations"] = [
+                {"card": c, "mode": "exclusive"}
+                for c in range(acc["count"])
+                if rng.random() < 0.2 and c not in (acc.get("partitioning") or {}).get("cards", ())
+            ]
+        if accs:
+            node["accelerators"] = accs
+        nodes.append(node)
+    return list(parse_scenario({"nodes": nodes}, f"chain-bench({n_nodes}, seed={seed})").nodes)
+
+
+@dataclass
+class NodeObjects:
+    """What stages 1-3 leave behind for one node."""
+
+    node: dict[str, Any]
+    devices: dict[str, Any] | None
+    devices_status: dict[str, Any] | None
+
+
+def stage3(spec: NodeSpec) -> NodeObjects:
+    """The Node with the NFD, Device Manager and node-agent labels projected, and its Devices."""
+    node = render.render_node(spec, READY_SINCE)
+    node["metadata"]["uid"] = f"uid-{spec.name}"  # only for the facts; the server assigns the real one
+    devices = render.render_devices(spec, f"uid-{spec.name}")
+    ledger = render.render_devices_status(spec)
+    full_devices = None
+    if devices is not None:
+        full_devices = {**devices, "status": (ledger or {}).get("status", {})}
+    labels = node["metadata"]["labels"]
+    feature = render.render_node_feature(spec, f"uid-{spec.name}")
+    if feature is not None:
+        labels.update(feature["spec"]["labels"])
+    n = node_facts(node)
+    d = devices_facts(full_devices) if full_devices is not None else None
+    labels.update(nodefeature.desired_labels(n, d, manual=False, mixed_on_node=True))
+    labels.update(fit.desired(n, d, manual=False))
+    counting = {k: str(v) for k, v in capacity.desired(n, d, manual=False).items()}
+    node["status"]["capacity"].update(counting)
+    node["status"]["allocatable"].update(counting)
+    del node["metadata"]["uid"]
+    return NodeObjects(node, devices, ledger)
+
+
+# --- what the chain should converge to ---------------------------------------------------------------
+
+
+@dataclass
+class Expected:
+    """The chain's desired objects for the fleet, computed with its own pure functions."""
+
+    nodes: int
+    flavors: dict[str, dict[str, Any]]
+    types: dict[str, dict[str, Any]]
+    #: Queue name → ((flavor name, nominalQuota), …) in plan order.
+    plans: dict[str, tuple[tuple[str, int], ...]]
+    topologies: set[str]
+    namespaces: list[str] = field(default_factory=list)
+
+    @property
+    def local_queues(self) -> set[tuple[str, str]]:
+        return {(ns, keys.local_queue_name(q)) for ns in self.namespaces for q in self.types}
+
+    def desired_writes(self) -> dict[str, int]:
+        """One write per desired object or field set (the cold-start minimum), by resource path."""
+        t = len(self.types)
+        return {
+            "nodes (profile label)": self.nodes,
+            "topologies": len(self.topologies),
+            "resourceflavors": len(self.flavors),
+            "instancetypes (create)": t,
+            "instancetypes (finalizer)": t,
+            "instancetypes/status": t,
+            "clusterqueues": t,
+            "clusterqueues/status": t,
+            "localqueues": len(self.local_queues),
+            "admissionchecks": 2,
+        }
+
+
+def with_profile(node: dict[str, Any]) -> dict[str, Any]:
+    """The Node as it looks once the controller labelled its topology profile."""
+    profile = topo.desired_node_profile(node)
+    labels = dict(node["metadata"]["labels"])
+    if profile is not None:
+        labels[keys.TOPOLOGY_PROFILE] = profile
+    return {**node, "metadata": {**node["metadata"], "labels": labels}}
+
+
+def expected_chain(objs: list[NodeObjects], settings: WorkerSettings) -> Expected:
+    aware = settings.instance_type_aware_cpu_manufacturer
+    mixed = settings.instance_type_mixed_on_node
+    hardware: list[NodeHardware] = [h for o in objs if (h := node_hardware(with_profile(o.node))) is not None]
+    plans = flavors.plan_flavors(hardware, mixed_on_node=mixed)
+    bodies = {p.name: flavors.flavor_body(p, mixed_on_node=mixed, aware=aware) for p in plans}
+    topology = topo.topology_body(topo.HOSTNAME_LEVELS)["metadata"]["name"]
+    types: dict[str, dict[str, Any]] = {}
+    if settings.instance_type_derived_from_node:
+        for p in plans:
+            body = pools.derived_instance_type(p, aware=aware)
+            types.setdefault(body["metadata"]["name"], body)
+    queue_plans: dict[str, tuple[tuple[str, int], ...]] = {}
+    for name, it in types.items():
+        pool = pools.identity_of(it)
+        labels = {**pools.schedule_labels(pool, aware=aware), keys.RESOURCE_TYPE: keys.TYPE_INSTANCE_TYPES}
+        outcome = queues.plan_queue(
+            pool,
+            pools.flavor_selector(labels),
+            list(bodies.values()),
+            hardware,
+            frozenset({topology}),
+            mixed_on_node=mixed,
+        )
+        if isinstance(outcome, queues.Refusal):
+            raise SystemExit(f"the generated fleet has no complete plan for {name}: {outcome.message}")
+        queue_plans[name] = tuple(
+            (fl["name"], int(parse(str(fl["resources"][0]["nominalQuota"])) or 0))
+            for group in outcome.groups
+            for fl in group["flavors"]
+        )
+    return Expected(
+        nodes=len(hardware), flavors=bodies, types=types, plans=queue_plans, topologies={topology}
+    )
+
+
+# --- setup -------------------------------------------------------------------------------------------
+
+
+async def create_fleet(admin: Client, objs: list[NodeObjects]) -> None:
+    """Nodes (status included on create), then Devices and their ledgers; 32 requests in flight."""
+    gate = asyncio.Semaphore(SETUP_CONCURRENCY)
+
+    async def one(o: NodeObjects) -> None:
+        async with gate:
+            created = await admin.create(kinds.NODE, o.node)
+            if o.devices is None or o.devices_status is None:
+                return
+            devices = orjson.loads(orjson.dumps(o.devices))
+            uid = str(created["metadata"]["uid"])
+            for owner in devices["metadata"].get("ownerReferences") or ():
+                owner["uid"] = uid
+            await admin.apply(kinds.DEVICES, devices, field_manager=render.FIELD_MANAGER, force=True)
+            await admin.apply(
+                kinds.DEVICES,
+                o.devices_status,
+                field_manager=render.FIELD_MANAGER,
+                force=True,
+                subresource="status",
+            )
+
+    await asyncio.gather(*(one(o) for o in objs))
+
+
+# --- the controller process --------------------------------------------------------------------------
+
+
+def _proc_status(pid: int) -> dict[str, int]:
+    """VmHWM / VmRSS of ``pid`` in KiB."""
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmHWM", "VmRSS"):
+            out[key] = int(value.split()[0])
+    return out
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds the process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def wait_idle(pid: int, *, window: float = 3.0, busy: float = 0.05, limit: float = 600.0) -> float:
+    """Wait until the process used less than ``busy`` of a core over ``window`` seconds; returns the
+    seconds waited (the controller has no "idle" signal of its own, its CPU use is the tell)."""
+    start = time.monotonic()
+    while time.monotonic() - start < limit:
+        before = _cpu_seconds(pid)
+        await asyncio.sleep(window)
+        if _cpu_seconds(pid) - before < busy * window:
+            break
+    return time.monotonic() - start
+
+
+def log_time(path: Path, event: str) -> dt.datetime | None:
+    """Timestamp of the first JSON log line of ``event`` in the process log."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if event not in line:
+            continue
+        with contextlib.suppress(orjson.JSONDecodeError):
+            doc = orjson.loads(line)
+            if doc.get("event") == event and doc.get("timestamp"):
+                return dt.datetime.fromisoformat(str(doc["timestamp"]).replace("Z", "+00:00"))
+    return None
+
+
+def start_controller(cluster: DevCluster, kubeconfig: Path) -> ManagedProcess:
+    from gpustack_worker.devcluster.procs import ManagedProcess
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSTACK_")}
+    proc = ManagedProcess(
+        "controller",
+        [
+            sys.executable,
+            "-m",
+            "gpustack_worker",
+            "controller",
+            f"--kubeconfig={kubeconfig}",
+            "--metrics-bind=127.0.0.1:0",
+            f"--identity={BENCH_IDENTITY}",
+        ],
+        cluster.dir / "logs" / "controller.log",
+        env,
+    )
+    proc.start()
+    cluster.procs["controller"] = proc  # stopped with the cluster whatever happens
+    return proc
+
+
+# --- convergence -------------------------------------------------------------------------------------
+
+
+def _cond(obj: dict[str, Any], type_: str) -> str:
+    for cond in (obj.get("status") or {}).get("conditions") or ():
+        if cond.get("type") == type_:
+            return str(cond.get("status"))
+    return ""
+
+
+def _contains(have: Any, want: dict[str, Any]) -> bool:
+    return all((have or {}).get(k) == v for k, v in want.items())
+
+
+async def missing(admin: Client, exp: Expected) -> dict[str, int]:
+    """What is not converged yet, by kind (empty: converged)."""
+    out: collections.Counter[str] = collections.Counter()
+    live_flavors = {f["metadata"]["name"]: f for f in (await admin.list(kinds.RESOURCE_FLAVOR))[0]}
+    for name, body in exp.flavors.items():
+        f = live_flavors.get(name)
+        if (
+            f is None
+            or not _contains(f["metadata"].get("labels"), body["metadata"]["labels"])
+            or f["spec"].get("nodeLabels") != body["spec"]["nodeLabels"]
+        ):
+            out["resourceflavors"] += 1
+    ours = {n for n, f in live_flavors.items() if (f["metadata"].get("labels") or {}).get(keys.RESOURCE_TYPE)}
+    out["resourceflavors (unexpected)"] += len(ours - set(exp.flavors))
+    live_topologies = {t["metadata"]["name"] for t in (await admin.list(kinds.TOPOLOGY))[0]}
+    out["topologies"] += len(exp.topologies - live_topologies)
+    live_types = {t["metadata"]["name"]: t for t in (await admin.list(kinds.INSTANCE_TYPE))[0]}
+    for name in exp.types:
+        it = live_types.get(name)
+        status = (it or {}).get("status") or {}
+        if (
+            it is None
+            or keys.FINALIZER_CONTROLLED not in (it["metadata"].get("finalizers") or ())
+            or status.get("phase") != "Active"
+            or status.get("entrance") != keys.local_queue_name(name)
+        ):
+            out["instancetypes"] += 1
+    live_queues = {q["metadata"]["name"]: q for q in (await admin.list(kinds.CLUSTER_QUEUE))[0]}
+    for name, plan in exp.plans.items():
+        q = live_queues.get(name)
+        if q is None or _cond(q, "Active") != "True" or _cond(q, keys.TOPOLOGY_READY) != "True":
+            out["clusterqueues"] += 1
+            continue
+        got = tuple(
+            (fl["name"], int(parse(str(fl["resources"][0]["nominalQuota"])) or 0))
+            for group in q["spec"].get("resourceGroups") or ()
+            for fl in group.get("flavors") or ()
+        )
+        if got != plan:
+            out["clusterqueues"] += 1
+    live_lq = {
+        (q["metadata"]["namespace"], q["metadata"]["name"]) for q in (await admin.list(kinds.LOCAL_QUEUE))[0]
+    }
+    out["localqueues"] += len(exp.local_queues - live_lq)
+    return {k: v for k, v in out.items() if v}
+
+
+# --- audit -------------------------------------------------------------------------------------------
+
+
+def by_kind(events: list[AuditEvent]) -> collections.Counter[tuple[str, str]]:
+    return collections.Counter((e.resource_path, e.verb) for e in events)
+
+
+def is_lease(e: AuditEvent) -> bool:
+    return e.resource == "leases"
+
+
+# --- raw apply rate ----------------------------------------------------------------------------------
+
+
+async def raw_apply_rate(client: Client, bodies: list[tuple[Any, dict[str, Any]]], concurrency: int) -> float:
+    """Server-side applies per second of ``bodies`` at ``concurrency`` requests in flight."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(resource: Any, body: dict[str, Any]) -> None:
+        async with gate:
+            await client.apply(resource, body, field_manager="chain-bench-raw", force=True)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(one(r, b) for r, b in bodies))
+    return len(bodies) / (time.perf_counter() - start)
+
+
+def _node_label(name: str, value: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"bench.gpustack.ai/raw": value}},
+    }
+
+
+def _configmap(i: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"raw-{i:05d}", "namespace": TEAM_NAMESPACES[0]},
+        "data": {"k": str(i)},
+    }
+
+
+# --- the run -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    what: str
+    measured: str
+    target: str = ""
+
+
+@dataclass
+class Report:
+    rows: list[Row] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, what: str, measured: str, target: str = "") -> None:
+        self.rows.append(Row(what, measured, target))
+
+    def print(self) -> None:
+        w1 = max(len(r.what) for r in self.rows)
+        w2 = max(len(r.measured) for r in self.rows)
+        w3 = max(len(r.target) for r in self.rows)
+        print()
+        print(f"| {'measure'.ljust(w1)} | {'measured'.ljust(w2)} | {'target'.ljust(w3)} |")
+        print(f"|{'-' * (w1 + 2)}|{'-' * (w2 + 2)}|{'-' * (w3 + 2)}|")
+        for r in self.rows:
+            print(f"| {r.what.ljust(w1)} | {r.measured.ljust(w2)} | {r.target.ljust(w3)} |")
+        for note in self.notes:
+            print(f"- {note}")
+
+
+def _span(events: list[AuditEvent]) -> float:
+    if len(events) < 2:
+        return 0.0
+    return (events[-1].received - events[0].received).total_seconds()
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+async def set_setting(admin: Client, value: str) -> None:
+    from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP
+
+    body = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": DEFAULT_CONFIGMAP, "namespace": kinds.SYSTEM_NAMESPACE},
+        "data": {RESYNC_SETTING: value},
+    }
+    await admin.apply(kinds.CONFIG_MAP, body, field_manager="chain-bench", force=True)
+
+
+async def bench_cluster(n_nodes: int, seed: int, quiet_s: float, directory: Path, report: Report) -> None:
+    from gpustack_worker.devcluster.audit import AuditLog
+    from gpustack_worker.devcluster.cluster import DevCluster
+    from gpustack_worker.runtime.client import Client
+
+    settings = WorkerSettings()
+    workers = settings.controller_workers
+    t = time.perf_counter()
+    specs = fleet(n_nodes, seed)
+    objs = [stage3(s) for s in specs]
+    exp = expected_chain(objs, settings)
+    accelerated = sum(o.devices is not None for o in objs)
+    print(
+        f"fleet: {n_nodes} nodes ({accelerated} accelerated, {n_nodes - accelerated} CPU-only), "
+        f"{len(exp.flavors)} flavors, {len(exp.types)} InstanceTypes/queues expected "
+        f"(computed in {time.perf_counter() - t:.1f} s)"
+    )
+
+    audit_path = directory / "audit.log"
+    cluster = DevCluster(
+        directory, with_nfd=False, audit_log=audit_path, log=lambda m: print(f"  [devcluster] {m}")
+    )
+    cluster.start()
+    audit = AuditLog(audit_path)
+    admin = await Client.connect(str(cluster.kubeconfig))
+    try:
+        for ns in TEAM_NAMESPACES:
+            await admin.create(
+                kinds.NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+            )
+        await set_setting(admin, "true")
+        t = time.perf_counter()
+        await create_fleet(admin, objs)
+        setup_s = time.perf_counter() - t
+        print(f"setup: {n_nodes} Nodes + {accelerated} Devices (with ledgers) created in {setup_s:.1f} s")
+        exp.namespaces = sorted(
+            n["metadata"]["name"]
+            for n in (await admin.list(kinds.NAMESPACE))[0]
+            if not localqueues.is_system_namespace(n["metadata"]["name"], kinds.SYSTEM_NAMESPACE)
+        )
+        kubeconfig = cluster.service_account_kubeconfig(rbac.CONTROLLER.name)
+
+        # --- cold start ---------------------------------------------------------------------------
+        started = _now()
+        proc = start_controller(cluster, kubeconfig)
+        assert proc.pid is not None
+        pid = proc.pid
+        log_path = proc.log_path
+        synced_at = None
+        while synced_at is None:
+            if not proc.alive():
+                raise SystemExit(f"controller exited:\n{proc.log_tail()}")
+            await asyncio.sleep(0.1)
+            synced_at = log_time(log_path, "caches synced")
+        leader_at = None
+        converged_at = None
+        last_print = time.monotonic()
+        left: dict[str, int] = {}
+        while converged_at is None and (_now() - synced_at).total_seconds() < 1200:
+            if not proc.alive():
+                raise SystemExit(f"controller exited:\n{proc.log_tail()}")
+            left = await missing(admin, exp)
+            if not left:
+                converged_at = _now()
+                break
+            if time.monotonic() - last_print > 15:
+                last_print = time.monotonic()
+                print(f"  +{(_now() - synced_at).total_seconds():.0f} s after sync, not yet: {left}")
+            await asyncio.sleep(0.5)
+        leader_at = log_time(log_path, "became leader")
+        idle_wait = await wait_idle(pid)
+        mem = _proc_status(pid)
+        cpu_used = _cpu_seconds(pid)
+        settled = _now()
+        cold = [e for e in audit.writes(CONTROLLER_UA, started) if e.received <= settled]
+        chain_writes = [e for e in cold if not is_lease(e)]
+
+        print(f"controller: caches synced {(synced_at - started).total_seconds():.1f} s after start")
+        if leader_at is not None:
+            print(f"controller: leader {(leader_at - synced_at).total_seconds():.2f} s after sync")
+        if converged_at is None:
+            print(f"controller: NOT converged after 1200 s; missing {left}")
+        else:
+            print(
+                f"controller: converged {(converged_at - synced_at).total_seconds():.1f} s after sync; "
+                f"idle {idle_wait:.0f} s later; CPU {cpu_used:.1f} s"
+            )
+        desired = exp.desired_writes()
+        print("\nwrites by the controller (audit log), cold start until idle:")
+        for (resource, verb), n in sorted(by_kind(cold).items()):
+            print(f"  {resource:28s} {verb:7s} {n:6d}")
+        print("objects desired (one write each):")
+        for what, n in desired.items():
+            print(f"  {what:28s} {n:6d}")
+
+        # --- quiet period and forced resyncs ------------------------------------------------------
+        quiet_from = _now()
+        await asyncio.sleep(quiet_s)
+        quiet = audit.writes(CONTROLLER_UA, quiet_from)
+        resync_from = _now()
+        resync_cpu = []
+        for i in range(3):
+            before = _cpu_seconds(pid)
+            await set_setting(admin, "false" if i % 2 == 0 else "true")
+            await asyncio.sleep(1.0)
+            await wait_idle(pid)
+            resync_cpu.append(_cpu_seconds(pid) - before)
+        resynced = audit.writes(CONTROLLER_UA, resync_from)
+        updates = log_path.read_text(errors="replace").count('"settings updated"')
+        mem_after = _proc_status(pid)
+        proc.stop()
+        for label, events in (("quiet", quiet), ("resyncs", resynced)):
+            print(f"{label}: {dict(by_kind(events))}")
+
+        # --- raw apply rate ----------------------------------------------------------------------
+        raw_n = min(n_nodes, 2000)
+        names = [o.node["metadata"]["name"] for o in objs[:raw_n]]
+        node_rate = await raw_apply_rate(admin, [(kinds.NODE, _node_label(n, "1")) for n in names], workers)
+        node_rate_32 = await raw_apply_rate(
+            admin, [(kinds.NODE, _node_label(n, "2")) for n in names], SETUP_CONCURRENCY
+        )
+        cm_rate = await raw_apply_rate(
+            admin, [(kinds.CONFIG_MAP, _configmap(i)) for i in range(raw_n)], workers
+        )
+
+        # --- the table ---------------------------------------------------------------------------
+        node_writes = [e for e in chain_writes if e.resource == "nodes"]
+        other = [e for e in chain_writes if e.resource != "nodes"]
+        our_node_rate = len(node_writes) / _span(node_writes) if _span(node_writes) else 0.0
+        our_rate = len(chain_writes) / _span(chain_writes) if _span(chain_writes) else 0.0
+        n_desired = sum(desired.values())
+        per_node_kinds = sorted({e.resource_path for e in chain_writes if e.resource == "nodes"})
+        converge = (
+            f"{(converged_at - synced_at).total_seconds():.1f} s"
+            if converged_at is not None
+            else f"not converged in 1200 s ({left})"
+        )
+        report.add("nodes / accelerated / CPU-only", f"{n_nodes} / {accelerated} / {n_nodes - accelerated}")
+        report.add(
+            "chain objects desired",
+            f"{len(exp.flavors)} flavors, {len(exp.types)} InstanceTypes + queues, "
+            f"{len(exp.local_queues)} LocalQueues, 1 Topology, 2 checks",
+        )
+        report.add("setup (Nodes + Devices, 32 in flight; not measured)", f"{setup_s:.1f} s")
+        report.add("controller start → caches synced", f"{(synced_at - started).total_seconds():.1f} s")
+        report.add("caches synced → converged chain", converge, f"≤ {TARGET_CONVERGE_S:.0f} s")
+        report.add(
+            "API writes issued / objects desired (cold start)",
+            f"{len(chain_writes)} / {n_desired}",
+            "writes = objects desired",
+        )
+        report.add(
+            "  of which per-Node writes (Node profile label)",
+            f"{len(node_writes)} / {desired['nodes (profile label)']} ({', '.join(per_node_kinds) or '-'})",
+        )
+        n_chain_desired = n_desired - desired["nodes (profile label)"]
+        report.add("  chain-object writes / desired", f"{len(other)} / {n_chain_desired}")
+        for (resource, verb), n in sorted(by_kind(other).items()):
+            report.add(f"    {resource} {verb}", str(n))
+        leases = [e for e in cold if is_lease(e)]
+        report.add("  Lease writes (leader election; not counted above)", str(len(leases)))
+        report.add(
+            "controller RSS after convergence (VmRSS / VmHWM)",
+            f"{mem.get('VmRSS', 0) / 1024:.0f} / {mem.get('VmHWM', 0) / 1024:.0f} MiB",
+            f"≤ {TARGET_RSS_MIB:.0f} MiB",
+        )
+        report.add(
+            "controller RSS after the resyncs (VmRSS / VmHWM)",
+            f"{mem_after.get('VmRSS', 0) / 1024:.0f} / {mem_after.get('VmHWM', 0) / 1024:.0f} MiB",
+        )
+        report.add("controller CPU until idle after convergence", f"{cpu_used:.1f} s")
+        report.add(
+            f"writes over a quiet {quiet_s:.0f} s (excl. Lease)",
+            str(sum(not is_lease(e) for e in quiet)),
+            "0",
+        )
+        report.add(
+            f"writes over 3 forced resyncs (excl. Lease; {updates} settings snapshots seen)",
+            str(sum(not is_lease(e) for e in resynced)),
+            "0",
+        )
+        report.add("CPU per full resync", " / ".join(f"{c:.1f}" for c in resync_cpu) + " s")
+        report.add(f"raw SSA rate, Node label, {workers} in flight (bare client)", f"{node_rate:.0f} /s")
+        report.add(f"raw SSA rate, Node label, {SETUP_CONCURRENCY} in flight", f"{node_rate_32:.0f} /s")
+        report.add(f"raw SSA rate, small ConfigMap, {workers} in flight", f"{cm_rate:.0f} /s")
+        report.add(
+            "our Node-label write rate (first→last profile write)",
+            f"{our_node_rate:.0f} /s over {_span(node_writes):.1f} s",
+        )
+        report.add(
+            "ratio to the raw Node-label rate (same concurrency)",
+            f"{our_node_rate / node_rate:.2f}" if node_rate else "n/a",
+            f"≥ {TARGET_RATIO}",
+        )
+        report.add(
+            "our overall write rate (first→last write) / raw",
+            f"{our_rate:.0f} /s over {_span(chain_writes):.1f} s = {our_rate / node_rate:.2f}"
+            if node_rate
+            else "n/a",
+        )
+        report.notes.append(
+            f"controller-workers={workers} per controller (6 controllers); the raw rates use {workers} "
+            "requests in flight, as the Node-profile controller does"
+        )
+        report.notes.append(f"load average at the end: {os.getloadavg()[0]:.1f} (2 cores, shared)")
+    finally:
+        await admin.close()
+        cluster.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--nodes", type=int, default=5000, help="fleet size (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="fleet RNG seed (default: %(default)s)")
+    parser.add_argument("--quiet", type=float, default=60.0, help="quiet period, s (default: %(default)s)")
+    parser.add_argument("--dir", default=None, help="keep the cluster state, logs and audit log here")
+    args = parser.parse_args(argv)
+    report = Report()
+    if args.dir:
+        Path(args.dir).mkdir(parents=True, exist_ok=True)
+        asyncio.run(bench_cluster(args.nodes, args.seed, args.quiet, Path(args.dir), report))
+    else:
+        with tempfile.TemporaryDirectory(prefix="chain-bench-") as tmp:
+            asyncio.run(bench_cluster(args.nodes, args.seed, args.quiet, Path(tmp), report))
+    report.print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
