@@ -4,7 +4,9 @@
 2. publish a simulated mixed GPU cluster (what NFD and the Device Manager would, stages 1–2);
 3. run the node agent (``--all-nodes``) and the leader-elected controller as real processes;
 4. wait until every simulated node carries what stage 3 publishes — the worker NodeFeature labels projected
-   by nfd-master, the counting capacities, the fit labels — and print it.
+   by nfd-master, the counting capacities, the fit labels — and print it;
+5. wait until every queue of the stage-4 chain is Active in Kueue and TopologyReady, and print the
+   flavors and queues with their stop policy, phase and capacity views.
 
 With ``--keep`` everything stays up until Ctrl-C (the kubeconfig is printed for kubectl).
 """
@@ -61,6 +63,52 @@ def _summary(node: dict[str, Any]) -> list[str]:
     ]
 
 
+_KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
+_WORKER = "/apis/worker.gpustack.ai/v1alpha1"
+
+
+def _condition(obj: dict[str, Any], type_: str) -> str:
+    for cond in (obj.get("status") or {}).get("conditions") or ():
+        if cond.get("type") == type_:
+            return str(cond.get("status"))
+    return "?"
+
+
+def _print_chain(api: Any, started: float) -> None:
+    """Stage 4: wait until every operator queue is Active in Kueue and TopologyReady, then print the chain."""
+    queues: list[dict[str, Any]] = []
+    while time.monotonic() - started < CONVERGE_TIMEOUT_SECONDS:
+        queues = api.request(
+            "GET", f"{_KUEUE}/clusterqueues?labelSelector={keys.RESOURCE_TYPE}%3D{keys.TYPE_INSTANCE_TYPES}"
+        ).json()["items"]
+        ready = [q for q in queues if _condition(q, "Active") == _condition(q, keys.TOPOLOGY_READY) == "True"]
+        if queues and len(ready) == len(queues):
+            break
+        time.sleep(1)
+    print(f"\nstage 4 ({time.monotonic() - started:.1f}s): {len(queues)} queue(s)")
+    flavors = api.request(
+        "GET", f"{_KUEUE}/resourceflavors?labelSelector={keys.RESOURCE_TYPE}%3D{keys.TYPE_NODES}"
+    ).json()["items"]
+    for flavor in sorted(flavors, key=lambda f: f["metadata"]["name"]):
+        labels = flavor["metadata"].get("labels") or {}
+        capacity = next((v for k, v in labels.items() if k.endswith(".capacity")), "?")
+        print(f"  flavor        {flavor['metadata']['name']}  capacity={capacity}")
+    types = {t["metadata"]["name"]: t for t in api.request("GET", f"{_WORKER}/instancetypes").json()["items"]}
+    for queue in sorted(queues, key=lambda q: q["metadata"]["name"]):
+        name = queue["metadata"]["name"]
+        status = (types.get(name) or {}).get("status") or {}
+        cpu = status.get("cpu") or {}
+        view = (
+            status.get("acceleratorSummary")
+            or f"cpu {cpu.get('onceMaxRequest', '?')}/{cpu.get('remaining', '?')}"
+        )
+        print(
+            f"  queue         {name}  stopPolicy={queue['spec'].get('stopPolicy')} "
+            f"Active={_condition(queue, 'Active')} TopologyReady={_condition(queue, keys.TOPOLOGY_READY)} "
+            f"phase={status.get('phase')} EX/SH/SL/PT={view} entrance={status.get('entrance')}"
+        )
+
+
 def _spawn(cluster: DevCluster, name: str, *args: str) -> ManagedProcess:
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
     proc = ManagedProcess(
@@ -106,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"stage 3 converged on {len(nodes)} nodes in {time.monotonic() - started:.1f}s\n")
         for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
             print("\n".join(_summary(node)))
+        _print_chain(api, started)
         lease = api.request(
             "GET", "/apis/coordination.k8s.io/v1/namespaces/gpustack-system/leases/worker.gpustack.ai"
         )

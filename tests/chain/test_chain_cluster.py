@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
+import tempfile
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -15,6 +18,7 @@ from gpustack_worker.agent.controller import Agent
 from gpustack_worker.api import keys, kinds, rbac
 from gpustack_worker.chain.controller import Chain
 from gpustack_worker.cli.settings import WorkerSettings
+from gpustack_worker.devcluster.cluster import DevCluster
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.manager import Manager
 from gpustack_worker.runtime.quantity import parse
@@ -24,9 +28,7 @@ from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
-
-    from gpustack_worker.devcluster.cluster import DevCluster
+    from collections.abc import AsyncIterator, Callable, Iterator
 
 pytestmark = pytest.mark.cluster
 
@@ -80,6 +82,21 @@ class Running:
     def idle(self) -> bool:
         """Every chain queue empty (no pending, delayed or in-flight key)."""
         return all(len(c.queue) == 0 and not c.queue.processing for c in self.chain.controllers)
+
+
+@pytest.fixture(scope="module")
+def devcluster() -> Iterator[DevCluster]:
+    """A fresh control plane for this module alone (shadows the session fixture): the chain reads every
+    Node in the cluster, and other modules' scenarios (mixed-4 has a ``cpu-a`` too) would change its
+    golden pools."""
+    directory = Path(tempfile.mkdtemp(prefix="gpustack-chain-"))
+    cluster = DevCluster(directory, log=lambda msg: print(f"[chain devcluster] {msg}"))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
