@@ -390,7 +390,11 @@ def decide(inp: QueueInputs) -> QueueDecision:
     )
     if isinstance(outcome, Refusal):
         condition = Condition("False", outcome.reason, outcome.message)
-        if current_groups:  # keep the last complete plan
+        # Keep the last complete plan — minus finalizing flavors: dropping them is the update Kueue waits
+        # for before it releases them (a flavor replaced under the same name would otherwise deadlock).
+        finalizing = {_name(f) for f in inp.flavors if not _live(f)}
+        current_groups = _without_flavors(current_groups, finalizing)
+        if current_groups:
             policy = HOLD_AND_DRAIN if saved is not None else base
             annotations = _keep_annotations(queue, {keys.TAS_QUEUE: "true"})
             return QueueDecision(
@@ -472,6 +476,18 @@ def decide(inp: QueueInputs) -> QueueDecision:
         ),
         requeue_after=WAIT_POLL_S,
     )
+
+
+def _without_flavors(groups: Sequence[Mapping[str, Any]], names: set[str]) -> list[Mapping[str, Any]]:
+    """``groups`` without the flavors ``names`` (a group left with no flavor is dropped)."""
+    if not names:
+        return list(groups)
+    out: list[Mapping[str, Any]] = []
+    for group in groups:
+        kept = [f for f in group.get("flavors") or () if f.get("name") not in names]
+        if kept:
+            out.append({**group, "flavors": kept})
+    return out
 
 
 def _keep_annotations(queue: Mapping[str, Any] | None, extra: Mapping[str, str]) -> dict[str, str]:

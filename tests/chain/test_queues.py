@@ -378,3 +378,32 @@ def test_a_flavor_being_replaced_is_let_go_without_refusing_the_plan() -> None:
     assert [f["name"] for f in decision.body["spec"]["resourceGroups"][0]["flavors"]] == [
         f"gpustack--{INTEL}--nvidia-tesla-t4-linux-amd64-1d-{HOSTNAME_PROFILE}"
     ]
+
+
+def test_a_refused_plan_still_lets_finalizing_flavors_go() -> None:
+    """The last complete plan is kept on a refusal, but never with a flavor being deleted: Kueue releases a
+    flavor only once no queue references it, and the replacement waits for that."""
+    hw, bodies, types = _world()
+    filled = _queue(queues.decide(_inputs(types[T4])))
+    one = f"gpustack--amd-epyc-7r13--nvidia-tesla-t4-linux-amd64-4d-{HOSTNAME_PROFILE}"
+    finalizing = [
+        {**b, "metadata": {**b["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}}
+        if b["metadata"]["name"] == one
+        else b
+        for b in bodies
+    ]
+    # An unrelated refusal: a pool node no flavor selects (its flavor not created yet).
+    extra = node(
+        "t4-c",
+        vendor="AMD",
+        cpu_name="AMD EPYC 7R13 Processor",
+        cores=48,
+        devices=(("nvidia", "Tesla T4", 2, 15360),),
+    )
+    nodes = [*hw, *_hw([extra])]
+    decision = queues.decide(_inputs(types[T4], filled, flavors=finalizing, nodes=nodes))
+    assert decision.condition is not None and decision.condition.reason == "NonConservedQuota"
+    assert decision.body is not None
+    assert [f["name"] for g in decision.body["spec"]["resourceGroups"] for f in g["flavors"]] == [
+        f"gpustack--{INTEL}--nvidia-tesla-t4-linux-amd64-1d-{HOSTNAME_PROFILE}"
+    ]
