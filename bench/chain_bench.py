@@ -568,6 +568,60 @@ def _configmap(i: int) -> dict[str, Any]:
     }
 
 
+# --- profiling ---------------------------------------------------------------------------------------
+
+
+async def profile_in_process(
+    kubeconfig: Path, admin: Client, exp: Expected, limit_s: float, out: Path
+) -> None:
+    """The same cold start with the chain in this process under cProfile (until converged or
+    ``limit_s``); prints the top functions and leaves the stats in ``out`` (``python -m pstats``)."""
+    import cProfile
+    import pstats
+
+    from gpustack_worker.chain.controller import Chain
+    from gpustack_worker.runtime.client import Client
+    from gpustack_worker.runtime.manager import Manager
+    from gpustack_worker.runtime.registry import InformerRegistry
+    from gpustack_worker.runtime.settings import SettingsSource
+
+    client = await Client.connect(str(kubeconfig), user_agent=f"{CONTROLLER_UA}{BENCH_IDENTITY}")
+    settings = SettingsSource(client, model=WorkerSettings, env={}, post_events=False)
+    manager = Manager(settings=settings)
+    registry = manager.add_registry(InformerRegistry(client, options=settings.current.informer_options()))
+    chain = Chain(client, settings, registry)
+    for controller in chain.controllers:
+        manager.add_controller(controller)
+    chain.start_keys()
+    stop = asyncio.Event()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    started = time.monotonic()
+    task = asyncio.create_task(manager.run(stop))
+    try:
+        await manager.synced.wait()
+        synced = time.monotonic()
+        print(f"profile: caches synced after {synced - started:.1f} s")
+        left: dict[str, int] = {"?": 1}
+        while left and time.monotonic() - synced < limit_s:
+            await asyncio.sleep(2.0)
+            left = await missing(admin, exp)
+        print(
+            f"profile: {'converged' if not left else f'not converged ({left})'} "
+            f"{time.monotonic() - synced:.1f} s after sync; client writes {client.writes}"
+        )
+    finally:
+        profiler.disable()
+        stop.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, 60)
+        await client.close()
+    profiler.dump_stats(out)
+    stats = pstats.Stats(str(out))
+    stats.sort_stats("tottime").print_stats(25)
+    stats.sort_stats("cumulative").print_stats(40)
+
+
 # --- the run -----------------------------------------------------------------------------------------
 
 
@@ -621,7 +675,16 @@ async def set_setting(admin: Client, value: str) -> None:
     await admin.apply(kinds.CONFIG_MAP, body, field_manager="chain-bench", force=True)
 
 
-async def bench_cluster(n_nodes: int, seed: int, quiet_s: float, directory: Path, report: Report) -> None:
+async def bench_cluster(
+    n_nodes: int,
+    seed: int,
+    quiet_s: float,
+    directory: Path,
+    report: Report,
+    *,
+    profile: Path | None = None,
+    profile_limit_s: float = 300.0,
+) -> None:
     from gpustack_worker.devcluster.audit import AuditLog
     from gpustack_worker.devcluster.cluster import DevCluster
     from gpustack_worker.runtime.client import Client
@@ -662,6 +725,9 @@ async def bench_cluster(n_nodes: int, seed: int, quiet_s: float, directory: Path
             if not localqueues.is_system_namespace(n["metadata"]["name"], kinds.SYSTEM_NAMESPACE)
         )
         kubeconfig = cluster.service_account_kubeconfig(rbac.CONTROLLER.name)
+        if profile is not None:
+            await profile_in_process(kubeconfig, admin, exp, profile_limit_s, profile)
+            return
 
         # --- cold start ---------------------------------------------------------------------------
         started = _now()
@@ -839,15 +905,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="fleet RNG seed (default: %(default)s)")
     parser.add_argument("--quiet", type=float, default=60.0, help="quiet period, s (default: %(default)s)")
     parser.add_argument("--dir", default=None, help="keep the cluster state, logs and audit log here")
+    parser.add_argument(
+        "--profile",
+        default=None,
+        metavar="FILE",
+        help="instead of the table: run the chain in-process under cProfile, stats to FILE",
+    )
+    parser.add_argument(
+        "--profile-limit", type=float, default=300.0, help="profiling stops after this many s after sync"
+    )
     args = parser.parse_args(argv)
     report = Report()
-    if args.dir:
-        Path(args.dir).mkdir(parents=True, exist_ok=True)
-        asyncio.run(bench_cluster(args.nodes, args.seed, args.quiet, Path(args.dir), report))
-    else:
-        with tempfile.TemporaryDirectory(prefix="chain-bench-") as tmp:
-            asyncio.run(bench_cluster(args.nodes, args.seed, args.quiet, Path(tmp), report))
-    report.print()
+    profile = Path(args.profile).resolve() if args.profile else None
+    with contextlib.ExitStack() as stack:
+        if args.dir:
+            directory = Path(args.dir)
+            directory.mkdir(parents=True, exist_ok=True)
+        else:
+            directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="chain-bench-")))
+        asyncio.run(
+            bench_cluster(
+                args.nodes,
+                args.seed,
+                args.quiet,
+                directory,
+                report,
+                profile=profile,
+                profile_limit_s=args.profile_limit,
+            )
+        )
+    if report.rows:
+        report.print()
     return 0
 
 
