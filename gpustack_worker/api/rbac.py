@@ -81,6 +81,9 @@ class Component:
     #: ``(namespace or "" for cluster, apiGroup, resource_path, verb)`` → why it is granted although
     #: the end-to-end RBAC test does not exercise it.
     not_exercised: Mapping[tuple[str, str, str, str], str] = field(default_factory=dict)
+    #: Same key → why the end-to-end RBAC test may or may not exercise it (it depends on timing there, e.g.
+    #: whether the chain prunes a flavor of the node the test deletes): exempt from both checks.
+    sometimes_exercised: Mapping[tuple[str, str, str, str], str] = field(default_factory=dict)
 
     def grants(self) -> set[tuple[str, str, str, str]]:
         """Every ``(namespace or "", apiGroup, resource_path, verb)`` this component is granted."""
@@ -134,7 +137,8 @@ AGENT: Final = Component(
 
 _PRUNE: Final = (
     "pruning: deleted (UID precondition) only when the chain no longer wants an object it created — "
-    "a pool's last node left, a profile changed, a queue went away; not part of a converging start"
+    "a pool's last node left, a profile changed, a queue went away; the RBAC test deletes a node, and "
+    "whether that prunes a flavor depends on what the chain had built for it by then"
 )
 
 CONTROLLER: Final = Component(
@@ -173,10 +177,12 @@ CONTROLLER: Final = Component(
         ),
         Rule(kinds.ADMISSION_CHECK, ("list", "watch", "create", "patch"), "the two AdmissionChecks"),
     ),
-    not_exercised={
+    sometimes_exercised={
         ("", kinds.RESOURCE_FLAVOR.group, kinds.RESOURCE_FLAVOR.plural, "delete"): _PRUNE,
         ("", kinds.TOPOLOGY.group, kinds.TOPOLOGY.plural, "delete"): _PRUNE,
         ("", kinds.LOCAL_QUEUE.group, kinds.LOCAL_QUEUE.plural, "delete"): _PRUNE,
+    },
+    not_exercised={
         ("", kinds.CLUSTER_QUEUE.group, kinds.CLUSTER_QUEUE.plural, "delete"): (
             "InstanceType teardown deletes its queue; the RBAC test deletes no InstanceType"
         ),
