@@ -440,6 +440,43 @@ def log_time(path: Path, event: str) -> dt.datetime | None:
     return None
 
 
+def log_field(path: Path, event: str, key: str) -> str | None:
+    """Field ``key`` of the first JSON log line of ``event``."""
+    for line in path.read_text(errors="replace").splitlines():
+        if event in line:
+            with contextlib.suppress(orjson.JSONDecodeError):
+                doc = orjson.loads(line)
+                if doc.get("event") == event and key in doc:
+                    return str(doc[key])
+    return None
+
+
+def reconcile_stats(address: str) -> dict[str, tuple[float, float]]:
+    """Per chain controller: (reconciles, seconds spent in reconciles), from the process's /metrics."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    count: dict[str, float] = collections.defaultdict(float)
+    busy: dict[str, float] = collections.defaultdict(float)
+    for line in text.splitlines():
+        name, _, rest = line.partition("{")
+        if name not in (
+            "controller_runtime_reconcile_total",
+            "controller_runtime_reconcile_time_seconds_sum",
+        ):
+            continue
+        labels, _, value = rest.rpartition("} ")
+        ctl = next(
+            (p.split("=", 1)[1].strip('"') for p in labels.split(",") if p.startswith("controller=")), ""
+        )
+        if name == "controller_runtime_reconcile_total":
+            count[ctl] += float(value)
+        else:
+            busy[ctl] += float(value)
+    return {c: (count[c], busy[c]) for c in sorted(count) if c.startswith("chain-")}
+
+
 def start_controller(cluster: DevCluster, kubeconfig: Path) -> ManagedProcess:
     from gpustack_worker.devcluster.procs import ManagedProcess
 
@@ -584,7 +621,9 @@ async def profile_in_process(
     from gpustack_worker.runtime.manager import Manager
     from gpustack_worker.runtime.registry import InformerRegistry
     from gpustack_worker.runtime.settings import SettingsSource
+    from gpustack_worker.runtime.telemetry import configure_logging
 
+    configure_logging("WARNING")  # as in the process, and no console rendering inside the profile
     client = await Client.connect(str(kubeconfig), user_agent=f"{CONTROLLER_UA}{BENCH_IDENTITY}")
     settings = SettingsSource(client, model=WorkerSettings, env={}, post_events=False)
     manager = Manager(settings=settings)
@@ -760,6 +799,8 @@ async def bench_cluster(
         idle_wait = await wait_idle(pid)
         mem = _proc_status(pid)
         cpu_used = _cpu_seconds(pid)
+        address = log_field(log_path, "serving health and metrics", "address")
+        reconciles = reconcile_stats(address) if address else {}
         settled = _now()
         cold = [e for e in audit.writes(CONTROLLER_UA, started) if e.received <= settled]
         chain_writes = [e for e in cold if not is_lease(e)]
@@ -778,6 +819,9 @@ async def bench_cluster(
         print("\nwrites by the controller (audit log), cold start until idle:")
         for (resource, verb), n in sorted(by_kind(cold).items()):
             print(f"  {resource:28s} {verb:7s} {n:6d}")
+        print("reconciles per controller (count, seconds inside reconciles), cold start until idle:")
+        for ctl, (runs, busy) in reconciles.items():
+            print(f"  {ctl:28s} {runs:8.0f} {busy:8.1f} s")
         print("objects desired (one write each):")
         for what, n in desired.items():
             print(f"  {what:28s} {n:6d}")

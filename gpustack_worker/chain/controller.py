@@ -7,13 +7,14 @@ check needs them). Reconciles are level-triggered; the mappers below only decide
 concerns:
 
 - ``chain-node-topology`` [Node]: the Node added or its labels changed;
-- ``chain-flavors`` [``flavors``]: any Node label change; any flavor, Topology or InstanceType change;
-- ``chain-queues`` [InstanceType name]: its InstanceType or ClusterQueue; any flavor, Topology, check or
-  Node label change (every key);
-- ``chain-instancetypes`` [InstanceType name]: its InstanceType or ClusterQueue; any flavor, Devices or
-  Node label change (every key; Devices events coalesced for a second);
-- ``chain-localqueues`` [Namespace name]: the Namespace; its LocalQueues; any ClusterQueue (every
-  Namespace);
+- ``chain-flavors`` [``flavors``]: any Node label change (coalesced for a second); any flavor or Topology
+  change; an InstanceType created, deleted or its spec changed;
+- ``chain-queues`` [InstanceType name]: its InstanceType (not a status-only change) or ClusterQueue; any
+  Topology or check change; any flavor or Node label change (every key, coalesced for a second);
+- ``chain-instancetypes`` [InstanceType name]: its InstanceType (not a status-only change) or
+  ClusterQueue; any flavor, Devices or Node label change (every key, coalesced for a second);
+- ``chain-localqueues`` [Namespace name]: the Namespace; its LocalQueues; a ClusterQueue created,
+  deleted or relabelled (every Namespace);
 - ``chain-admissionchecks`` [``checks``]: the AdmissionChecks.
 
 A new settings snapshot wakes every key of every controller, so a changed grouping, mixing, authoring or
@@ -30,7 +31,12 @@ from gpustack_worker.chain.admissionchecks import CHECKS
 from gpustack_worker.chain.steps import CHECKS_KEY, FLAVORS_KEY, Steps
 from gpustack_worker.runtime import ratelimit
 from gpustack_worker.runtime.clock import MonotonicClock
-from gpustack_worker.runtime.controller import Controller, labels_changed
+from gpustack_worker.runtime.controller import (
+    Controller,
+    generation_changed,
+    labels_changed,
+    semantic_changed,
+)
 from gpustack_worker.runtime.mappers import all_keys
 from gpustack_worker.runtime.prune import owner_selector
 from gpustack_worker.runtime.queue import WorkQueue
@@ -47,10 +53,35 @@ __all__ = ("Chain",)
 
 #: Devices ledgers change with every allocation; their status views are recomputed at most once a second.
 DEVICES_COALESCE_S: Final = 1.0
+#: Node label changes wake the flavor, queue and InstanceType controllers, and flavor changes the queue and
+#: InstanceType controllers, at most once a second: a fleet being labelled (a cold start labels every
+#: Node's profile) is one recompute per second, not one per Node or per flavor write.
+COALESCE_S: Final = 1.0
 
 
 def _constant(key: str) -> Callable[[Any], Iterable[str]]:
     return lambda _obj: (key,)
+
+
+def _window() -> float:
+    return COALESCE_S
+
+
+def _type_view(obj: Any) -> Any:
+    """What the queue and InstanceType controllers read from an InstanceType: not its status (theirs)."""
+    meta = obj.get("metadata") or {}
+    return (
+        meta.get("generation"),
+        meta.get("deletionTimestamp"),
+        meta.get("finalizers"),
+        meta.get("labels"),
+        obj.get("spec"),
+    )
+
+
+def _queue_identity(obj: Any) -> Any:
+    meta = obj.get("metadata") or {}
+    return meta.get("uid"), meta.get("labels"), meta.get("deletionTimestamp")
 
 
 def _namespace_of(obj: Any) -> Iterable[str]:
@@ -123,20 +154,30 @@ class Chain:
 
         every_type = all_keys(self.types.store)
         self.node_topology.watch(self.nodes, predicates=[labels_changed])
-        self.flavor_ctl.watch(self.nodes, mapper=_constant(FLAVORS_KEY), predicates=[labels_changed])
-        for informer in (self.flavors, self.topologies, self.types):
+        self.flavor_ctl.watch(
+            self.nodes, mapper=_constant(FLAVORS_KEY), predicates=[labels_changed], delay=_window
+        )
+        for informer in (self.flavors, self.topologies):
             self.flavor_ctl.watch(informer, mapper=_constant(FLAVORS_KEY))
+        # Authoring reads only whether a type exists: its status updates (every InstanceType reconcile
+        # may write one) would otherwise re-run the whole flavor plan.
+        self.flavor_ctl.watch(self.types, mapper=_constant(FLAVORS_KEY), predicates=[generation_changed])
         for ctl in (self.queue_ctl, self.type_ctl):
-            ctl.watch(self.types)
+            ctl.watch(self.types, predicates=[semantic_changed(_type_view)])
             ctl.watch(self.queues)
-            ctl.watch(self.flavors, mapper=every_type)
-            ctl.watch(self.nodes, mapper=every_type, predicates=[labels_changed])
+            ctl.watch(self.flavors, mapper=every_type, delay=_window)
+            ctl.watch(self.nodes, mapper=every_type, predicates=[labels_changed], delay=_window)
         self.queue_ctl.watch(self.topologies, mapper=every_type)
         self.queue_ctl.watch(self.checks, mapper=every_type)
         self.type_ctl.watch(self.devices, mapper=every_type, delay=lambda: DEVICES_COALESCE_S)
         self.local_queue_ctl.watch(self.namespaces)
         self.local_queue_ctl.watch(self.local_queues, mapper=_namespace_of)
-        self.local_queue_ctl.watch(self.queues, mapper=all_keys(self.namespaces.store))
+        # A LocalQueue reads its ClusterQueue's name, uid, labels and deletion only; not Kueue's status.
+        self.local_queue_ctl.watch(
+            self.queues,
+            mapper=all_keys(self.namespaces.store),
+            predicates=[semantic_changed(_queue_identity)],
+        )
         self.check_ctl.watch(self.checks, mapper=_constant(CHECKS_KEY))
         settings.subscribe(self._settings_changed)
 
