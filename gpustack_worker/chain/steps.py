@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -143,6 +143,10 @@ class Steps:
     #: The chain's view of every managed, profiled Node, by name, kept current by the Node informer's events.
     _hardware: dict[str, NodeHardware] = field(default_factory=dict)
     _hardware_list: list[NodeHardware] | None = None
+    #: Names of those Nodes by label pair, for the pairs every flavor selector or accelerated pool pins
+    #: (``<key>.count=<n>``, ``acceleratable.feature.gpustack.ai/<aKey>=true``): the candidates a selection
+    #: is checked against, instead of every Node.
+    _by_label: dict[tuple[str, str], set[str]] = field(default_factory=dict)
     #: Parsed ``Devices`` by name, with the resourceVersion they were parsed from.
     _facts: dict[str, tuple[str, DevicesFacts]] = field(default_factory=dict)
 
@@ -174,11 +178,20 @@ class Steps:
         """Keep the Node's chain view current (informer handler: the cache already holds ``new``)."""
         name = str(_meta(new if new is not None else old).get("name", ""))
         view = node_hardware(new) if new is not None else None
-        if view is None:
-            if self._hardware.pop(name, None) is None:
-                return
-        else:
+        before = self._hardware.pop(name, None) if view is None else self._hardware.get(name)
+        if view is None and before is None:
+            return
+        if before is not None:
+            for pair in _indexed_pairs(before.labels):
+                names = self._by_label.get(pair)
+                if names is not None:
+                    names.discard(name)
+                    if not names:
+                        del self._by_label[pair]
+        if view is not None:
             self._hardware[name] = view
+            for pair in _indexed_pairs(view.labels):
+                self._by_label.setdefault(pair, set()).add(name)
         self._hardware_list = None
 
     def hardware(self) -> list[NodeHardware]:
@@ -186,6 +199,37 @@ class Steps:
         if self._hardware_list is None:
             self._hardware_list = list(self._hardware.values())
         return list(self._hardware_list)
+
+    def _with_pair(self, pair: tuple[str, str]) -> set[str]:
+        return self._by_label.get(pair) or set()
+
+    def _candidates(
+        self, selectors: Iterable[Mapping[str, str]], extra: Iterable[str] = ()
+    ) -> list[NodeHardware]:
+        """Every Node a flavor selector of ``selectors`` may select, plus the Nodes named in ``extra``, by
+        name (all Nodes when a selector pins no ``.count`` label: then no index narrows it)."""
+        names = set(extra)
+        for selector in selectors:
+            pair = next(((k, v) for k, v in selector.items() if k.endswith(_COUNT)), None)
+            if pair is None:
+                return self.hardware()
+            names |= self._with_pair(pair)
+        return [self._hardware[n] for n in sorted(names) if n in self._hardware]
+
+    def _queue_nodes(self, it: Mapping[str, Any] | None) -> list[NodeHardware]:
+        """The Nodes a queue's plan can involve: an accelerated pool's Nodes and its flavors' candidates
+        (the plan over them equals the plan over every Node); every Node for a CPU pool."""
+        if it is None:
+            return self.hardware()
+        pool = pools.identity_of(it)
+        if not pool.acceleratable or not pool.accelerator_group:
+            return self.hardware()
+        labels = pools.schedule_labels(pool, aware=self.settings().instance_type_aware_cpu_manufacturer)
+        matching = pools.flavors_of(pools.flavor_selector(labels), self.flavor_cache.store.list())
+        selectors = [(f.get("spec") or {}).get("nodeLabels") or {} for f in matching]
+        return self._candidates(
+            selectors, self._with_pair((keys.accelerator_key(pool.accelerator_group), "true"))
+        )
 
     def _devices_event(self, _event: str, old: Any | None, new: Any | None) -> None:
         if new is None and old is not None:
@@ -310,7 +354,7 @@ class Steps:
                 instance_type=it,
                 queue=queue,
                 flavors=self.flavor_cache.store.list(),
-                nodes=self.hardware(),
+                nodes=self._queue_nodes(it),
                 topologies=frozenset(self.topology_cache.store.keys()),
                 active_checks=admissionchecks.active_checks(self.checks.store.list()),
                 owns_stop_policy=owns_field(queue, managers.QUEUE, _STOP_POLICY),
@@ -400,10 +444,10 @@ class Steps:
             for f in pools.flavors_of(pools.flavor_selector(labels), self.flavor_cache.store.list())
             if not _meta(f).get("deletionTimestamp")
         ]
-        hardware = self.hardware()
         members: set[str] = set()
         for flavor in pool_flavors:
-            members.update(flavors.flavor_nodes(flavor, hardware))
+            selector: Mapping[str, str] = (flavor.get("spec") or {}).get("nodeLabels") or {}
+            members.update(flavors.flavor_nodes(flavor, self._candidates([selector])))
         out: dict[str, Any] = {}
         if pool.acceleratable:
             facts = [f for n in sorted(members) if (f := self.devices_facts(n)) is not None]
@@ -411,7 +455,7 @@ class Steps:
             out.update(views)
             out["acceleratorSummary"] = column(views)
         else:
-            cores = {h.name: h.cpu.cores for h in hardware if h.name in members}
+            cores = {n: self._hardware[n].cpu.cores for n in members if n in self._hardware}
             out["cpu"] = cpu_view(cores, _cpu_used(queue))
         if pool_flavors:
             notes: Mapping[str, str] = _meta(pool_flavors[0]).get("annotations") or {}
@@ -450,6 +494,18 @@ class Steps:
         for name, body in admissionchecks.desired_admission_checks().items():
             await self.check_appliers[name].apply(kinds.ADMISSION_CHECK, body, self.checks.store.get(name))
         return Result.done()
+
+
+_COUNT: Final = ".count"
+
+
+def _indexed_pairs(labels: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The label pairs of a Node the candidate index keeps."""
+    return [
+        (k, v)
+        for k, v in labels.items()
+        if k.endswith(_COUNT) or (v == "true" and k.startswith(keys.ACCELERATABLE_PREFIX))
+    ]
 
 
 def _cpu_used(queue: Mapping[str, Any] | None) -> int:
