@@ -30,13 +30,11 @@ import structlog
 from gpustack_worker.agent.facts import node_facts
 from gpustack_worker.agent.steps import FIELD_MANAGERS, Steps
 from gpustack_worker.api import keys, kinds
-from gpustack_worker.runtime import ratelimit
-from gpustack_worker.runtime.clock import MonotonicClock
 from gpustack_worker.runtime.controller import Controller, semantic_changed
 from gpustack_worker.runtime.events import EventRecorder
 from gpustack_worker.runtime.informer import Informer
 from gpustack_worker.runtime.manager import Manager
-from gpustack_worker.runtime.queue import WorkQueue
+from gpustack_worker.runtime.queue import settings_queue
 from gpustack_worker.runtime.transform import make_transform
 
 if TYPE_CHECKING:
@@ -63,18 +61,6 @@ def _feature_node(obj: Any) -> Iterable[str]:
     meta = obj.get("metadata") or {}
     node = str((meta.get("labels") or {}).get(keys.NFD_NODE_NAME) or "")
     return (node,) if node and meta.get("name") == keys.worker_nodefeature_name(node) else ()
-
-
-def _queue(name: str, settings: AgentSettings, clock: Clock | None = None) -> WorkQueue:
-    clock = clock or MonotonicClock()
-    limiter = ratelimit.default(
-        clock,
-        base=settings.requeue_base_delay_seconds,
-        cap=settings.requeue_max_delay_seconds,
-        qps=settings.requeue_qps,
-        burst=settings.requeue_burst,
-    )
-    return WorkQueue(name, clock=clock, rate_limiter=limiter)
 
 
 class Agent:
@@ -154,7 +140,7 @@ class Agent:
         boot: AgentSettings,
         clock: Clock | None = None,
     ) -> Controller:
-        return Controller(name, reconcile, _queue(name, boot, clock), workers=boot.controller_workers)
+        return Controller(name, reconcile, settings_queue(name, boot, clock), workers=boot.controller_workers)
 
     def _window(self) -> float:
         return self.settings.current.fit_label_coalesce_seconds

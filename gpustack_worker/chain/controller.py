@@ -29,8 +29,6 @@ from gpustack_worker.api import keys, kinds
 from gpustack_worker.chain import managers
 from gpustack_worker.chain.admissionchecks import CHECKS
 from gpustack_worker.chain.steps import CHECKS_KEY, FLAVORS_KEY, Steps
-from gpustack_worker.runtime import ratelimit
-from gpustack_worker.runtime.clock import MonotonicClock
 from gpustack_worker.runtime.controller import (
     Controller,
     generation_changed,
@@ -39,7 +37,7 @@ from gpustack_worker.runtime.controller import (
 )
 from gpustack_worker.runtime.mappers import all_keys
 from gpustack_worker.runtime.prune import owner_selector
-from gpustack_worker.runtime.queue import WorkQueue
+from gpustack_worker.runtime.queue import settings_queue
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
@@ -201,16 +199,7 @@ class Chain:
     def _controller(
         name: str, reconcile: Callable[[str], Awaitable[Any]], boot: ControllerSettings
     ) -> Controller:
-        clock = MonotonicClock()
-        limiter = ratelimit.default(
-            clock,
-            base=boot.requeue_base_delay_seconds,
-            cap=boot.requeue_max_delay_seconds,
-            qps=boot.requeue_qps,
-            burst=boot.requeue_burst,
-        )
-        queue = WorkQueue(name, clock=clock, rate_limiter=limiter)
-        return Controller(name, reconcile, queue, workers=boot.controller_workers)
+        return Controller(name, reconcile, settings_queue(name, boot), workers=boot.controller_workers)
 
     def _settings_changed(self, _settings: ControllerSettings) -> None:
         self.resync()

@@ -35,8 +35,9 @@ from gpustack_worker.runtime.metrics import (
 
 if TYPE_CHECKING:
     from gpustack_worker.runtime.ratelimit import RateLimiter
+    from gpustack_worker.runtime.settings import RuntimeSettings
 
-__all__ = ("WorkQueue",)
+__all__ = ("WorkQueue", "settings_queue")
 
 
 class WorkQueue:
@@ -216,3 +217,16 @@ class WorkQueue:
         finally:
             waiter.cancel()
             sleeper.cancel()
+
+
+def settings_queue(name: str, settings: RuntimeSettings, clock: Clock | None = None) -> WorkQueue:
+    """A controller's queue with the retry limits of the settings (``requeue-*``, read at start-up)."""
+    clock = clock or MonotonicClock()
+    limiter = ratelimit.default(
+        clock,
+        base=settings.requeue_base_delay_seconds,
+        cap=settings.requeue_max_delay_seconds,
+        qps=settings.requeue_qps,
+        burst=settings.requeue_burst,
+    )
+    return WorkQueue(name, clock=clock, rate_limiter=limiter)
