@@ -117,11 +117,11 @@ async def test_acquires_after_expiry_measured_from_its_own_observation() -> None
     observed_at = clock.now()  # ... but b only counts from when it first saw it
     while clock.now() < observed_at + 15.0 - 0.25:
         await step(clock, 0.25)
-        assert not campaign.done(), f"took over {clock.now() - observed_at}s after observing, < lease"
+        assert not campaign.done(), f"led at fake t+{clock.now() - observed_at} after observing, < lease"
     while not campaign.done():
         await step(clock, 0.25)
-    took = clock.now() - observed_at
-    assert 15.0 <= took <= 15.0 + b.retry_period / 4 + 0.25  # fake-clock arithmetic, not wall time
+    handover = clock.now() - observed_at  # on the fake clock: arithmetic, not wall time
+    assert 15.0 <= handover <= 15.0 + b.retry_period / 4 + 0.25
     spec = lease_spec(server)
     assert spec["holderIdentity"] == "b"
     assert spec["leaseTransitions"] == 1
