@@ -81,6 +81,24 @@ WORKER_PART_OF: Final = "gpustack-operator-worker"
 
 # --- topology ---------------------------------------------------------------------------------------
 TOPOLOGY_PROFILE: Final = "topology.gpustack.ai/profile"
+#: The cloud provider's standard keys: read-only inputs, never written (a snapshot may only repeat them).
+STANDARD_REGION: Final = "topology.kubernetes.io/region"
+STANDARD_ZONE: Final = "topology.kubernetes.io/zone"
+STANDARD_TOPOLOGY_KEYS: Final = (STANDARD_REGION, STANDARD_ZONE)
+#: The conventional private levels a ConfigMap or webhook inventory publishes.
+PRIVATE_REGION: Final = "topology.gpustack.ai/region"
+PRIVATE_ZONE: Final = "topology.gpustack.ai/zone"
+PRIVATE_RACK: Final = "topology.gpustack.ai/rack"
+#: Topograph's label domains (read-only inputs) and its fabric tier keys ``fabric.topograph.run/tier-<N>``.
+TOPOGRAPH_FABRIC_PREFIX: Final = "fabric.topograph.run/"
+TOPOGRAPH_ACCELERATOR_PREFIX: Final = "accelerator.topograph.run/"
+TOPOGRAPH_TIER_PREFIX: Final = "fabric.topograph.run/tier-"
+#: The label on a writing source's NodeFeatures naming the TopologySource's UID.
+TOPOLOGY_SOURCE_UID: Final = "topology.gpustack.ai/source-uid"
+#: The finalizer a writing TopologySource carries until its NodeFeatures are gone.
+FINALIZER_TOPOLOGY_SOURCE: Final = "worker.gpustack.ai/topology-source"
+#: The ``apiVersion`` of a TopologySource snapshot document.
+SNAPSHOT_API_VERSION: Final = "topology.gpustack.ai/v1alpha1"
 
 # --- Kueue chain metadata ---------------------------------------------------------------------------
 RESOURCE_TYPE: Final = "resource.gpustack.ai/type"
@@ -179,6 +197,11 @@ def device_manager_nodefeature_name(node: str) -> str:
 def topology_profile(levels: list[str] | tuple[str, ...]) -> str:
     """``fnv64-<16hex>`` of the ordered level keys joined with NUL (reference §2.1.2)."""
     return "fnv64-" + fnv64a_hex("\x00".join(levels))
+
+
+def topology_source_nodefeature_name(source_uid: str, node: str) -> str:
+    """``gpustack-topology-<16hex>``: FNV-1a 64 over ``uid`` + NUL + node name (reference §2.1.1)."""
+    return "gpustack-topology-" + fnv64a_hex(f"{source_uid}\x00{node}")
 
 
 def topology_name(profile: str) -> str:
