@@ -79,8 +79,9 @@ class SnapshotError(ValueError):
     """A snapshot that cannot be applied. ``str(e)`` is the user-facing message (first problem and how
     many more); ``errors`` lists every problem found."""
 
-    def __init__(self, errors: Sequence[str]) -> None:
-        self.errors: tuple[str, ...] = tuple(errors) or ("invalid snapshot",)
+    def __init__(self, errors: str | Sequence[str]) -> None:
+        found = (errors,) if isinstance(errors, str) else tuple(errors)
+        self.errors: tuple[str, ...] = found or ("invalid snapshot",)
         first = self.errors[0]
         more = len(self.errors) - 1
         super().__init__(

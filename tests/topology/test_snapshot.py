@@ -564,3 +564,18 @@ def test_validate_result_does_not_alias_the_snapshot() -> None:
 )
 def test_is_writable(key: str, write_prefix: str | None, expected: bool) -> None:
     assert is_writable(key, write_prefix) is expected
+
+
+@pytest.mark.parametrize(
+    ("errors", "message"),
+    [
+        pytest.param("one problem", "one problem", id="a-single-message"),
+        pytest.param(["a", "b", "c"], "a (and 2 more problems)", id="several"),
+        pytest.param(["a", "b"], "a (and 1 more problem)", id="two"),
+        pytest.param([], "invalid snapshot", id="none-given"),
+    ],
+)
+def test_snapshot_error_message(errors: str | list[str], message: str) -> None:
+    err = SnapshotError(errors)
+    assert str(err) == message
+    assert isinstance(err, ValueError)
