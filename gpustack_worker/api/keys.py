@@ -99,6 +99,12 @@ TOPOLOGY_SOURCE_UID: Final = "topology.gpustack.ai/source-uid"
 FINALIZER_TOPOLOGY_SOURCE: Final = "worker.gpustack.ai/topology-source"
 #: The ``apiVersion`` of a TopologySource snapshot document.
 SNAPSHOT_API_VERSION: Final = "topology.gpustack.ai/v1alpha1"
+#: The data keys a webhook source reads: Secret ``token`` (bearer), Secret ``tls.crt`` + ``tls.key``
+#: (client certificate, the ``kubernetes.io/tls`` layout) and ConfigMap ``ca.crt`` (CA bundle).
+WEBHOOK_TOKEN_KEY: Final = "token"
+WEBHOOK_TLS_CERT_KEY: Final = "tls.crt"
+WEBHOOK_TLS_KEY_KEY: Final = "tls.key"
+WEBHOOK_CA_BUNDLE_KEY: Final = "ca.crt"
 
 # --- Kueue chain metadata ---------------------------------------------------------------------------
 RESOURCE_TYPE: Final = "resource.gpustack.ai/type"
