@@ -44,7 +44,7 @@ from gpustack_worker.api import keys
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-__all__ = ("MAX_SNAPSHOT_BYTES", "Credentials", "FetchError", "credentials_from", "fetch")
+__all__ = ("MAX_SNAPSHOT_BYTES", "Credentials", "FetchError", "credentials_from", "fetch", "ssl_context")
 
 #: The body cap of §6.5 (``1 << 20``): a snapshot larger than this is refused.
 MAX_SNAPSHOT_BYTES: Final = 1 << 20

@@ -6,6 +6,7 @@ import base64
 import os
 import ssl
 import tempfile
+import threading
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -518,3 +519,12 @@ async def test_resolved_credentials_fetch_end_to_end(server: SnapshotServer, pki
     credentials = objects.resolve(webhook(bearerTokenSecretRef=ref("tok"), caBundleConfigMapRef=ref("ca")))
     assert await fetch(server.url, credentials, timeout=TIMEOUT) == DEFAULT_SNAPSHOT
     assert fetch_module.MAX_SNAPSHOT_BYTES == 1 << 20
+
+
+async def test_the_test_server_stops_a_sleeping_handler_and_leaves_no_thread(pki: Pki) -> None:
+    with SnapshotServer(pki, mode=Mode.SLOW, delay=600.0) as srv:
+        with pytest.raises(FetchError, match="timed out"):
+            await fetch(srv.url, bearer(pki), timeout=0.3)
+        assert srv.request_count == 1
+    alive = [t.name for t in threading.enumerate()]
+    assert not [name for name in alive if "process_request_thread" in name or name == "snapshot-server"]
