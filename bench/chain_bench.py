@@ -56,12 +56,12 @@ from gpustack_worker.agent.facts import node_facts
 from gpustack_worker.api import keys, kinds, rbac
 from gpustack_worker.api.devices_view import devices_facts
 from gpustack_worker.chain import flavors, localqueues, managers, pools, queues
-from gpustack_worker.chain import topologies as topo
 from gpustack_worker.chain.nodes import NodeHardware, node_hardware
 from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.runtime.quantity import parse
 from gpustack_worker.simulate import render
 from gpustack_worker.simulate.load import parse_scenario
+from gpustack_worker.topology import profiles as topo
 
 if TYPE_CHECKING:
     from gpustack_worker.devcluster.audit import AuditEvent
@@ -323,9 +323,15 @@ class Expected:
         }
 
 
+def _profile(node: dict[str, Any]) -> str | None:
+    """The profile the topology controller gives a Node when no TopologySource exists (hostname-only)."""
+    assignment = topo.node_assignment(node["metadata"].get("labels") or {}, [])
+    return assignment.profile if assignment is not None else None
+
+
 def with_profile(node: dict[str, Any]) -> dict[str, Any]:
     """The Node as it looks once the controller labelled its topology profile."""
-    profile = topo.desired_node_profile(node)
+    profile = _profile(node)
     labels = dict(node["metadata"]["labels"])
     if profile is not None:
         labels[keys.TOPOLOGY_PROFILE] = profile
@@ -338,7 +344,7 @@ def expected_chain(objs: list[NodeObjects], settings: WorkerSettings, *, profile
     hardware: list[NodeHardware] = [h for o in objs if (h := node_hardware(with_profile(o.node))) is not None]
     plans = flavors.plan_flavors(hardware, mixed_on_node=mixed)
     bodies = {p.name: flavors.flavor_body(p, mixed_on_node=mixed, aware=aware) for p in plans}
-    topology = topo.topology_body(topo.HOSTNAME_LEVELS)["metadata"]["name"]
+    topology = keys.topology_name(keys.topology_profile([keys.HOSTNAME]))
     types: dict[str, dict[str, Any]] = {}
     if settings.instance_type_derived_from_node:
         for p in plans:
@@ -363,7 +369,7 @@ def expected_chain(objs: list[NodeObjects], settings: WorkerSettings, *, profile
             for group in outcome.groups
             for fl in group["flavors"]
         )
-    wanted = [(topo.desired_node_profile(o.node), o.node["metadata"]["labels"]) for o in objs]
+    wanted = [(_profile(o.node), o.node["metadata"]["labels"]) for o in objs]
     unprofiled = len(
         [1 for want, labels in wanted if want is not None and labels.get(keys.TOPOLOGY_PROFILE) != want]
     )
@@ -389,7 +395,7 @@ async def create_fleet(admin: Client, objs: list[NodeObjects], *, profiled: bool
     async def one(o: NodeObjects) -> None:
         async with gate:
             created = await admin.create(kinds.NODE, o.node)
-            profile = topo.desired_node_profile(o.node) if profiled else None
+            profile = _profile(o.node) if profiled else None
             if profile is not None:
                 name = o.node["metadata"]["name"]
                 label = {"name": name, "labels": {keys.TOPOLOGY_PROFILE: profile}}
@@ -642,6 +648,7 @@ async def profile_in_process(
     from gpustack_worker.runtime.registry import InformerRegistry
     from gpustack_worker.runtime.settings import SettingsSource
     from gpustack_worker.runtime.telemetry import configure_logging
+    from gpustack_worker.topology.controller import Topology
 
     configure_logging("WARNING")  # as in the process, and no console rendering inside the profile
     client = await Client.connect(str(kubeconfig), user_agent=f"{CONTROLLER_UA}{BENCH_IDENTITY}")
@@ -649,9 +656,11 @@ async def profile_in_process(
     manager = Manager(settings=settings)
     registry = manager.add_registry(InformerRegistry(client, options=settings.current.informer_options()))
     chain = Chain(client, settings, registry)
-    for controller in chain.controllers:
+    topology = Topology(client, settings, registry)
+    for controller in (*topology.controllers, *chain.controllers):
         manager.add_controller(controller)
     chain.start_keys()
+    topology.start_keys()
     stop = asyncio.Event()
     profiler = cProfile.Profile()
     profiler.enable()

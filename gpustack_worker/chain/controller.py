@@ -1,4 +1,4 @@
-"""The stage-4 chain's wiring: shared informers, six runtime controllers, and which event wakes which key.
+"""The stage-4 chain's wiring: shared informers, five runtime controllers, and which event wakes which key.
 
 Runs inside ``gpustack-worker controller`` (leader-elected): the caller passes the process's informer
 registry and adds :attr:`Chain.controllers` to its Manager. Informers come from the registry, one per
@@ -6,9 +6,8 @@ kind, each keeping the managedFields of the chain's field managers for that kind
 check needs them). Reconciles are level-triggered; the mappers below only decide which keys a change
 concerns:
 
-- ``chain-node-topology`` [Node]: the Node added or its labels changed;
-- ``chain-flavors`` [``flavors``]: any Node label change (coalesced for a second); any flavor or Topology
-  change; an InstanceType created, deleted or its spec changed;
+- ``chain-flavors`` [``flavors``]: any Node label change (coalesced for a second); any flavor change; an
+  InstanceType created, deleted or its spec changed;
 - ``chain-queues`` [InstanceType name]: its InstanceType (not a status-only change) or ClusterQueue; any
   Topology or check change; any flavor or Node label change (every key, coalesced for a second);
 - ``chain-instancetypes`` [InstanceType name]: its InstanceType (not a status-only change) or
@@ -102,18 +101,15 @@ class Chain:
         boot = settings.current
         reg = registry
         by_type = keys.RESOURCE_TYPE + "={}"
-        self.nodes = reg.informer(kinds.NODE, field_manager=managers.NODE_TOPOLOGY)
+        self.nodes = reg.informer(kinds.NODE)
         self.devices = reg.informer(kinds.DEVICES)
         self.flavors = reg.informer(
             kinds.RESOURCE_FLAVOR,
             label_selector=by_type.format(keys.TYPE_NODES),
             field_manager=managers.FLAVOR,
         )
-        self.topologies = reg.informer(
-            kinds.TOPOLOGY,
-            label_selector=by_type.format(keys.TYPE_TOPOLOGY),
-            field_manager=managers.NODE_TOPOLOGY,
-        )
+        # Read-only here: the topology package applies and retires the generated Topologies.
+        self.topologies = reg.informer(kinds.TOPOLOGY, label_selector=by_type.format(keys.TYPE_TOPOLOGY))
         self.queues = reg.informer(
             kinds.CLUSTER_QUEUE,
             label_selector=by_type.format(keys.TYPE_INSTANCE_TYPES),
@@ -143,7 +139,6 @@ class Chain:
             checks=self.checks,
             system_namespace=system_namespace,
         )
-        self.node_topology = self._controller("chain-node-topology", self.steps.node_topology, boot)
         self.flavor_ctl = self._controller("chain-flavors", self.steps.flavors, boot)
         self.queue_ctl = self._controller("chain-queues", self.steps.queue, boot)
         self.type_ctl = self._controller("chain-instancetypes", self.steps.instance_type, boot)
@@ -151,12 +146,10 @@ class Chain:
         self.check_ctl = self._controller("chain-admissionchecks", self.steps.admission_checks, boot)
 
         every_type = all_keys(self.types.store)
-        self.node_topology.watch(self.nodes, predicates=[labels_changed])
         self.flavor_ctl.watch(
             self.nodes, mapper=_constant(FLAVORS_KEY), predicates=[labels_changed], delay=_window
         )
-        for informer in (self.flavors, self.topologies):
-            self.flavor_ctl.watch(informer, mapper=_constant(FLAVORS_KEY))
+        self.flavor_ctl.watch(self.flavors, mapper=_constant(FLAVORS_KEY))
         # Authoring reads only whether a type exists: its status updates (every InstanceType reconcile
         # may write one) would otherwise re-run the whole flavor plan.
         self.flavor_ctl.watch(self.types, mapper=_constant(FLAVORS_KEY), predicates=[generation_changed])
@@ -182,7 +175,6 @@ class Chain:
     @property
     def controllers(self) -> list[Controller]:
         return [
-            self.node_topology,
             self.flavor_ctl,
             self.queue_ctl,
             self.type_ctl,
@@ -206,7 +198,6 @@ class Chain:
 
     def resync(self) -> None:
         """Enqueue every key of every controller (a settings change; tests' forced resyncs)."""
-        self.node_topology.enqueue_all(self.nodes.store.keys())
         self.flavor_ctl.enqueue_all([FLAVORS_KEY])
         self.queue_ctl.enqueue_all(self.types.store.keys())
         self.type_ctl.enqueue_all(self.types.store.keys())

@@ -13,15 +13,11 @@ __all__ = (
     "FLAVOR",
     "INSTANCE_TYPE",
     "LOCAL_QUEUE",
-    "NODE_TOPOLOGY",
     "OWNER_FLAVORS",
     "OWNER_LOCAL_QUEUES",
-    "OWNER_TOPOLOGIES",
     "QUEUE",
 )
 
-#: Node ``topology.gpustack.ai/profile`` labels and the generated Kueue Topologies.
-NODE_TOPOLOGY: Final = "gpustack-node-topology"
 #: ResourceFlavors.
 FLAVOR: Final = "gpustack-node-flavor"
 #: The create-only author of derived InstanceTypes.
@@ -35,5 +31,4 @@ LOCAL_QUEUE: Final = "gpustack-localqueue"
 
 #: Pruning owners (``worker.gpustack.ai/managed-by`` values).
 OWNER_FLAVORS: Final = "chain-flavors"
-OWNER_TOPOLOGIES: Final = "chain-topologies"
 OWNER_LOCAL_QUEUES: Final = "chain-localqueues"

@@ -2,8 +2,7 @@
 
 One method per controller (keys in brackets):
 
-- ``node_topology`` [Node name] — the Node's ``topology.gpustack.ai/profile`` label;
-- ``flavors`` [``flavors``] — every ResourceFlavor and Topology, plus create-only InstanceType authoring;
+- ``flavors`` [``flavors``] — every ResourceFlavor, plus create-only InstanceType authoring;
 - ``queue`` [InstanceType name] — the ClusterQueue of the same name and its ``TopologyReady`` condition;
 - ``instance_type`` [InstanceType name] — finalizer, teardown, ``inactive`` backfill and status;
 - ``local_queues`` [Namespace name] — the Namespace's LocalQueues;
@@ -34,7 +33,6 @@ from gpustack_worker.chain import (
     pools,
     queues,
 )
-from gpustack_worker.chain import topologies as topo
 from gpustack_worker.chain.nodes import NodeHardware, node_hardware
 from gpustack_worker.chain.views import accelerator_views, column, cpu_view, pool_cards
 from gpustack_worker.runtime import conditions
@@ -152,15 +150,12 @@ class Steps:
 
     def __post_init__(self) -> None:
         c = self.client
-        self.node_applier = Applier(c, managers.NODE_TOPOLOGY, cache=self.nodes)
-        self.topology_applier = Applier(c, managers.NODE_TOPOLOGY, cache=self.topology_cache)
         self.flavor_applier = Applier(c, managers.FLAVOR, cache=self.flavor_cache)
         self.queue_applier = Applier(c, managers.QUEUE, cache=self.queue_cache)
         self.type_applier = Applier(c, managers.INSTANCE_TYPE, cache=self.type_cache)
         self.local_queue_applier = Applier(c, managers.LOCAL_QUEUE, cache=self.local_queue_cache)
         self.check_appliers = {name: Applier(c, name, cache=self.checks) for name in admissionchecks.CHECKS}
         self.flavor_pruner = Pruner(c, kinds.RESOURCE_FLAVOR, controller=managers.OWNER_FLAVORS)
-        self.topology_pruner = Pruner(c, kinds.TOPOLOGY, controller=managers.OWNER_TOPOLOGIES)
         self.local_queue_pruner = Pruner(c, kinds.LOCAL_QUEUE, controller=managers.OWNER_LOCAL_QUEUES)
         self.finalizer = Finalizer(
             c, kinds.INSTANCE_TYPE, keys.FINALIZER_CONTROLLED, field_manager=managers.INSTANCE_TYPE
@@ -248,34 +243,13 @@ class Steps:
             self._facts[name] = memo
         return memo[1]
 
-    # -- Node profile ------------------------------------------------------------------------------
-
-    async def node_topology(self, name: str) -> Result:
-        node = self.nodes.store.get(name)
-        if node is None:
-            return Result.done()
-        profile = topo.desired_node_profile(node)
-        metadata: dict[str, Any] = {"name": name}
-        if profile is not None:
-            metadata["labels"] = {keys.TOPOLOGY_PROFILE: profile}
-        body = {"apiVersion": kinds.NODE.api_version, "kind": kinds.NODE.kind, "metadata": metadata}
-        await self.node_applier.apply(kinds.NODE, body, node)
-        return Result.done()
-
-    # -- flavors, Topologies, InstanceType authoring -----------------------------------------------
+    # -- flavors, InstanceType authoring -----------------------------------------------
 
     async def flavors(self, _key: str) -> Result:
         s = self.settings()
         hardware = self.hardware()
         plans = flavors.plan_flavors(hardware, mixed_on_node=s.instance_type_mixed_on_node)
         requeue: float | None = None
-
-        wanted_topologies = {
-            topo.topology_body(topo.HOSTNAME_LEVELS)["metadata"]["name"]: topo.HOSTNAME_LEVELS
-        }
-        for name, levels in wanted_topologies.items():
-            body = stamp(topo.topology_body(levels), managers.OWNER_TOPOLOGIES)
-            await self.topology_applier.apply(kinds.TOPOLOGY, body, self.topology_cache.store.get(name))
 
         desired = {
             p.name: stamp(
@@ -304,13 +278,6 @@ class Steps:
                 continue
             await failures.run(name, self.flavor_applier.apply(kinds.RESOURCE_FLAVOR, body, cached))
         await self.flavor_pruner.prune(self.flavor_cache.store.list(), set(desired))
-        referenced = {
-            str((f.get("spec") or {}).get("topologyName") or "") for f in self.flavor_cache.store.list()
-        }
-        await self.topology_pruner.prune(
-            self.topology_cache.store.list(), set(wanted_topologies) | referenced
-        )
-
         if s.instance_type_derived_from_node:
             await self._author(plans, aware=s.instance_type_aware_cpu_manufacturer)
         failures.raise_retriable()

@@ -2,8 +2,10 @@
 
 Runs a :class:`~gpustack_worker.runtime.manager.Manager` with leader election on the Lease
 ``worker.gpustack.ai`` in the system namespace (identity = hostname + pid unless given), the live
-settings ConfigMap, and the health/metrics endpoint, with the stage-4 chain controllers
-(:class:`~gpustack_worker.chain.controller.Chain`) running while this replica leads; standbys keep
+settings ConfigMap, and the health/metrics endpoint, with the topology controllers
+(:class:`~gpustack_worker.topology.controller.Topology`: TopologySources, Node profiles, Kueue Topologies)
+and the stage-4 chain controllers (:class:`~gpustack_worker.chain.controller.Chain`) running while this
+replica leads; standbys keep
 warm caches. The elector fences the process's client: every write
 (controllers, Events, settings Events) passes only while this replica leads and its Lease is provably
 its own, so a standby or a replica that lost the Lease writes nothing but its own Lease attempts.
@@ -27,6 +29,7 @@ from gpustack_worker.cli.settings import open_settings
 from gpustack_worker.runtime.leader import LeaderElector
 from gpustack_worker.runtime.manager import Manager
 from gpustack_worker.runtime.registry import InformerRegistry
+from gpustack_worker.topology.controller import Topology
 
 if TYPE_CHECKING:
     import argparse
@@ -72,9 +75,11 @@ async def run(args: argparse.Namespace) -> int:
         )
         registry = manager.add_registry(InformerRegistry(proc.client, options=proc.boot.informer_options()))
         chain = Chain(proc.client, settings, registry, system_namespace=namespace)
-        for controller in chain.controllers:
+        topology = Topology(proc.client, settings, registry, system_namespace=namespace)
+        for controller in (*topology.controllers, *chain.controllers):
             manager.add_controller(controller)
         chain.start_keys()
+        topology.start_keys()
         _log.info("controller starting", identity=identity, namespace=namespace)
         code = await manager.run(proc.stop)
         _log.info("controller stopped", exit_code=code)

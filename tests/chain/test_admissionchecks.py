@@ -1,8 +1,8 @@
-"""The two AdmissionChecks (never Active on their own) and the hostname-only profile and Topology."""
+"""The two AdmissionChecks (never Active on their own)."""
 
 from __future__ import annotations
 
-from gpustack_worker.chain import admissionchecks, topologies
+from gpustack_worker.chain import admissionchecks
 
 
 def test_both_checks_name_their_controllers() -> None:
@@ -26,21 +26,3 @@ def test_only_checks_with_a_true_active_condition_count() -> None:
         ]
     ) == frozenset({"gpustack-model-deployment-joint"})
     assert admissionchecks.active_checks([check("gpustack-node-devices", "False")]) == frozenset()
-
-
-def test_hostname_profile_on_managed_nodes_only() -> None:
-    managed = {"metadata": {"labels": {"gpustack.ai/managed": "true"}}}
-    assert topologies.desired_node_profile(managed) == "fnv64-87bf574bea2a4f23"
-    for value in (None, "false", "True", ""):
-        labels = {} if value is None else {"gpustack.ai/managed": value}
-        assert topologies.desired_node_profile({"metadata": {"labels": labels}}) is None
-
-
-def test_hostname_topology() -> None:
-    body = topologies.topology_body(topologies.HOSTNAME_LEVELS)
-    assert body["metadata"]["name"] == "gpustack-fnv64-87bf574bea2a4f23"
-    assert body["metadata"]["labels"] == {
-        "resource.gpustack.ai/type": "topology",
-        "topology.gpustack.ai/profile": "fnv64-87bf574bea2a4f23",
-    }
-    assert body["spec"] == {"levels": [{"nodeLabel": "kubernetes.io/hostname"}]}

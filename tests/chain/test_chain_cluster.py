@@ -26,6 +26,7 @@ from gpustack_worker.runtime.registry import InformerRegistry
 from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP, DEFAULT_NAMESPACE, SettingsSource
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario
+from gpustack_worker.topology.controller import Topology
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator
@@ -73,15 +74,19 @@ def _cond(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
 class Running:
     """The agent and the chain, each in-process with its own ServiceAccount client."""
 
-    def __init__(self, admin: Client, agent: Agent, chain: Chain, chain_client: Client) -> None:
+    def __init__(
+        self, admin: Client, agent: Agent, chain: Chain, topology: Topology, chain_client: Client
+    ) -> None:
         self.admin = admin
         self.agent = agent
         self.chain = chain
+        self.topology = topology
         self.chain_client = chain_client
 
     def idle(self) -> bool:
-        """Every chain queue empty (no pending, delayed or in-flight key)."""
-        return all(len(c.queue) == 0 and not c.queue.processing for c in self.chain.controllers)
+        """Every chain and topology queue empty (no pending, delayed or in-flight key)."""
+        controllers = (*self.chain.controllers, *self.topology.controllers)
+        return all(len(c.queue) == 0 and not c.queue.processing for c in controllers)
 
 
 @pytest.fixture(scope="module")
@@ -111,13 +116,15 @@ async def running(devcluster: DevCluster) -> AsyncIterator[Running]:
     manager = Manager(settings=settings)
     registry = manager.add_registry(InformerRegistry(chain_client))
     chain = Chain(chain_client, settings, registry)
-    for controller in chain.controllers:
+    topology = Topology(chain_client, settings, registry)
+    for controller in (*topology.controllers, *chain.controllers):
         manager.add_controller(controller)
     chain.start_keys()
+    topology.start_keys()
     stop = asyncio.Event()
     tasks = [asyncio.create_task(agent.run(stop)), asyncio.create_task(manager.run(stop))]
     try:
-        yield Running(admin, agent, chain, chain_client)
+        yield Running(admin, agent, chain, topology, chain_client)
     finally:
         stop.set()
         for task in tasks:

@@ -11,7 +11,6 @@ import pytest
 
 from gpustack_worker.api import keys
 from gpustack_worker.chain import flavors, pools, queues
-from gpustack_worker.chain import topologies as topo
 from gpustack_worker.chain.controller import Chain
 from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.runtime.frozen import thaw
@@ -23,7 +22,7 @@ if TYPE_CHECKING:
     from gpustack_worker.runtime.client import Client
     from gpustack_worker.runtime.informer import Informer
 
-TOPOLOGY = topo.topology_body(topo.HOSTNAME_LEVELS)["metadata"]["name"]
+TOPOLOGY = keys.topology_name(keys.topology_profile([keys.HOSTNAME]))
 
 
 def _feed(informer: Informer, kind: str, obj: dict[str, Any]) -> None:
