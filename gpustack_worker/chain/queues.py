@@ -6,25 +6,43 @@ decided in one place and two field managers never fight over it. Inputs are cach
 is the desired ClusterQueue body plus the ``TopologyReady`` condition and a requeue hint.
 
 Plan (A.5): the live operator flavors matching the queue's selector (a flavor with a deletionTimestamp is
-finalizing and is dropped in place), validated — at most 64 flavors, every flavor pins its profile and
+finalizing and left out), validated — at most 64 flavors, every flavor pins its profile and
 references an existing Topology, no Node selected by two flavors, each flavor's capacity equals the Nodes
 it selects × its per-node count, every pool Node is selected — then sorted by per-node count and name
 into one resource group covering ``credits.gpustack.ai/<mfr>`` (nominal = capacity × 1,600,000) for an
 accelerated pool or ``cpu`` (nominal = capacity) for a CPU pool. A refused plan keeps the last complete
 plan and says why in ``TopologyReady``.
 
-Stop policy, in order:
+Ownership: a queue of our name that has resource groups but no ``topology.gpustack.ai/tas-queue``
+annotation (an earlier release's, or someone else's) is never adopted — only ``TopologyReady=False/
+UnsupportedExistingObject`` is reported on it.
+
+Stop policy — one state machine, recorded on the queue (``topology.gpustack.ai/migration-phase`` and
+``topology.gpustack.ai/migration-stop-policy``) so a new leader resumes from the object alone:
 
 1. queue or InstanceType being deleted → ``HoldAndDrain`` (Kueue evicts, then drops its finalizer);
-2. a complete, non-empty plan → the plan, and the base policy (``Hold`` when the type is ``inactive`` or
-   someone else stopped the queue, else ``None``) — this also *restores* a drained queue, dropping the
-   saved policy and phase annotations;
-3. no live flavor while the queue still carries quota → drain: ``HoldAndDrain`` (only when
-   ``instance-type-drain-when-no-flavors``; otherwise wait for reservations to clear), save the previous
-   policy, and empty the groups once Kueue reports no reserving Workload for the current generation;
-   the emptied queue stays ``HoldAndDrain`` until a flavor returns;
-4. no groups and no plan → ``Hold`` marked ``topology.gpustack.ai/empty-plan-hold`` (a queue without
+2. migration annotations the machine cannot follow (unknown phase or saved policy, one without the other)
+   → ``InvalidMigrationState``: nothing is switched, restored or released;
+3. no migration, a complete plan that drops no flavor Kueue may still use (a dropped flavor reported idle
+   at the current generation, an added flavor, a quota change) → the plan in place, with the base policy
+   (``Hold`` when the type is ``inactive``; left to its owner while someone else's stop waits for the
+   ``inactive`` backfill; else ``None``);
+4. a complete plan dropping a flavor Kueue reports reservation or usage on, does not report, or reports
+   for an older generation → ``HoldAndDrain`` with the current groups, previous policy saved, phase
+   ``draining``; once Kueue reports the queue stopped with no reserving Workload at the current
+   generation → the new plan, phase ``switched``; on the next decision with a current status → the base
+   policy restored, both annotations removed. The hold is never taken over from someone else's stop
+   that still waits for the ``inactive`` backfill (it would hide the stop from the backfill and lose it
+   at the restore): the queue waits for the backfill first;
+5. no live flavor while the queue still has groups → the same drain (only when
+   ``instance-type-drain-when-no-flavors``; otherwise wait, unheld, for reservations to clear), then the
+   groups emptied (phase ``switched``) and held ``HoldAndDrain`` until a flavor returns;
+6. no groups and no plan → ``Hold`` marked ``topology.gpustack.ai/empty-plan-hold`` (a queue without
    resource groups admits everything under ``IgnoreUndeclared``).
+
+A refused plan keeps the last complete plan (minus finalizing flavors) and the current phase. Decisions
+that depend on Kueue read only a status written for the queue's current generation; until then
+``TopologyReady=Unknown/AwaitingQueueStatus``.
 """
 
 from __future__ import annotations
@@ -34,7 +52,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.chain import pools
-from gpustack_worker.runtime.quantity import format_integer
+from gpustack_worker.runtime.quantity import format_integer, parse
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -49,8 +67,10 @@ __all__ = (
     "QueueInputs",
     "Refusal",
     "decide",
+    "migration_problem",
     "plan_queue",
     "pool_nodes",
+    "unsupported",
 )
 
 #: Kueue allows at most 64 flavors in one resource group.
@@ -62,6 +82,11 @@ NONE: Final = "None"
 UNSET: Final = "unset"
 PHASE_DRAINING: Final = "draining"
 PHASE_SWITCHED: Final = "switched"
+PHASES: Final = frozenset({PHASE_DRAINING, PHASE_SWITCHED})
+#: Values ``topology.gpustack.ai/migration-stop-policy`` may hold (reference §3.2).
+SAVED_POLICIES: Final = frozenset({NONE, HOLD, HOLD_AND_DRAIN, UNSET})
+#: The reason of Kueue's ``Active=False`` condition on a queue stopped by its stop policy.
+ACTIVE_STOPPED: Final = "Stopped"
 #: Requeue while Kueue still reports reservations on a draining queue (its status update also wakes us).
 DRAIN_POLL_S: Final = 5.0
 #: Requeue while waiting for reservations to clear on their own (drain-when-no-flavors=false).
@@ -78,6 +103,9 @@ Reason = Literal[
     "TooManyFlavors",
     "DuplicateCoveredResource",
     "AwaitingQueueStatus",
+    "Migrating",
+    "UnsupportedExistingObject",
+    "InvalidMigrationState",
 ]
 
 
@@ -295,19 +323,71 @@ def _resource(pool: pools.PoolIdentity, flavor: Mapping[str, Any]) -> str:
     return CPU_RESOURCE
 
 
-# --- the decision -----------------------------------------------------------------------------------
-def _status_current(queue: Mapping[str, Any]) -> bool:
+# --- what Kueue reports ---------------------------------------------------------------------------
+def _status_current(queue: Mapping[str, Any] | None) -> bool:
     """Kueue wrote the queue's status for its current generation."""
+    return _active(queue) is not None
+
+
+def _active(queue: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """Kueue's ``Active`` condition, when it was written for the queue's current generation."""
+    if queue is None:
+        return None
     generation = (queue.get("metadata") or {}).get("generation")
     for cond in (queue.get("status") or {}).get("conditions") or ():
         if cond.get("type") == "Active":
-            return bool(cond.get("observedGeneration") == generation)
-    return False
+            return cond if generation is not None and cond.get("observedGeneration") == generation else None
+    return None
 
 
-def _reserving(queue: Mapping[str, Any]) -> int:
+def _stopped(queue: Mapping[str, Any] | None) -> bool:
+    """Kueue reports the queue stopped by its stop policy, at the current generation (``Active=False``,
+    reason ``Stopped``: Kueue lists that reason first whenever a stop policy is set)."""
+    cond = _active(queue)
+    return cond is not None and cond.get("status") == "False" and cond.get("reason") == ACTIVE_STOPPED
+
+
+def _workloads(queue: Mapping[str, Any] | None) -> int:
+    """Workloads holding quota in the queue (Kueue counts admitted ones among the reserving ones)."""
+    status = (queue or {}).get("status") or {}
+    return max(int(status.get("reservingWorkloads") or 0), int(status.get("admittedWorkloads") or 0))
+
+
+def _idle(queue: Mapping[str, Any], flavor: str) -> bool:
+    """Kueue reports ``flavor`` with every reserved and admitted total at zero.
+
+    Kueue lists every flavor of the resource groups it knows in both ``flavorsReservation`` and
+    ``flavorsUsage``, zero totals included; a flavor missing from either list (or an unreadable total)
+    may be in use.
+    """
     status = queue.get("status") or {}
-    return int(status.get("reservingWorkloads") or 0) + int(status.get("admittedWorkloads") or 0)
+    for field_name in ("flavorsReservation", "flavorsUsage"):
+        entry = next((f for f in status.get(field_name) or () if f.get("name") == flavor), None)
+        if entry is None:
+            return False
+        for resource in entry.get("resources") or ():
+            if parse(resource.get("total") or "0") != 0:
+                return False
+    return True
+
+
+def _in_use(queue: Mapping[str, Any] | None, dropped: Sequence[str]) -> list[str]:
+    """The ``dropped`` flavors that may be in use: every one when Kueue has not reported the current
+    generation, else those Kueue does not report idle."""
+    if not dropped:
+        return []
+    if queue is None or not _status_current(queue):
+        return list(dropped)
+    return [f for f in dropped if not _idle(queue, f)]
+
+
+def _flavor_names(groups: Iterable[Mapping[str, Any]]) -> list[str]:
+    return [str(f.get("name", "")) for g in groups for f in g.get("flavors") or ()]
+
+
+def _listed(names: Sequence[str], limit: int = 5) -> str:
+    shown = ", ".join(names[:limit])
+    return shown if len(names) <= limit else f"{shown} and {len(names) - limit} more"
 
 
 def _checks(pool: pools.PoolIdentity, inp: QueueInputs) -> list[str]:
@@ -355,30 +435,170 @@ def _body(
     }
 
 
+# --- the decision -----------------------------------------------------------------------------------
+def unsupported(queue: Mapping[str, Any]) -> bool:
+    """A queue with resource groups the chain never filled (no ``tas-queue`` annotation): created by an
+    earlier release or by someone else. Never adopted: its spec is not touched."""
+    groups = (queue.get("spec") or {}).get("resourceGroups") or ()
+    return bool(groups) and _annotations(queue).get(keys.TAS_QUEUE) != "true"
+
+
+def migration_problem(annotations: Mapping[str, str]) -> str | None:
+    """Why the queue's migration annotations cannot be followed, or None when they can (absent, or a
+    known phase with a known saved policy)."""
+    phase = annotations.get(keys.MIGRATION_PHASE)
+    saved = annotations.get(keys.MIGRATION_STOP_POLICY)
+    if phase is None and saved is None:
+        return None
+    if phase is not None and phase not in PHASES:
+        return f"unknown {keys.MIGRATION_PHASE} {phase!r} (expected one of {', '.join(sorted(PHASES))})"
+    if saved is not None and saved not in SAVED_POLICIES:
+        return (
+            f"unknown {keys.MIGRATION_STOP_POLICY} {saved!r} "
+            f"(expected one of {', '.join(sorted(SAVED_POLICIES))})"
+        )
+    if saved is None:
+        return f"{keys.MIGRATION_PHASE} {phase!r} without a saved {keys.MIGRATION_STOP_POLICY}"
+    if phase is None:
+        return f"{keys.MIGRATION_STOP_POLICY} {saved!r} without a {keys.MIGRATION_PHASE}"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Queue:
+    """The decision's view of one queue: who it is, what it holds now, and its stop-policy facts."""
+
+    name: str
+    labels: Mapping[str, str]
+    checks: Sequence[str]
+    obj: Mapping[str, Any] | None
+    groups: Sequence[Mapping[str, Any]]
+    #: ``spec.stopPolicy`` as stored (None: unset).
+    stored_policy: str | None
+    #: The stop policy without a migration: ``Hold`` when the type is inactive, None (leave the field to its
+    #: owner) while someone else's stop waits for the ``inactive`` backfill, else ``None``.
+    base: str | None
+    phase: str | None
+    saved: str | None
+    drain_when_no_flavors: bool
+
+    def body(
+        self, annotations: Mapping[str, str], groups: Sequence[Mapping[str, Any]], policy: str | None
+    ) -> dict[str, Any]:
+        return _body(self.name, self.labels, annotations, groups, policy, self.checks)
+
+    def placed(
+        self, groups: Sequence[Mapping[str, Any]], condition: Condition, notes: Sequence[str] = ()
+    ) -> QueueDecision:
+        """``groups`` with the base policy and no migration annotations (in place, or restored)."""
+        return QueueDecision(
+            self.body({keys.TAS_QUEUE: "true"}, groups, self.base), condition=condition, notes=list(notes)
+        )
+
+    def hold(
+        self,
+        groups: Sequence[Mapping[str, Any]],
+        phase: str,
+        condition: Condition,
+        requeue_after: float | None,
+        notes: Sequence[str] = (),
+    ) -> QueueDecision:
+        """``HoldAndDrain`` with ``groups``, the saved policy and ``phase`` recorded on the queue.
+
+        While someone else's stop waits for the ``inactive`` backfill, the stop policy is left to its owner
+        and nothing else changes: taking it over would hide the stop from the backfill (the stop would be
+        lost when the migration restores the base policy). The backfill wakes the queue again.
+        """
+        if self.base is None:
+            current = _annotations(self.obj or {})
+            kept = {k: current[k] for k in (keys.MIGRATION_STOP_POLICY, keys.MIGRATION_PHASE) if k in current}
+            if self.groups:
+                kept[keys.TAS_QUEUE] = "true"
+            return QueueDecision(
+                self.body(kept, self.groups, None),
+                condition=Condition(
+                    "False",
+                    "Migrating",
+                    "the queue was stopped by someone else: waiting for the InstanceType to record it as "
+                    "inactive before holding it HoldAndDrain",
+                ),
+                requeue_after=DRAIN_POLL_S,
+            )
+        saved = self.saved if self.saved is not None else (self.stored_policy or UNSET)
+        annotations = {keys.MIGRATION_STOP_POLICY: saved, keys.MIGRATION_PHASE: phase}
+        if groups:
+            annotations[keys.TAS_QUEUE] = "true"
+        return QueueDecision(
+            self.body(annotations, groups, HOLD_AND_DRAIN),
+            condition=condition,
+            requeue_after=requeue_after,
+            notes=list(notes),
+        )
+
+    def held_empty(self, condition: Condition, requeue_after: float | None) -> QueueDecision:
+        """No resource groups: a migrated or drained queue stays HoldAndDrain; anything else is a marked
+        ``Hold`` (a queue without resource groups admits everything under ``IgnoreUndeclared``)."""
+        if self.phase is not None:
+            return self.hold((), self.phase, condition, requeue_after)
+        return QueueDecision(
+            self.body({keys.EMPTY_PLAN_HOLD: "true"}, (), HOLD),
+            condition=condition,
+            requeue_after=requeue_after,
+        )
+
+
+def _awaiting() -> Condition:
+    return Condition(
+        "Unknown", "AwaitingQueueStatus", "waiting for Kueue to report the queue's current generation"
+    )
+
+
 def decide(inp: QueueInputs) -> QueueDecision:
     """The desired ClusterQueue for one InstanceType (keyed by the shared name)."""
     it, queue = inp.instance_type, inp.queue
-    if it is None or not _live(it) or (queue is not None and not _live(queue)):
-        if queue is None:
+    if it is None:
+        if queue is None or unsupported(queue):
             return QueueDecision(None)
+        return _deleting()
+    if queue is not None and unsupported(queue):
         return QueueDecision(
-            {"spec": {"stopPolicy": HOLD_AND_DRAIN}},
-            drain_only=True,
-            notes=["queue or InstanceType being deleted: HoldAndDrain so Kueue evicts and releases it"],
+            None,
+            condition=Condition(
+                "False",
+                "UnsupportedExistingObject",
+                f"ClusterQueue {_name(queue)} has resource groups but no {keys.TAS_QUEUE} annotation "
+                "(created by an earlier release or by someone else): it is not adopted or modified; "
+                "delete it so the chain creates a fresh one",
+            ),
         )
+    if not _live(it) or (queue is not None and not _live(queue)):
+        return _deleting()
     pool = pools.identity_of(it)
     name = _name(it)
     labels = {**pools.schedule_labels(pool, aware=inp.aware), keys.RESOURCE_TYPE: keys.TYPE_INSTANCE_TYPES}
     spec = (queue or {}).get("spec") or {}
-    current_groups: list[Mapping[str, Any]] = list(spec.get("resourceGroups") or ())
-    current_policy = str(spec.get("stopPolicy") or NONE)
-    saved = _annotations(queue or {}).get(keys.MIGRATION_STOP_POLICY)
+    stored = str(spec["stopPolicy"]) if spec.get("stopPolicy") else None
+    annotations = _annotations(queue or {})
     inactive = bool((it.get("spec") or {}).get("inactive", False))
-    foreign_stop = not inp.owns_stop_policy and current_policy in (HOLD, HOLD_AND_DRAIN) and queue is not None
+    foreign_stop = queue is not None and not inp.owns_stop_policy and stored in (HOLD, HOLD_AND_DRAIN)
     # Someone else stopped the queue: leave their stop policy theirs (omit the field) until the InstanceType
     # controller has back-filled ``inactive``; re-owning it earlier would hide the stop from the backfill.
     base: str | None = HOLD if inactive else (None if foreign_stop else NONE)
-    checks = _checks(pool, inp)
+    q = _Queue(
+        name=name,
+        labels=labels,
+        checks=_checks(pool, inp),
+        obj=queue,
+        groups=list(spec.get("resourceGroups") or ()),
+        stored_policy=stored,
+        base=base,
+        phase=annotations.get(keys.MIGRATION_PHASE),
+        saved=annotations.get(keys.MIGRATION_STOP_POLICY),
+        drain_when_no_flavors=inp.drain_when_no_flavors,
+    )
+    problem = migration_problem(annotations)
+    if problem is not None:
+        return _invalid(q, problem, owns_stop_policy=inp.owns_stop_policy)
 
     outcome = plan_queue(
         pool,
@@ -389,93 +609,146 @@ def decide(inp: QueueInputs) -> QueueDecision:
         mixed_on_node=inp.mixed_on_node,
     )
     if isinstance(outcome, Refusal):
-        condition = Condition("False", outcome.reason, outcome.message)
-        # Keep the last complete plan — minus finalizing flavors: dropping them is the update Kueue waits
-        # for before it releases them (a flavor replaced under the same name would otherwise deadlock).
-        finalizing = {_name(f) for f in inp.flavors if not _live(f)}
-        current_groups = _without_flavors(current_groups, finalizing)
-        if current_groups:
-            policy = HOLD_AND_DRAIN if saved is not None else base
-            annotations = _keep_annotations(queue, {keys.TAS_QUEUE: "true"})
-            return QueueDecision(
-                _body(name, labels, annotations, current_groups, policy, checks),
-                condition=condition,
-                requeue_after=outcome.requeue_after,
-            )
-        return _held_empty(name, labels, queue, saved, checks, condition, outcome.requeue_after)
+        return _refused(q, outcome, inp.flavors)
+    if not outcome.groups:
+        return _no_live_flavor(q)
+    return _planned(q, outcome)
 
-    if outcome.groups:
-        notes = ["restored the stop policy saved by the drain"] if saved is not None else []
-        return QueueDecision(
-            _body(name, labels, {keys.TAS_QUEUE: "true"}, outcome.groups, base, checks),
-            condition=Condition("True", "Ready", f"{len(outcome.flavors)} topology-aware flavor(s)"),
-            notes=notes,
-        )
 
-    # No live flavor.
-    if not current_groups:
-        return _held_empty(
-            name,
-            labels,
-            queue,
-            saved,
-            checks,
-            Condition("True", "Ready", "no flavor yet: held until one exists"),
-            None,
-        )
-    assert queue is not None
-    saved_policy = (
-        saved if saved is not None else (str(spec.get("stopPolicy")) if spec.get("stopPolicy") else UNSET)
+def _deleting() -> QueueDecision:
+    return QueueDecision(
+        {"spec": {"stopPolicy": HOLD_AND_DRAIN}},
+        drain_only=True,
+        notes=["queue or InstanceType being deleted: HoldAndDrain so Kueue evicts and releases it"],
     )
-    if not _status_current(queue):
-        condition = Condition(
-            "Unknown", "AwaitingQueueStatus", "waiting for Kueue to report the queue's current generation"
+
+
+def _invalid(q: _Queue, problem: str, *, owns_stop_policy: bool) -> QueueDecision:
+    """Annotations the state machine cannot follow: nothing is switched, restored or released — the spec
+    and the annotations stay as they are until someone repairs or removes them."""
+    current = _annotations(q.obj or {})
+    kept = {
+        k: current[k]
+        for k in (keys.TAS_QUEUE, keys.EMPTY_PLAN_HOLD, keys.MIGRATION_STOP_POLICY, keys.MIGRATION_PHASE)
+        if k in current
+    }
+    return QueueDecision(
+        q.body(kept, q.groups, q.stored_policy if owns_stop_policy else None),
+        condition=Condition(
+            "False",
+            "InvalidMigrationState",
+            f"{problem}: the queue is kept as it is; repair the annotation, or remove both "
+            f"{keys.MIGRATION_PHASE} and {keys.MIGRATION_STOP_POLICY} to end the migration",
+        ),
+    )
+
+
+def _refused(q: _Queue, refusal: Refusal, flavors: Sequence[Mapping[str, Any]]) -> QueueDecision:
+    """Keep the last complete plan — minus finalizing flavors: dropping them is the update Kueue waits for
+    before it releases them (a flavor replaced under the same name would otherwise deadlock)."""
+    condition = Condition("False", refusal.reason, refusal.message)
+    finalizing = {_name(f) for f in flavors if not _live(f)}
+    kept = _without_flavors(q.groups, finalizing)
+    if not kept:
+        return q.held_empty(condition, refusal.requeue_after)
+    if q.phase is not None:
+        return q.hold(kept, q.phase, condition, refusal.requeue_after)
+    return QueueDecision(
+        q.body({keys.TAS_QUEUE: "true"}, kept, q.base),
+        condition=condition,
+        requeue_after=refusal.requeue_after,
+    )
+
+
+def _no_live_flavor(q: _Queue) -> QueueDecision:
+    """The complete plan is empty: never an empty queue that admits — drain, empty the groups, stay held."""
+    if not q.groups:
+        message = (
+            "no live flavor: held until a flavor returns"
+            if q.phase
+            else "no flavor yet: held until one exists"
         )
-        policy = HOLD_AND_DRAIN if inp.drain_when_no_flavors or saved is not None else current_policy
-        annotations = {keys.TAS_QUEUE: "true"}
-        if policy == HOLD_AND_DRAIN:
-            annotations |= {keys.MIGRATION_STOP_POLICY: saved_policy, keys.MIGRATION_PHASE: PHASE_DRAINING}
+        return q.held_empty(Condition("True", "Ready", message), None)
+    holding = q.drain_when_no_flavors or q.phase is not None
+    count = _workloads(q.obj)
+    if not _status_current(q.obj):
+        if holding:
+            return q.hold(q.groups, q.phase or PHASE_DRAINING, _awaiting(), DRAIN_POLL_S)
         return QueueDecision(
-            _body(name, labels, annotations, current_groups, policy, checks),
-            condition=condition,
+            q.body({keys.TAS_QUEUE: "true"}, q.groups, q.base),
+            condition=_awaiting(),
             requeue_after=DRAIN_POLL_S,
         )
-    drained = {keys.MIGRATION_STOP_POLICY: saved_policy}
-    if _reserving(queue) == 0:
-        return QueueDecision(
-            _body(name, labels, drained | {keys.MIGRATION_PHASE: PHASE_SWITCHED}, (), HOLD_AND_DRAIN, checks),
-            condition=Condition(
-                "True", "Ready", "no live flavor: groups emptied, held until a flavor returns"
-            ),
+    if count == 0:
+        return q.hold(
+            (),
+            PHASE_SWITCHED,
+            Condition("True", "Ready", "no live flavor: groups emptied, held until a flavor returns"),
+            None,
             notes=["emptied the resource groups after every reservation cleared"],
         )
-    if inp.drain_when_no_flavors:
-        return QueueDecision(
-            _body(
-                name,
-                labels,
-                drained | {keys.MIGRATION_PHASE: PHASE_DRAINING, keys.TAS_QUEUE: "true"},
-                current_groups,
-                HOLD_AND_DRAIN,
-                checks,
-            ),
-            condition=Condition("True", "Ready", f"no live flavor: draining {_reserving(queue)} workload(s)"),
-            requeue_after=DRAIN_POLL_S,
+    if holding:
+        return q.hold(
+            q.groups,
+            PHASE_DRAINING,
+            Condition("False", "Migrating", f"no live flavor: draining {count} workload(s)"),
+            DRAIN_POLL_S,
         )
     return QueueDecision(
-        _body(
-            name,
-            labels,
-            {keys.TAS_QUEUE: "true"},
-            current_groups,
-            current_policy if saved is None else HOLD_AND_DRAIN,
-            checks,
-        ),
-        condition=Condition(
-            "True", "Ready", f"no live flavor: waiting for {_reserving(queue)} workload(s) to finish"
-        ),
+        q.body({keys.TAS_QUEUE: "true"}, q.groups, q.base),
+        condition=Condition("True", "Ready", f"no live flavor: waiting for {count} workload(s) to finish"),
         requeue_after=WAIT_POLL_S,
     )
+
+
+def _planned(q: _Queue, plan: Plan) -> QueueDecision:
+    """A complete, non-empty plan: in place, or the HoldAndDrain migration (reference §6.8)."""
+    ready = Condition("True", "Ready", f"{len(plan.flavors)} topology-aware flavor(s)")
+    dropped = sorted(set(_flavor_names(q.groups)) - set(plan.flavors))
+    count = _workloads(q.obj)
+
+    def draining(detail: str) -> QueueDecision:
+        condition = Condition(
+            "False",
+            "Migrating",
+            f"dropping {len(dropped)} flavor(s) that may be in use ({_listed(dropped)}): "
+            f"held HoldAndDrain, {count} workload(s) reserve quota; {detail}",
+        )
+        return q.hold(q.groups, PHASE_DRAINING, condition, DRAIN_POLL_S)
+
+    restored = [f"restored the stop policy saved by the migration ({q.saved})"] if q.saved else []
+    if q.phase is None:
+        busy = _in_use(q.obj, dropped)
+        if not busy:
+            return q.placed(plan.groups, ready)
+        if not _status_current(q.obj):
+            return q.hold(q.groups, PHASE_DRAINING, _awaiting(), DRAIN_POLL_S)
+        return draining("switching once Kueue reports none")
+    if not _status_current(q.obj):
+        return q.hold(q.groups, q.phase, _awaiting(), DRAIN_POLL_S)
+    if q.phase == PHASE_DRAINING:
+        if not dropped:  # nothing left to drop (the old flavors came back): end the migration
+            return q.placed(plan.groups, ready, restored)
+        if not _stopped(q.obj):
+            return draining("waiting for Kueue to report the queue stopped")
+        if count:
+            return draining("switching once Kueue reports none")
+        return q.hold(
+            plan.groups,
+            PHASE_SWITCHED,
+            Condition(
+                "False",
+                "Migrating",
+                f"switched to {len(plan.flavors)} topology-aware flavor(s); the stop policy is restored once "
+                "Kueue reports the new generation",
+            ),
+            DRAIN_POLL_S,
+            notes=[f"switched the flavor plan after the queue drained (dropped {_listed(dropped)})"],
+        )
+    # Switched: Kueue has seen the new plan (or the emptied queue waits for a flavor that has now returned).
+    if _in_use(q.obj, dropped):
+        return draining("a flavor dropped after the switch is still in use")
+    return q.placed(plan.groups, ready, restored)
 
 
 def _without_flavors(groups: Sequence[Mapping[str, Any]], names: set[str]) -> list[Mapping[str, Any]]:
@@ -488,33 +761,3 @@ def _without_flavors(groups: Sequence[Mapping[str, Any]], names: set[str]) -> li
         if kept:
             out.append({**group, "flavors": kept})
     return out
-
-
-def _keep_annotations(queue: Mapping[str, Any] | None, extra: Mapping[str, str]) -> dict[str, str]:
-    current = _annotations(queue or {})
-    kept = {k: current[k] for k in (keys.MIGRATION_STOP_POLICY, keys.MIGRATION_PHASE) if k in current}
-    return {**kept, **extra}
-
-
-def _held_empty(
-    name: str,
-    labels: Mapping[str, str],
-    queue: Mapping[str, Any] | None,
-    saved: str | None,
-    checks: Sequence[str],
-    condition: Condition,
-    requeue_after: float | None,
-) -> QueueDecision:
-    """No resource groups: a drained queue stays HoldAndDrain; anything else is Hold, marked."""
-    if saved is not None:
-        annotations = _keep_annotations(queue, {})
-        return QueueDecision(
-            _body(name, labels, annotations, (), HOLD_AND_DRAIN, checks),
-            condition=condition,
-            requeue_after=requeue_after,
-        )
-    return QueueDecision(
-        _body(name, labels, {keys.EMPTY_PLAN_HOLD: "true"}, (), HOLD, checks),
-        condition=condition,
-        requeue_after=requeue_after,
-    )
