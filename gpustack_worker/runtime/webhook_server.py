@@ -5,8 +5,8 @@ What the API server needs from a webhook endpoint, and nothing more (no web fram
 * **TLS** ≥ 1.2 with a certificate and key read from files (``tls.crt`` / ``tls.key`` of a mounted
   Secret). The files are re-read at each new TLS handshake and the context is rebuilt when they
   changed, so a rotated Secret is served without a restart; a pair that fails to load (caught half-way
-  through a rotation) keeps the previous one until a later handshake loads the new pair. ALPN offers ``http/1.1`` only
-  (the API server's Go client then skips HTTP/2).
+  through a rotation) keeps the previous one until a later handshake loads the new pair. ALPN offers
+  ``http/1.1`` only (the API server's Go client then skips HTTP/2).
 * **HTTP/1.1 with keep-alive**: the API server reuses its connections, so one connection serves any
   number of requests in sequence; ``Connection: close`` or HTTP/1.0 ends it after the response. Bodies
   are read by ``Content-Length`` (the API server always sends one; chunked bodies get 411), capped at
@@ -29,16 +29,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import ssl
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import orjson
 import structlog
 
 from gpustack_worker.runtime.health import parse_bind
+
+if TYPE_CHECKING:
+    import os
 
 __all__ = ("Handler", "TlsFiles", "WebhookServer", "denied_review")
 
