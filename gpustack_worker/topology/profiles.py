@@ -1,6 +1,7 @@
 """Hierarchy profiles: which levels a Node's topology has, and the Kueue Topology of each shape (pure).
 
-Reference §2.1.2 and "Hierarchy profiles": among the TopologySources that are ``Ready=True`` and whose
+Reference §2.1.2 and "Hierarchy profiles": among the TopologySources in effect (``Ready=True``, or
+``Stale``: a failing source's last valid snapshot stays in effect until ``maxStaleness``) whose
 ``nodeSelector`` matches the Node, exactly one supplies the levels (Topograph tiers normalised, then the
 longest prefix whose values are all non-empty on the Node); zero or several matching sources fall back
 to the hostname-only hierarchy — an ambiguous inventory never invents a tree. ``kubernetes.io/hostname``
@@ -32,7 +33,7 @@ __all__ = (
 
 @dataclass(frozen=True, slots=True)
 class ReadySource:
-    """A ``Ready=True`` TopologySource, as the profile assigner reads it."""
+    """A TopologySource in effect, as the profile assigner reads it."""
 
     name: str
     matches: Callable[[Mapping[str, str]], bool]

@@ -52,6 +52,8 @@ __all__ = (
 READY: Final = "Ready"
 VALID: Final = "Valid"
 OWNERSHIP_CONFLICT: Final = "OwnershipConflict"
+#: The Ready reason while a failing writing source's last valid snapshot is still in effect.
+STALE: Final = "Stale"
 #: How soon a source in an ownership conflict looks again (reference §6.5: "a 1-minute conflict retry").
 CONFLICT_RETRY_S: Final = 60.0
 #: The reason for a spec the admission webhook would have refused (it was created while the webhook was
@@ -380,7 +382,7 @@ def _failed(
             f"{reason}: {message}; the last valid snapshot (revision {revision!r}) stays in effect until "
             f"{_format_time(deadline)}"
         )
-        conditions = _three(gen, ("False", "Stale", stale), ("False", reason, message), no_conflict)
+        conditions = _three(gen, ("False", STALE, stale), ("False", reason, message), no_conflict)
         return SourceDecision(
             kind, status=base, conditions=conditions, finalizer=True, requeue_after=_sooner(poll, left)
         )

@@ -54,8 +54,14 @@ def _labels(obj: Mapping[str, Any] | None) -> Mapping[str, str]:
     return _meta(obj).get("labels") or {}
 
 
-def _ready(source: Mapping[str, Any]) -> bool:
-    return conditions.is_true((source.get("status") or {}).get("conditions"), sources.READY)
+def _in_effect(source: Mapping[str, Any]) -> bool:
+    """Whether the source's hierarchy is in effect: ``Ready=True``, or ``Stale`` (its last valid snapshot
+    stays in effect until ``maxStaleness``, so a broken revision changes no profile meanwhile — reference
+    Appendix C #10 left this open; docs/topology.md explains the choice)."""
+    ready = conditions.find((source.get("status") or {}).get("conditions"), sources.READY)
+    if ready is None:
+        return False
+    return ready.get("status") == "True" or ready.get("reason") == sources.STALE
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,10 +135,10 @@ class TopologySteps:
         return memo
 
     def ready_sources(self) -> list[profiles.ReadySource]:
-        """Every TopologySource the profile assigner may use: ``Ready=True`` and not being deleted."""
+        """Every TopologySource the profile assigner may use: in effect and not being deleted."""
         out = []
         for source in self.topology_sources.store.list():
-            if _meta(source).get("deletionTimestamp") or not _ready(source):
+            if _meta(source).get("deletionTimestamp") or not _in_effect(source):
                 continue
             memo = self.compiled(source)
             out.append(profiles.ReadySource(str(_meta(source)["name"]), memo.matches, memo.levels))
