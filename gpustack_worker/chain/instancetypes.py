@@ -108,7 +108,11 @@ def decide_type(
     ):
         policy = str((queue.get("spec") or {}).get("stopPolicy") or "None")
         annotations: Mapping[str, str] = _meta(queue).get("annotations") or {}
-        ours = annotations.get(keys.EMPTY_PLAN_HOLD) == "true" or keys.MIGRATION_STOP_POLICY in annotations
+        # The chain's own stops carry their mark, and only the policy the chain writes there: an admin's
+        # Hold on a queue in a migration is still theirs (the queue controller waits for this backfill).
+        ours = (annotations.get(keys.EMPTY_PLAN_HOLD) == "true" and policy == "Hold") or (
+            keys.MIGRATION_STOP_POLICY in annotations and policy == "HoldAndDrain"
+        )
         backfill = policy in ("Hold", "HoldAndDrain") and not ours
     return TypeDecision(
         add_finalizer=not held, backfill_inactive=backfill, phase=phase, phase_message=message

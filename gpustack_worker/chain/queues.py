@@ -505,11 +505,12 @@ class _Queue:
     ) -> QueueDecision:
         """``HoldAndDrain`` with ``groups``, the saved policy and ``phase`` recorded on the queue.
 
-        While someone else's stop waits for the ``inactive`` backfill, the stop policy is left to its owner
-        and nothing else changes: taking it over would hide the stop from the backfill (the stop would be
-        lost when the migration restores the base policy). The backfill wakes the queue again.
+        While someone else's stop waits for the ``inactive`` backfill, the stop policy is left to its owner:
+        taking it over would hide the stop from the backfill (and lose it when the migration restores the
+        base policy). Their ``HoldAndDrain`` already drains, so the migration goes on under it; their
+        ``Hold`` does not, so nothing changes until the backfill (which wakes the queue again).
         """
-        if self.base is None:
+        if self.base is None and self.stored_policy != HOLD_AND_DRAIN:
             current = _annotations(self.obj or {})
             kept = {k: current[k] for k in (keys.MIGRATION_STOP_POLICY, keys.MIGRATION_PHASE) if k in current}
             if self.groups:
@@ -529,7 +530,7 @@ class _Queue:
         if groups:
             annotations[keys.TAS_QUEUE] = "true"
         return QueueDecision(
-            self.body(annotations, groups, HOLD_AND_DRAIN),
+            self.body(annotations, groups, HOLD_AND_DRAIN if self.base is not None else None),
             condition=condition,
             requeue_after=requeue_after,
             notes=list(notes),

@@ -104,6 +104,21 @@ def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return (obj or {}).get("metadata") or {}
 
 
+def _topology_drift(desired: Mapping[str, Any], cached: Mapping[str, Any]) -> dict[str, Any]:
+    """The generated topology fields of a cached flavor that differ from the desired ones: its
+    ``spec.topologyName`` and the profile pinned in ``spec.nodeLabels`` (Kueue makes both immutable; a
+    difference is drift to report, never to patch). Empty when there is none."""
+    want, have = desired.get("spec") or {}, cached.get("spec") or {}
+    drift: dict[str, Any] = {}
+    if want.get("topologyName") != have.get("topologyName"):
+        drift["topologyName"] = {"desired": want.get("topologyName"), "found": have.get("topologyName")}
+    want_profile = (want.get("nodeLabels") or {}).get(keys.TOPOLOGY_PROFILE)
+    have_profile = (have.get("nodeLabels") or {}).get(keys.TOPOLOGY_PROFILE)
+    if want_profile != have_profile:
+        drift[keys.TOPOLOGY_PROFILE] = {"desired": want_profile, "found": have_profile}
+    return drift
+
+
 def _immutable_spec_changed(desired: Mapping[str, Any], cached: Mapping[str, Any]) -> bool:
     """Kueue forbids changing a TAS flavor's ``nodeLabels``, ``tolerations`` and ``topologyName``."""
     want, have = desired.get("spec") or {}, cached.get("spec") or {}
@@ -271,6 +286,15 @@ class Steps:
             if cached is not None and _meta(cached).get("deletionTimestamp"):
                 requeue = REPLACE_POLL_S  # being replaced: wait until Kueue lets it go
                 continue
+            if cached is not None and (drift := _topology_drift(body, cached)):
+                # No EventRecorder in the chain's steps: a structured error log names the drift. The queue
+                # refuses the flavor (MissingTopology) until an admin removes it.
+                _log.error(
+                    "flavor topology drift: left unmodified (immutable in Kueue); delete it to recreate",
+                    flavor=name,
+                    drift=drift,
+                )
+                continue
             if cached is not None and _immutable_spec_changed(body, cached):
                 _log.info("replacing flavor whose immutable selector changed", flavor=name)
                 await self._delete(kinds.RESOURCE_FLAVOR, cached)
@@ -332,6 +356,9 @@ class Steps:
             )
         )
         if decision.body is None:
+            if queue is not None and decision.condition is not None:
+                # Not ours to change (UnsupportedExistingObject): only the condition is reported.
+                await self._queue_condition(name, queue, decision.condition)
             return Result.done()
         if decision.drain_only:
             current = ((queue or {}).get("spec") or {}).get("stopPolicy")
@@ -342,6 +369,9 @@ class Steps:
                     )
             return Result.done()
         written = await self.queue_applier.apply(kinds.CLUSTER_QUEUE, decision.body, queue, force=True)
+        if written is not None:
+            for note in decision.notes:
+                _log.info(note, queue=name)
         target = written if written is not None else queue
         if target is not None and decision.condition is not None:
             await self._queue_condition(name, target, decision.condition)
