@@ -26,6 +26,7 @@ from gpustack_worker.api import kinds
 from gpustack_worker.chain.controller import Chain
 from gpustack_worker.cli.process import running
 from gpustack_worker.cli.settings import open_settings
+from gpustack_worker.cli.webhook_serving import admission_webhooks
 from gpustack_worker.runtime.leader import LeaderElector
 from gpustack_worker.runtime.manager import Manager
 from gpustack_worker.runtime.registry import InformerRegistry
@@ -81,6 +82,7 @@ async def run(args: argparse.Namespace) -> int:
         chain.start_keys()
         topology.start_keys()
         _log.info("controller starting", identity=identity, namespace=namespace)
-        code = await manager.run(proc.stop)
+        async with admission_webhooks(args, namespace=namespace):  # every replica, not only the leader
+            code = await manager.run(proc.stop)
         _log.info("controller stopped", exit_code=code)
         return code

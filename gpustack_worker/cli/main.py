@@ -63,6 +63,16 @@ def build_parser() -> argparse.ArgumentParser:
     ctl = sub.add_parser("controller", help="the leader-elected cluster-wide controller")
     _common_api_flags(ctl)
     ctl.add_argument("--identity", default=None, help="leader-election identity (default: hostname_pid)")
+    ctl.add_argument(
+        "--webhook-bind",
+        default=":9443",
+        help="admission webhook HTTPS address (default: %(default)s; empty disables)",
+    )
+    ctl.add_argument(
+        "--webhook-cert-dir",
+        default="/etc/gpustack-worker/webhook-certs",
+        help="directory with the webhook's tls.crt and tls.key (default: %(default)s)",
+    )
 
     agent = sub.add_parser("agent", help="the per-node stage-3 agent (DaemonSet)")
     _common_api_flags(agent)
