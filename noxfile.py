@@ -1,4 +1,4 @@
-"""Sessions: tests, lint, typecheck, crds, rbac, kueue_config, demo, bench.
+"""Sessions: tests, lint, typecheck, crds, rbac, webhooks, kueue_config, demo, bench.
 
 ``nox -s lint typecheck tests`` is CI.
 """
@@ -48,6 +48,13 @@ def rbac(session: nox.Session) -> None:
     """Regenerate manifests/rbac/ and chart/templates/rbac-*.yaml from gpustack_worker/api/rbac.py."""
     session.install("-e", ".")
     session.run("python", "-m", "gpustack_worker.api.rbacgen")
+
+
+@nox.session
+def webhooks(session: nox.Session) -> None:
+    """Regenerate chart/templates/webhook-validating.yaml from gpustack_worker/api/webhooks.py."""
+    session.install("-e", ".")
+    session.run("python", "-m", "gpustack_worker.api.webhookgen")
 
 
 @nox.session
