@@ -409,7 +409,7 @@ def _webhook(spec: Mapping[str, Any], namespace: str, errors: list[FieldError]) 
         _ref(arm, credential, path, namespace, errors, required=False)
 
 
-def spec_errors(spec: Mapping[str, Any], *, namespace: str) -> list[FieldError]:
+def spec_errors(spec: Mapping[str, Any] | None, *, namespace: str) -> list[FieldError]:
     """Every rule of reference §2.1 broken by ``spec`` (empty when valid), in field order.
 
     ``namespace`` is the worker (system) namespace every ConfigMap / Secret reference must point into.
