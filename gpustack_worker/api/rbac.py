@@ -146,7 +146,17 @@ CONTROLLER: Final = Component(
     key="controller",
     cluster=(
         Rule(kinds.NODE, ("list", "watch", "patch"), "chain informer; apply of the profile label"),
-        Rule(kinds.DEVICES, ("list", "watch"), "InstanceType status views read the ledgers"),
+        Rule(
+            kinds.DEVICES,
+            ("list", "watch", "patch"),
+            "InstanceType status views read the ledgers; the profile label is mirrored onto each",
+        ),
+        Rule(
+            kinds.TOPOLOGY_SOURCE,
+            ("list", "watch", "patch"),
+            "TopologySource informer; its finalizer (JSON patch)",
+        ),
+        Rule(kinds.TOPOLOGY_SOURCE, ("patch",), "status: conditions, revision, counts", subresource="status"),
         Rule(kinds.NAMESPACE, ("list", "watch"), "a LocalQueue in every non-system namespace"),
         Rule(
             kinds.RESOURCE_FLAVOR,
@@ -190,7 +200,18 @@ CONTROLLER: Final = Component(
     namespaced={
         SYSTEM: (
             Rule(kinds.LEASE, ("get", "create", "update"), "leader election on the Lease"),
-            Rule(kinds.CONFIG_MAP, ("list", "watch"), "the live settings ConfigMap"),
+            Rule(
+                kinds.CONFIG_MAP,
+                ("list", "watch"),
+                "the live settings ConfigMap; TopologySource snapshots and webhook CA bundles",
+            ),
+            Rule(kinds.SECRET, ("list", "watch"), "TopologySource webhook credentials (token, client cert)"),
+            Rule(
+                kinds.NODE_FEATURE,
+                ("list", "watch", "create", "patch", "update", "delete"),
+                "a writing TopologySource's NodeFeatures: apply (create on first apply), replace an edited "
+                "one as a whole (a key another manager added), delete on omission, conflict, expiry",
+            ),
             Rule(kinds.EVENT, ("create",), _SETTINGS_EVENTS),
         ),
     },

@@ -1,0 +1,611 @@
+"""Topology-aware scheduling end to end on the real control plane (Kueue, nfd-master), with the node agent
+and the controllers (topology + chain) running as their ServiceAccounts, on the ``topology-8`` scenario:
+
+- a configMap source places 8 two-L4 nodes into 2 zones × 2 racks: the labels reach the Nodes through
+  NFD, the Topology and the per-profile flavors exist, and a Workload whose PodSet requires the rack
+  level is admitted with every pod in one rack (one pod more than a rack holds stays pending);
+- a broken snapshot changes nothing and reports ``SnapshotInvalid``;
+- two overlapping writing sources fall back to hostname-only;
+- a nodeLabels source over cloud region/zone labels works without writing any NodeFeature or any Node
+  label other than the profile;
+- the webhook arm against local HTTPS servers (bearer token, client certificate): a redirect, a slow, a
+  huge and a malformed answer each give a clear condition while the last good snapshot holds; then it
+  expires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import yaml
+
+from gpustack_worker.agent.controller import Agent
+from gpustack_worker.api import keys, kinds, rbac
+from gpustack_worker.chain.controller import Chain
+from gpustack_worker.cli.settings import WorkerSettings
+from gpustack_worker.devcluster.cluster import DevCluster
+from gpustack_worker.runtime.client import Client
+from gpustack_worker.runtime.manager import Manager
+from gpustack_worker.runtime.registry import InformerRegistry
+from gpustack_worker.runtime.settings import SettingsSource
+from gpustack_worker.simulate.apply import apply_scenario
+from gpustack_worker.simulate.load import packaged_scenario
+from gpustack_worker.topology.controller import Topology
+from tests.topology.https_server import Mode, Pki, SnapshotServer
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable, Iterator
+
+pytestmark = pytest.mark.cluster
+
+NS = kinds.SYSTEM_NAMESPACE
+TEAM = "team-topo"
+RACK_NODES = tuple(f"rack-node-{i}" for i in range(1, 9))
+REGION, ZONE, RACK = keys.PRIVATE_REGION, keys.PRIVATE_ZONE, keys.PRIVATE_RACK
+LEVELS = (REGION, ZONE, RACK)
+PROFILE = keys.topology_profile([*LEVELS, keys.HOSTNAME])
+HOSTNAME_ONLY = keys.topology_profile([keys.HOSTNAME])
+L4_QUEUE = "gpustack--nvidia-l4-linux-amd64"
+INVENTORY = "example.com/inventory"
+
+
+def _placement(i: int) -> dict[str, str]:
+    """rack-node-1..8 → zone-a/rack-1 (1, 2), zone-a/rack-2 (3, 4), zone-b/rack-3 (5, 6), zone-b/rack-4."""
+    rack = (i - 1) // 2 + 1
+    zone = "zone-a" if rack <= 2 else "zone-b"
+    return {REGION: "region-1", ZONE: zone, RACK: f"rack-{rack}"}
+
+
+def _snapshot(revision: str, nodes: dict[str, dict[str, str]]) -> str:
+    return yaml.safe_dump({"apiVersion": keys.SNAPSHOT_API_VERSION, "revision": revision, "nodes": nodes})
+
+
+GOOD = _snapshot("inventory-1", {f"rack-node-{i}": _placement(i) for i in range(1, 9)})
+
+
+async def eventually(check: Callable[[], Any], *, within: float = 120.0, every: float = 0.5) -> Any:
+    """Poll an async ``check`` until it returns a truthy value."""
+    deadline = time.monotonic() + within
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(every)
+    raise AssertionError(f"condition not met within {within}s; last value: {last!r}")
+
+
+def _cond(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or ():
+        if cond.get("type") == type_:
+            return dict(cond)
+    return {}
+
+
+def _labels(obj: dict[str, Any] | None) -> dict[str, str]:
+    return dict(((obj or {}).get("metadata") or {}).get("labels") or {})
+
+
+def _config_map(name: str, data: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": NS},
+        "data": data,
+    }
+
+
+def _source(name: str, levels: tuple[str, ...], selector: dict[str, str], **arm: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": kinds.TOPOLOGY_SOURCE.api_version,
+        "kind": kinds.TOPOLOGY_SOURCE.kind,
+        "metadata": {"name": name},
+        "spec": {"nodeSelector": {"matchLabels": selector}, "levels": list(levels), **arm},
+    }
+
+
+def _cm_arm(cm: str, staleness: str = "10m") -> dict[str, Any]:
+    return {
+        "configMap": {
+            "configMapRef": {"namespace": NS, "name": cm},
+            "key": "snapshot.yaml",
+            "maxStaleness": staleness,
+        }
+    }
+
+
+def _workload(name: str, pods: int, level: str | None) -> dict[str, Any]:
+    podset: dict[str, Any] = {
+        "name": "main",
+        "count": pods,
+        "template": {
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "registry.invalid/x",
+                        "resources": {
+                            "requests": {"cpu": "1", "nvidia.com/gpu": "1"},
+                            "limits": {"nvidia.com/gpu": "1"},
+                        },
+                    }
+                ],
+            }
+        },
+    }
+    if level:
+        podset["topologyRequest"] = {"required": level}
+    return {
+        "apiVersion": kinds.WORKLOAD.api_version,
+        "kind": "Workload",
+        "metadata": {"name": name, "namespace": TEAM},
+        "spec": {"queueName": keys.local_queue_name(L4_QUEUE), "podSets": [podset]},
+    }
+
+
+def assigned_domains(assignment: dict[str, Any]) -> list[tuple[dict[str, str], int]]:
+    """Kueue v1beta2 ``topologyAssignment`` (levels + compressed slices) as (level → value, pods) pairs."""
+    levels = list(assignment.get("levels") or ())
+    out: list[tuple[dict[str, str], int]] = []
+    for piece in assignment.get("slices") or ():
+        n = int(piece.get("domainCount") or 0)
+        columns: list[list[str]] = []
+        for values in piece.get("valuesPerLevel") or ():
+            if values.get("universal") is not None:
+                columns.append([str(values["universal"])] * n)
+            else:
+                ind = values.get("individual") or {}
+                prefix, suffix = ind.get("prefix") or "", ind.get("suffix") or ""
+                columns.append([f"{prefix}{root}{suffix}" for root in ind.get("roots") or ()])
+        counts = piece.get("podCounts") or {}
+        pods = (
+            [int(counts["universal"])] * n
+            if counts.get("universal") is not None
+            else counts.get("individual")
+        )
+        counted = pods or [0] * n
+        out.extend(({lvl: columns[j][i] for j, lvl in enumerate(levels)}, int(counted[i])) for i in range(n))
+    return out
+
+
+class Running:
+    def __init__(self, admin: Client, chain: Chain, topology: Topology) -> None:
+        self.admin = admin
+        self.chain = chain
+        self.topology = topology
+
+    async def source(self, name: str) -> dict[str, Any] | None:
+        return await self.admin.get(kinds.TOPOLOGY_SOURCE, name)
+
+    async def owned_nodefeatures(self, uid: str) -> dict[str, dict[str, Any]]:
+        items, _ = await self.admin.list(
+            kinds.NODE_FEATURE, namespace=NS, label_selector=f"{keys.TOPOLOGY_SOURCE_UID}={uid}"
+        )
+        return {i["metadata"]["name"]: i for i in items}
+
+    async def profiles(self, names: tuple[str, ...]) -> dict[str, str | None]:
+        out: dict[str, str | None] = {}
+        for name in names:
+            node = await self.admin.get(kinds.NODE, name)
+            out[name] = _labels(node).get(keys.TOPOLOGY_PROFILE)
+        return out
+
+
+@pytest.fixture(scope="module")
+def devcluster() -> Iterator[DevCluster]:
+    """A control plane for this module alone: the chain reads every Node of the cluster."""
+    directory = Path(tempfile.mkdtemp(prefix="gpustack-topology-"))
+    cluster = DevCluster(directory, log=lambda msg: print(f"[topology devcluster] {msg}"))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+async def running(devcluster: DevCluster) -> AsyncIterator[Running]:
+    admin = await Client.connect(str(devcluster.kubeconfig))
+    await apply_scenario(admin, packaged_scenario("topology-8"))
+    await admin.create(kinds.NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": TEAM}})
+    agent_client = await Client.connect(str(devcluster.service_account_kubeconfig(rbac.AGENT.name)))
+    ctl_client = await Client.connect(str(devcluster.service_account_kubeconfig(rbac.CONTROLLER.name)))
+    agent = Agent(agent_client, SettingsSource(agent_client, model=WorkerSettings, env={}), node_name=None)
+    settings = SettingsSource(ctl_client, model=WorkerSettings, env={})
+    manager = Manager(settings=settings)
+    registry = manager.add_registry(InformerRegistry(ctl_client))
+    chain = Chain(ctl_client, settings, registry)
+    topology = Topology(ctl_client, settings, registry)
+    for controller in (*topology.controllers, *chain.controllers):
+        manager.add_controller(controller)
+    chain.start_keys()
+    topology.start_keys()
+    stop = asyncio.Event()
+    tasks = [asyncio.create_task(agent.run(stop)), asyncio.create_task(manager.run(stop))]
+    try:
+        yield Running(admin, chain, topology)
+    finally:
+        stop.set()
+        for task in tasks:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(task, 30)
+        for client in (agent_client, ctl_client, admin):
+            await client.close()
+
+
+async def _data_center(run: Running) -> dict[str, Any]:
+    """The configMap source over the rack nodes, applied (idempotent: later tests start from here)."""
+    admin = run.admin
+    if await admin.get(kinds.CONFIG_MAP, "inventory", NS) is None:
+        await admin.create(kinds.CONFIG_MAP, _config_map("inventory", {"snapshot.yaml": GOOD}))
+    if await run.source("data-center") is None:
+        await admin.create(
+            kinds.TOPOLOGY_SOURCE,
+            _source("data-center", LEVELS, {INVENTORY: "racks"}, **_cm_arm("inventory")),
+        )
+
+    async def ready() -> dict[str, Any] | None:
+        src = await run.source("data-center")
+        return src if _cond(src, "Ready").get("status") == "True" else None
+
+    return await eventually(ready)
+
+
+async def test_configmap_source_places_nodes_into_racks(running: Running) -> None:
+    run, admin = running, running.admin
+    src = await _data_center(run)
+    status = src["status"]
+    assert status["sourceKind"] == "ConfigMap"
+    assert status["lastSuccessfulRevision"] == "inventory-1"
+    assert status["selectedNodes"] == 8
+    assert _cond(src, "Valid")["reason"] == "Observed"
+    assert _cond(src, "OwnershipConflict") | {"lastTransitionTime": ""} == {
+        **_cond(src, "OwnershipConflict"),
+        "status": "False",
+        "reason": "NoConflict",
+        "lastTransitionTime": "",
+    }
+    uid = src["metadata"]["uid"]
+
+    # One NodeFeature per node, named and labelled per reference §2.1.1, with only the private labels.
+    owned = await eventually(lambda: _when(run.owned_nodefeatures(uid), lambda o: len(o) == 8))
+    for i, node in enumerate(RACK_NODES, start=1):
+        nf = owned[keys.topology_source_nodefeature_name(uid, node)]
+        assert nf["metadata"]["labels"] == {keys.NFD_NODE_NAME: node, keys.TOPOLOGY_SOURCE_UID: uid}
+        assert nf["spec"]["labels"] == _placement(i)
+        ref = nf["metadata"]["ownerReferences"][0]
+        assert (ref["kind"], ref["uid"], ref["controller"]) == ("TopologySource", uid, True)
+
+    # NFD projects them onto the Nodes; the profile assigner gives them the region/zone/rack profile.
+    async def labelled() -> bool:
+        for i, name in enumerate(RACK_NODES, start=1):
+            labels = _labels(await admin.get(kinds.NODE, name))
+            if any(labels.get(k) != v for k, v in _placement(i).items()):
+                return False
+            if labels.get(keys.TOPOLOGY_PROFILE) != PROFILE:
+                return False
+        return True
+
+    await eventually(labelled)
+    for name in RACK_NODES:  # mirrored onto the ledger
+        devices = await admin.get(kinds.DEVICES, name)
+        assert _labels(devices).get(keys.TOPOLOGY_PROFILE) == PROFILE
+
+    topology = await eventually(lambda: admin.get(kinds.TOPOLOGY, keys.topology_name(PROFILE)))
+    assert [lvl["nodeLabel"] for lvl in topology["spec"]["levels"]] == [*LEVELS, keys.HOSTNAME]
+
+    flavor_name = f"gpustack--intel-xeon-platinum-8375c--nvidia-l4-linux-amd64-2d-{PROFILE}"
+
+    async def flavor() -> dict[str, Any] | None:
+        return await admin.get(kinds.RESOURCE_FLAVOR, flavor_name)
+
+    rf = await eventually(flavor)
+    assert rf["spec"]["topologyName"] == keys.topology_name(PROFILE)
+    assert rf["spec"]["nodeLabels"][keys.TOPOLOGY_PROFILE] == PROFILE
+
+    async def queue_ready() -> dict[str, Any] | None:
+        cq = await admin.get(kinds.CLUSTER_QUEUE, L4_QUEUE)
+        flavors = [
+            f["name"] for g in (cq or {}).get("spec", {}).get("resourceGroups") or () for f in g["flavors"]
+        ]
+        ok = _cond(cq, "TopologyReady").get("status") == "True" and flavors == [flavor_name]
+        return cq if ok and _cond(cq, "Active").get("status") == "True" else None
+
+    await eventually(queue_ready)
+
+    # Four pods of one GPU each, rack required: one rack (2 nodes × 2 L4) holds exactly four.
+    await admin.create(kinds.WORKLOAD, _workload("rack-four", 4, RACK), namespace=TEAM)
+
+    async def admitted() -> dict[str, Any] | None:
+        wl = await admin.get(kinds.WORKLOAD, "rack-four", TEAM)
+        return wl if _cond(wl, "Admitted").get("status") == "True" else None
+
+    wl = await eventually(admitted)
+    assignment = wl["status"]["admission"]["podSetAssignments"][0]
+    assert assignment["flavors"] == {"credits.gpustack.ai/nvidia": flavor_name}
+    domains = assigned_domains(assignment["topologyAssignment"])
+    assert sum(pods for _, pods in domains) == 4
+    racks = set()
+    for domain, _pods in domains:
+        if RACK in domain:
+            racks.add(domain[RACK])
+        else:  # Kueue names only the hostname level when the lowest level is the host
+            node = await admin.get(kinds.NODE, domain[keys.HOSTNAME])
+            racks.add(_labels(node)[RACK])
+    assert len(racks) == 1, f"pods spread over racks {racks}: {domains}"
+
+    # A fifth pod does not fit any one rack although the cluster has 16 L4s: pending, Kueue's words.
+    await admin.create(kinds.WORKLOAD, _workload("rack-five", 5, RACK), namespace=TEAM)
+
+    async def pending() -> str | None:
+        wl5 = await admin.get(kinds.WORKLOAD, "rack-five", TEAM)
+        cond = _cond(wl5, "QuotaReserved")
+        return cond.get("message") if cond.get("status") == "False" and cond.get("message") else None
+
+    message = await eventually(pending)
+    print(f"Kueue on a 5-pod rack-required PodSet: {message}")
+    assert _cond(await admin.get(kinds.WORKLOAD, "rack-five", TEAM), "Admitted").get("status") != "True"
+    for name in ("rack-four", "rack-five"):
+        await admin.delete(kinds.WORKLOAD, name, TEAM)
+
+
+async def _when(value: Any, check: Callable[[Any], bool]) -> Any:
+    got = await value
+    return got if check(got) else None
+
+
+async def test_a_broken_snapshot_changes_nothing(running: Running) -> None:
+    run, admin = running, running.admin
+    src = await _data_center(run)
+    uid = src["metadata"]["uid"]
+    before = {n: nf["metadata"]["resourceVersion"] for n, nf in (await run.owned_nodefeatures(uid)).items()}
+    assert len(before) == 8
+    profiles_before = await run.profiles(RACK_NODES)
+    # rack-2 under two zones: one child value under two parent tuples rejects the whole revision.
+    broken = {f"rack-node-{i}": _placement(i) for i in range(1, 9)}
+    broken["rack-node-4"] = {**broken["rack-node-4"], ZONE: "zone-b"}
+    cm = _config_map("inventory", {"snapshot.yaml": _snapshot("inventory-2", broken)})
+    await admin.patch(kinds.CONFIG_MAP, "inventory", {"data": cm["data"]}, namespace=NS)
+
+    async def invalid() -> dict[str, Any] | None:
+        got = await run.source("data-center")
+        return got if _cond(got, "Valid").get("reason") == "SnapshotInvalid" else None
+
+    got = await eventually(invalid)
+    valid, ready = _cond(got, "Valid"), _cond(got, "Ready")
+    assert valid["status"] == "False" and "rack-2" in valid["message"], valid
+    assert (ready["status"], ready["reason"]) == ("False", "Stale"), ready
+    assert got["status"]["lastSuccessfulRevision"] == "inventory-1"
+    # Nothing changed: the NodeFeatures (same resourceVersions), the Node profiles.
+    after = {n: nf["metadata"]["resourceVersion"] for n, nf in (await run.owned_nodefeatures(uid)).items()}
+    assert after == before
+    assert await run.profiles(RACK_NODES) == profiles_before
+
+    await admin.patch(kinds.CONFIG_MAP, "inventory", {"data": {"snapshot.yaml": GOOD}}, namespace=NS)
+    await _data_center(run)
+
+
+async def test_two_overlapping_writing_sources_fall_back_to_hostname_only(running: Running) -> None:
+    run, admin = running, running.admin
+    first = await _data_center(run)
+    other = {f"rack-node-{i}": {REGION: "region-9"} for i in (1, 2)}
+    await admin.create(
+        kinds.CONFIG_MAP, _config_map("inventory-b", {"snapshot.yaml": _snapshot("b-1", other)})
+    )
+    await admin.create(
+        kinds.TOPOLOGY_SOURCE,
+        _source("second-opinion", (REGION,), {INVENTORY: "racks"}, **_cm_arm("inventory-b")),
+    )
+
+    async def both_conflicted() -> bool:
+        for name in ("data-center", "second-opinion"):
+            src = await run.source(name)
+            if _cond(src, "OwnershipConflict").get("reason") != "OverlappingSources":
+                return False
+            if _cond(src, "Ready").get("reason") != "OwnershipConflict":
+                return False
+        return True
+
+    await eventually(both_conflicted)
+    second = await run.source("second-opinion")
+    assert second is not None and second["status"]["conflictedNodes"] == 8
+    assert _cond(second, "Valid")["status"] == "True"
+
+    async def hostname_only() -> bool:
+        return set((await run.profiles(RACK_NODES)).values()) == {HOSTNAME_ONLY}
+
+    await eventually(hostname_only)
+    for src in (first, second):  # conflicted nodes lose the NodeFeatures of both
+        assert await run.owned_nodefeatures(src["metadata"]["uid"]) == {}
+
+    # One source again: the rack hierarchy comes back.
+    await admin.delete(kinds.TOPOLOGY_SOURCE, "second-opinion")
+    await admin.delete(kinds.CONFIG_MAP, "inventory-b", NS)
+    await _data_center(run)
+
+    async def racks_again() -> bool:
+        return set((await run.profiles(RACK_NODES)).values()) == {PROFILE}
+
+    await eventually(racks_again)
+
+
+async def test_node_labels_source_over_cloud_labels_writes_only_the_profile(running: Running) -> None:
+    run, admin = running, running.admin
+    levels = (keys.STANDARD_REGION, keys.STANDARD_ZONE)
+    await admin.create(kinds.TOPOLOGY_SOURCE, _source("cloud", levels, {INVENTORY: "cloud"}, nodeLabels={}))
+
+    async def ready() -> dict[str, Any] | None:
+        src = await run.source("cloud")
+        return src if _cond(src, "Ready").get("status") == "True" else None
+
+    src = await eventually(ready)
+    assert src["status"]["sourceKind"] == "NodeLabels"
+    assert src["status"]["selectedNodes"] == 2
+    assert (_cond(src, "OwnershipConflict")["status"], _cond(src, "OwnershipConflict")["reason"]) == (
+        "False",
+        "ReadOnly",
+    )
+    assert keys.FINALIZER_TOPOLOGY_SOURCE not in (src["metadata"].get("finalizers") or [])
+    profile = keys.topology_profile([*levels, keys.HOSTNAME])
+
+    async def profiled() -> bool:
+        return set((await run.profiles(("cloud-a", "cloud-b"))).values()) == {profile}
+
+    await eventually(profiled)
+    assert await run.owned_nodefeatures(src["metadata"]["uid"]) == {}
+    for name in ("cloud-a", "cloud-b"):
+        node = await admin.get(kinds.NODE, name)
+        assert node is not None
+        # The controller's managers own exactly the profile label on the Node, nothing else.
+        for entry in node["metadata"].get("managedFields") or ():
+            if entry.get("manager", "").startswith("gpustack-") and entry["manager"] not in (
+                "gpustack-worker-nodefeature",
+            ):
+                fields = entry.get("fieldsV1") or {}
+                assert fields == {"f:metadata": {"f:labels": {f"f:{keys.TOPOLOGY_PROFILE}": {}}}}, (
+                    entry["manager"],
+                    fields,
+                )
+        # The cloud's values are untouched and only NFD's NodeFeatures exist for the node.
+        assert _labels(node)[keys.STANDARD_ZONE].startswith("us-east-1")
+        items, _ = await admin.list(kinds.NODE_FEATURE, namespace=NS)
+        assert all(
+            i["metadata"]["name"]
+            in (keys.worker_nodefeature_name(name), keys.device_manager_nodefeature_name(name))
+            for i in items
+            if (i["metadata"].get("labels") or {}).get(keys.NFD_NODE_NAME) == name
+        )
+
+
+def _secret(name: str, data: dict[str, bytes]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": NS},
+        "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
+    }
+
+
+async def test_webhook_arm_holds_the_last_good_snapshot_until_it_expires(running: Running) -> None:
+    run, admin = running, running.admin
+    pki = Pki.create()
+    client_pki = Pki.create("client CA")
+    client_cert, client_key = client_pki.issue("gpustack-worker", server=False)
+    bearer_body = _snapshot("hook-1", {"hook-a": {ZONE: "zone-h"}}).encode()
+    mtls_body = _snapshot("mtls-1", {"hook-b": {ZONE: "zone-m"}}).encode()
+    target = SnapshotServer(pki, bearer_token="never-forwarded").start()
+    bearer = SnapshotServer(pki, body=bearer_body, bearer_token="s3cret", redirect_to=target.url).start()
+    mtls = SnapshotServer(pki, body=mtls_body, require_client_cert=True, client_ca=client_pki).start()
+    try:
+        await admin.create(kinds.CONFIG_MAP, _config_map("hook-ca", {"ca.crt": pki.cert_pem.decode()}))
+        await admin.create(kinds.SECRET, _secret("hook-token", {"token": b"  s3cret\n"}))
+        await admin.create(
+            kinds.SECRET, _secret("hook-client", {"tls.crt": client_cert, "tls.key": client_key})
+        )
+        common = {
+            "pollInterval": "2s",
+            "timeout": "1s",
+            "maxStaleness": "40s",
+            "caBundleConfigMapRef": {"namespace": NS, "name": "hook-ca"},
+        }
+        await admin.create(
+            kinds.TOPOLOGY_SOURCE,
+            _source(
+                "hook-bearer",
+                (ZONE,),
+                {INVENTORY: "webhook-bearer"},
+                webhook={
+                    **common,
+                    "url": bearer.url,
+                    "bearerTokenSecretRef": {"namespace": NS, "name": "hook-token"},
+                },
+            ),
+        )
+        await admin.create(
+            kinds.TOPOLOGY_SOURCE,
+            _source(
+                "hook-mtls",
+                (ZONE,),
+                {INVENTORY: "webhook-mtls"},
+                webhook={
+                    **common,
+                    "url": mtls.url,
+                    "tlsClientCertificateSecretRef": {"namespace": NS, "name": "hook-client"},
+                },
+            ),
+        )
+
+        async def ready(name: str) -> dict[str, Any] | None:
+            src = await run.source(name)
+            return src if _cond(src, "Ready").get("status") == "True" else None
+
+        for name, node, zone in (("hook-bearer", "hook-a", "zone-h"), ("hook-mtls", "hook-b", "zone-m")):
+            src = await eventually(lambda name=name: ready(name))
+            assert src["status"]["sourceKind"] == "Webhook"
+
+            async def zoned(node: str = node, zone: str = zone) -> bool:
+                return _labels(await admin.get(kinds.NODE, node)).get(ZONE) == zone
+
+            await eventually(zoned)
+        assert all(r.authorization == "Bearer s3cret" for r in bearer.requests)
+        assert mtls.requests and all(r.client_cert_cn == "gpustack-worker" for r in mtls.requests)
+
+        uid = (await run.source("hook-bearer") or {})["metadata"]["uid"]
+        kept = await run.owned_nodefeatures(uid)
+        assert len(kept) == 1
+
+        async def failing(fragment: str, reason: str = "WebhookReadFailed") -> dict[str, Any] | None:
+            src = await run.source("hook-bearer")
+            valid = _cond(src, "Valid")
+            ok = valid.get("reason") == reason and fragment in valid.get("message", "")
+            return src if ok and _cond(src, "Ready").get("reason") == "Stale" else None
+
+        for mode, fragment, reason in (
+            (Mode.REDIRECT, "redirect", "WebhookReadFailed"),
+            (Mode.SLOW, "timed out", "WebhookReadFailed"),
+            (Mode.HUGE, "1048576", "WebhookReadFailed"),
+            (Mode.MALFORMED, "", "SnapshotInvalid"),
+        ):
+            bearer.mode = mode
+            src = await eventually(lambda fragment=fragment, reason=reason: failing(fragment, reason))
+            print(f"{mode.name}: Ready={_cond(src, 'Ready')['message']!r}")
+            # The last good snapshot holds: the NodeFeature is still there, unchanged.
+            now = await run.owned_nodefeatures(uid)
+            assert {n: nf["spec"] for n, nf in now.items()} == {n: nf["spec"] for n, nf in kept.items()}
+        # The redirect was refused: the other endpoint never saw a request, so never the token.
+        assert target.request_count == 0 and target.connections == 0
+
+        # Still failing after maxStaleness: Expired, and the NodeFeature is gone (so is the zone label).
+        async def expired() -> dict[str, Any] | None:
+            src = await run.source("hook-bearer")
+            return src if _cond(src, "Ready").get("reason") == "Expired" else None
+
+        await eventually(expired, within=180)
+        assert await run.owned_nodefeatures(uid) == {}
+
+        async def unzoned() -> bool:
+            return ZONE not in _labels(await admin.get(kinds.NODE, "hook-a"))
+
+        await eventually(unzoned)
+
+        # Deleting a writing source removes its NodeFeatures and then its finalizer.
+        mtls_uid = (await run.source("hook-mtls") or {})["metadata"]["uid"]
+        await admin.delete(kinds.TOPOLOGY_SOURCE, "hook-mtls")
+
+        async def gone() -> bool:
+            return await run.source("hook-mtls") is None and await run.owned_nodefeatures(mtls_uid) == {}
+
+        await eventually(gone)
+    finally:
+        for server in (bearer, mtls, target):
+            server.stop()
