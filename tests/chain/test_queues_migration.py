@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
@@ -22,6 +22,8 @@ from tests.chain.builders import HOSTNAME_PROFILE, mixed_cluster
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from gpustack_worker.runtime.client import Client
 
 T4 = "gpustack--nvidia-tesla-t4-linux-amd64"
 ZONE_PROFILE = keys.topology_profile([keys.STANDARD_ZONE, keys.HOSTNAME])
@@ -615,3 +617,75 @@ def test_every_phase_and_status_resumes_without_memory(phase: str | None, status
         assert SAVED not in _annotations(decision)
     # Pure: the same object decides the same way (a second leader, or a retry, agrees).
     assert _decide(copy.deepcopy(queue)) == decision
+
+
+# --- the thin steps: drift is reported, never patched; a foreign queue gets a condition only --------------
+class RecordingClient:
+    """Records every write the steps issue (the steps read only their caches)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, str, str | None]] = []
+
+    async def apply(
+        self, resource: Any, body: dict[str, Any], *, field_manager: str, force: bool, subresource: str | None
+    ) -> dict[str, Any]:
+        self.calls.append(("apply", resource.kind, body["metadata"]["name"], subresource))
+        return body
+
+    async def delete(self, resource: Any, name: str, namespace: str | None = None, **_kw: Any) -> bool:
+        self.calls.append(("delete", resource.kind, name, None))
+        return True
+
+    async def create(self, resource: Any, body: dict[str, Any], **_kw: Any) -> dict[str, Any]:
+        self.calls.append(("create", resource.kind, body["metadata"]["name"], None))
+        return body
+
+    async def patch(self, resource: Any, name: str, body: dict[str, Any], **_kw: Any) -> dict[str, Any]:
+        self.calls.append(("patch", resource.kind, name, None))
+        return body
+
+
+def _chain(client: RecordingClient) -> Any:
+    from gpustack_worker.chain.controller import Chain
+    from gpustack_worker.cli.settings import WorkerSettings
+    from gpustack_worker.runtime.registry import InformerRegistry
+    from gpustack_worker.runtime.settings import SettingsSource
+
+    api = cast("Client", client)
+    chain = Chain(
+        api, SettingsSource(api, model=WorkerSettings, env={}, post_events=False), InformerRegistry(api)
+    )
+    for n in mixed_cluster():
+        n["metadata"]["resourceVersion"] = "1"
+        chain.nodes._apply({"type": "ADDED", "object": n})
+    return chain
+
+
+async def test_a_flavor_whose_topology_fields_drifted_is_reported_not_patched(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    client = RecordingClient()
+    chain = _chain(client)
+    drifted = copy.deepcopy(next(f for f in OLD.flavors if f["metadata"]["name"] == OLD_T4[1]))
+    drifted["spec"]["topologyName"] = "gpustack-someone-elses"
+    drifted["metadata"].update(uid="u-1", resourceVersion="1")
+    chain.flavors._apply({"type": "ADDED", "object": drifted})
+    await chain.steps.flavors("flavors")
+    touched = [c for c in client.calls if c[2] == OLD_T4[1]]
+    assert touched == []  # neither patched nor deleted (nor pruned: it is still a desired name)
+    others = {c[2] for c in client.calls if c[0] == "apply" and c[1] == "ResourceFlavor"}
+    assert OLD_T4[0] in others  # the rest of the flavors converge
+    out = capsys.readouterr()
+    assert "flavor topology drift" in out.out + out.err
+    assert "gpustack-someone-elses" in out.out + out.err
+
+
+async def test_a_queue_not_filled_by_the_chain_only_gets_the_condition() -> None:
+    client = RecordingClient()
+    chain = _chain(client)
+    chain.types._apply({"type": "ADDED", "object": copy.deepcopy(T4_TYPE)})
+    foreign = _running_old_queue(reserving=1, busy=frozenset(OLD_T4))
+    foreign["metadata"].update(annotations={}, uid="q-1", resourceVersion="1")
+    chain.queues._apply({"type": "ADDED", "object": foreign})
+    await chain.steps.queue(T4)
+    assert client.calls == [("apply", "ClusterQueue", T4, "status")]
