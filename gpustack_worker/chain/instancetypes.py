@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from gpustack_worker.api import keys
+from gpustack_worker.chain.queues import unsupported
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -89,7 +90,8 @@ def decide_type(
         phase, message = phase_of(queue, deleting=True)
         if not held:
             return TypeDecision(phase=phase, phase_message=message)
-        if queue is None:
+        if queue is None or unsupported(queue):
+            # A queue the chain never filled (UnsupportedExistingObject) is not ours to tear down.
             return TypeDecision(remove_finalizer=True, phase=phase, phase_message=message)
         return TypeDecision(
             delete_queue=not _meta(queue).get("deletionTimestamp"),

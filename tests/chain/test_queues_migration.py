@@ -689,3 +689,20 @@ async def test_a_queue_not_filled_by_the_chain_only_gets_the_condition() -> None
     chain.queues._apply({"type": "ADDED", "object": foreign})
     await chain.steps.queue(T4)
     assert client.calls == [("apply", "ClusterQueue", T4, "status")]
+
+
+def test_tearing_down_an_instance_type_leaves_a_queue_it_never_filled() -> None:
+    foreign = _running_old_queue()
+    foreign["metadata"]["annotations"] = {}
+    deleting = {
+        **T4_TYPE,
+        "metadata": {
+            **T4_TYPE["metadata"],
+            "deletionTimestamp": "2026-12-02T00:00:00Z",
+            "finalizers": [keys.FINALIZER_CONTROLLED],
+        },
+    }
+    typed = instancetypes.decide_type(deleting, foreign, queue_stop_is_ours=False)
+    assert not typed.delete_queue and typed.remove_finalizer
+    ours = instancetypes.decide_type(deleting, _running_old_queue(), queue_stop_is_ours=True)
+    assert ours.delete_queue and not ours.remove_finalizer
