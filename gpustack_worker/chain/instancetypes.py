@@ -64,8 +64,10 @@ def phase_of(queue: Mapping[str, Any] | None, *, deleting: bool) -> tuple[str, s
     reserving = int(status.get("reservingWorkloads") or 0) + int(status.get("admittedWorkloads") or 0)
     if policy == "HoldAndDrain":
         if reserving:
-            return "Draining", f"draining {reserving} workload(s): the pool has no live flavor"
+            return "Draining", f"draining {reserving} workload(s): see the queue's TopologyReady condition"
         if keys.MIGRATION_STOP_POLICY in annotations:
+            if spec.get("resourceGroups"):
+                return "Inactive", "drained: switching the flavor plan"
             return "Inactive", "drained: waiting for a flavor to return"
         return "Inactive", "stopped (HoldAndDrain)"
     if policy == "Hold":
