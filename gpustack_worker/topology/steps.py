@@ -129,7 +129,7 @@ class TopologySteps:
             memo = _Compiled(
                 rv,
                 compile_selector(spec.get("nodeSelector")),
-                lv.normalize_tiers([str(x) for x in levels] if isinstance(levels, list) else ()),
+                lv.normalize_tiers([str(x) for x in levels] if isinstance(levels, list | tuple) else ()),
             )
             self._compiled[name] = memo
         return memo
