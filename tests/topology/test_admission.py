@@ -11,7 +11,7 @@ import pytest
 from gpustack_worker.topology.admission import review
 
 NS = "gpustack-system"
-VALID = {
+VALID: dict[str, Any] = {
     "nodeSelector": {},
     "levels": ["topology.gpustack.ai/zone"],
     "configMap": {
