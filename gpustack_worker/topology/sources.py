@@ -254,9 +254,12 @@ def _poll_interval(spec: Mapping[str, Any], kind: Arm) -> float | None:
     if kind != "Webhook":
         return None
     try:
-        return parse_duration(str((spec.get("webhook") or {}).get("pollInterval", "")))
+        poll = parse_duration(str((spec.get("webhook") or {}).get("pollInterval", "")))
     except ValueError:
         return None
+    # A non-positive interval (an InvalidSpec the webhook would refuse) is no timer: a 0 here would
+    # win every _sooner() and turn the Stale deadline's requeue into "done".
+    return poll if poll > 0 else None
 
 
 def _sooner(*delays: float | None) -> float | None:
