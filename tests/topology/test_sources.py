@@ -723,3 +723,16 @@ def test_every_condition_renders_as_valid_metav1_conditions() -> None:
 def test_arm_of(spec: dict[str, Any], arm: str, writing: bool) -> None:
     assert sources.arm_of(spec) == arm
     assert sources.is_writing({"spec": spec}) is writing
+
+
+@pytest.mark.parametrize("poll", ["0s", "0.0s"])
+def test_an_invalid_zero_poll_interval_still_requeues_a_stale_source_at_its_deadline(poll: str) -> None:
+    # A spec the admission webhook would refuse (pollInterval must be > 0) reached the API server: the
+    # source is InvalidSpec and Stale; it must still look again when maxStaleness runs out, or its last
+    # NodeFeatures would outlive the deadline until some unrelated event.
+    src = wh_failing(last=at(60), began=at(30))
+    src["spec"]["webhook"]["pollInterval"] = poll
+    d = run(src, read=Fetched(snapshot(), NOW), own=owned("worker-a"))
+    assert conds(d)["Ready"] == ("False", "Stale")
+    assert conds(d)["Valid"] == ("False", "InvalidSpec")
+    assert d.requeue_after == 240.0
