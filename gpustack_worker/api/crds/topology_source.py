@@ -1,10 +1,11 @@
 """``TopologySource``: which Nodes a topology inventory describes, their ordered level keys and the
 one inventory arm (read Node labels, a ConfigMap snapshot, or an HTTPS webhook) — reference §2.1.
 
-The reference enforces its one-of and prefix rules in a validating webhook; we have no webhook, so
-every rule CEL can state lives in the schema (``x-kubernetes-validations``, enforced by the API server
-only — a controller must still be able to parse a source that predates a rule) and the reconciler
-checks the rest (namespace of references, snapshot contents): see docs/crds.md.
+Every rule CEL can state lives in the schema (``x-kubernetes-validations``, enforced by the API server
+only — a controller must still be able to parse a source that predates a rule); the validating webhook
+(``topology/admission.py``) and the reconciler check all of them, including the ones CEL cannot
+(namespace of references, selector parsing, URL parsing; ``topology/spec_check.py``): see docs/crds.md
+and docs/topology.md.
 """
 
 from datetime import datetime
