@@ -509,7 +509,12 @@ def test_failure_younger_than_max_staleness_is_stale_and_changes_nothing(
     assert "inventory-42" in message(d, "Ready")
     assert d.status["lastSuccessfulRevision"] == "inventory-42"
     assert d.status["lastSuccessfulRefreshTime"] == at(60)
-    assert d.requeue_after is not None and d.requeue_after > 0
+    if "configMap" in arm:  # the deadline: 10m after the failure began 30 s ago
+        assert d.requeue_after == 570.0
+        assert stamp(NOW + dt.timedelta(seconds=570)) in message(d, "Ready")
+    else:  # the poll interval (1m) is sooner than the deadline (5m after the success 60 s ago)
+        assert d.requeue_after == 60.0
+        assert stamp(NOW + dt.timedelta(seconds=240)) in message(d, "Ready")
 
 
 @pytest.mark.parametrize(("arm", "read", "reason"), FAILURES)
@@ -527,6 +532,7 @@ def test_failure_older_than_max_staleness_is_expired_and_removes_what_it_owns(
     assert sorted(d.delete) == sorted([nf_name("worker-a"), nf_name("worker-b")])
     assert d.finalizer is True
     assert d.status["lastSuccessfulRevision"] == "inventory-42"
+    assert d.requeue_after == (None if "configMap" in arm else 60.0)  # no timer left but the poll
 
 
 def test_an_unselected_node_in_the_snapshot_changes_no_nodefeature_while_stale() -> None:
