@@ -742,3 +742,44 @@ def test_an_invalid_zero_poll_interval_still_requeues_a_stale_source_at_its_dead
     assert conds(d)["Ready"] == ("False", "Stale")
     assert conds(d)["Valid"] == ("False", "InvalidSpec")
     assert d.requeue_after == 240.0
+
+
+@pytest.mark.parametrize("arm", ARMS)
+@pytest.mark.parametrize("seconds_failing", [30, 3600], ids=["stale", "expired"])
+def test_a_failing_source_converges_to_zero_status_writes(arm: dict[str, Any], seconds_failing: int) -> None:
+    """A second pass over the same failure a little later changes nothing in status (the messages
+    carry the fixed deadline, never ``now``)."""
+    src = succeeded(source(arm), last=at(seconds_failing + 30))
+    kind = sources.arm_of(src["spec"])
+    fail = ReadFailed("ConfigMapReadFailed" if kind == "ConfigMap" else "WebhookReadFailed", "boom")
+    began = NOW - dt.timedelta(seconds=seconds_failing)
+    src = fold(src, run(src, read=fail, now=began), began)
+    first = run(src, read=fail, now=NOW)
+    src = fold(src, first, NOW)
+    later = NOW + dt.timedelta(seconds=5)
+    second = run(src, read=fail, now=later)
+    assert conds(second) == conds(first)
+    assert fold(src, second, later)["status"] == src["status"]
+
+
+def test_webhook_success_then_failure_expires_maxstaleness_after_the_last_good_answer() -> None:
+    src = source(webhook_arm(poll="1m", timeout="10s", max_staleness="5m"))
+    t0 = NOW - dt.timedelta(minutes=10)
+    d = run(src, read=Fetched(snapshot(), t0), now=t0)
+    src = fold(src, d, t0)
+    fail = ReadFailed("WebhookReadFailed", "GET returned 503")
+    seen: list[tuple[int, str, float | None, bool]] = []
+    for minute in range(1, 7):
+        when = t0 + dt.timedelta(minutes=minute)
+        d = run(src, read=fail, own=owned("worker-a"), now=when)
+        seen.append((minute, conds(d)["Ready"][1], d.requeue_after, bool(d.delete)))
+        src = fold(src, d, when)
+    assert seen == [
+        (1, "Stale", 60.0, False),
+        (2, "Stale", 60.0, False),
+        (3, "Stale", 60.0, False),
+        (4, "Stale", 60.0, False),
+        (5, "Expired", 60.0, True),
+        (6, "Expired", 60.0, True),
+    ]
+    assert src["status"]["lastSuccessfulRefreshTime"] == stamp(t0)
