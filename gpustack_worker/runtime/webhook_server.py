@@ -224,6 +224,8 @@ class WebhookServer:
             pass
         except asyncio.CancelledError:
             pass
+        except Exception:  # never let one connection's surprise reach the event loop's handler
+            _log.exception("webhook connection failed")
         finally:
             self._connections.discard(task)
             writer.close()
