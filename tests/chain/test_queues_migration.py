@@ -9,21 +9,21 @@ writes it (every flavor of the resource groups listed, zero totals included).
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from gpustack_worker.api import keys
+from gpustack_worker.api import keys, kinds
 from gpustack_worker.chain import flavors, instancetypes, pools, queues
 from gpustack_worker.chain.nodes import NodeHardware, node_hardware
+from gpustack_worker.runtime.client import Client
 from tests.chain.builders import HOSTNAME_PROFILE, mixed_cluster
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-    from gpustack_worker.runtime.client import Client
 
 T4 = "gpustack--nvidia-tesla-t4-linux-amd64"
 ZONE_PROFILE = keys.topology_profile([keys.STANDARD_ZONE, keys.HOSTNAME])
@@ -706,3 +706,82 @@ def test_tearing_down_an_instance_type_leaves_a_queue_it_never_filled() -> None:
     assert not typed.delete_queue and typed.remove_finalizer
     ours = instancetypes.decide_type(deleting, _running_old_queue(), queue_stop_is_ours=True)
     assert ours.delete_queue and not ours.remove_finalizer
+
+
+# --- what real Kueue reports (the readers above assume it) ------------------------------------------------
+@pytest.mark.cluster
+async def test_real_kueue_reports_idle_flavors_and_a_stop_the_way_the_decision_reads_them(
+    devcluster: Any, eventually: Any
+) -> None:
+    """Kueue v0.19 lists every flavor of the groups with zero totals (so a dropped idle flavor goes in place)
+    and reports a stop policy as ``Active=False/Stopped`` at the new generation (what the switch waits
+    for). Objects of their own names: the session's control plane is shared with other modules."""
+    admin = await Client.connect(str(devcluster.kubeconfig))
+    topology = "probe-migration-topology"
+    names = ["probe-migration-a", "probe-migration-b"]
+    queue_name = "probe-migration-queue"
+    try:
+        await admin.apply(
+            kinds.TOPOLOGY,
+            {
+                "apiVersion": kinds.TOPOLOGY.api_version,
+                "kind": "Topology",
+                "metadata": {"name": topology},
+                "spec": {"levels": [{"nodeLabel": keys.HOSTNAME}]},
+            },
+            field_manager="probe",
+        )
+        for name in names:
+            await admin.apply(
+                kinds.RESOURCE_FLAVOR,
+                {
+                    "apiVersion": kinds.RESOURCE_FLAVOR.api_version,
+                    "kind": "ResourceFlavor",
+                    "metadata": {"name": name},
+                    "spec": {"nodeLabels": {"probe": name}, "topologyName": topology},
+                },
+                field_manager="probe",
+            )
+        group = {
+            "coveredResources": ["cpu"],
+            "flavors": [{"name": n, "resources": [{"name": "cpu", "nominalQuota": "4"}]} for n in names],
+        }
+        body: dict[str, Any] = {
+            "apiVersion": kinds.CLUSTER_QUEUE.api_version,
+            "kind": "ClusterQueue",
+            "metadata": {"name": queue_name},
+            "spec": {"namespaceSelector": {}, "resourceGroups": [group]},
+        }
+        await admin.apply(kinds.CLUSTER_QUEUE, body, field_manager="probe")
+        seen: dict[str, Any] = {}
+
+        async def current() -> bool:
+            seen["queue"] = await admin.get(kinds.CLUSTER_QUEUE, queue_name)
+            return queues._status_current(seen["queue"])
+
+        await _until(current)
+        queue = seen["queue"]
+        for listed in ("flavorsReservation", "flavorsUsage"):
+            assert sorted(f["name"] for f in queue["status"][listed]) == names
+        assert queues._in_use(queue, names[1:]) == []  # idle, reported: dropped in place
+        assert queues._in_use(queue, ["probe-never-listed"]) == ["probe-never-listed"]
+        assert not queues._stopped(queue)
+
+        body["spec"]["stopPolicy"] = "HoldAndDrain"
+        await admin.apply(kinds.CLUSTER_QUEUE, body, field_manager="probe")
+        await _until(current)
+        assert queues._stopped(seen["queue"])
+        assert queues._workloads(seen["queue"]) == 0
+    finally:
+        await admin.delete(kinds.CLUSTER_QUEUE, queue_name)
+        for name in names:
+            await admin.delete(kinds.RESOURCE_FLAVOR, name)
+        await admin.delete(kinds.TOPOLOGY, topology)
+        await admin.close()
+
+
+async def _until(check: Any, within: float = 60.0) -> None:
+    """Poll an async ``check`` (state Kueue writes; there is no single event to await)."""
+    async with asyncio.timeout(within):
+        while not await check():  # noqa: ASYNC110 - Kueue writes the state; nothing to await
+            await asyncio.sleep(0.2)
