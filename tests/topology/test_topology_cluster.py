@@ -29,6 +29,7 @@ import yaml
 
 from gpustack_worker.agent.controller import Agent
 from gpustack_worker.api import keys, kinds, rbac
+from gpustack_worker.chain import managers as chain_managers
 from gpustack_worker.chain.controller import Chain
 from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.devcluster.cluster import DevCluster
@@ -38,6 +39,7 @@ from gpustack_worker.runtime.registry import InformerRegistry
 from gpustack_worker.runtime.settings import SettingsSource
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario
+from gpustack_worker.topology import managers as topology_managers
 from gpustack_worker.topology.controller import Topology
 from tests.topology.https_server import Mode, Pki, SnapshotServer
 
@@ -55,6 +57,11 @@ PROFILE = keys.topology_profile([*LEVELS, keys.HOSTNAME])
 HOSTNAME_ONLY = keys.topology_profile([keys.HOSTNAME])
 L4_QUEUE = "gpustack--nvidia-l4-linux-amd64"
 INVENTORY = "example.com/inventory"
+#: Every field manager the controller process writes with.
+CONTROLLER_MANAGERS = {
+    *(getattr(topology_managers, n) for n in topology_managers.__all__ if not n.startswith("OWNER")),
+    *(getattr(chain_managers, n) for n in chain_managers.__all__ if not n.startswith("OWNER")),
+}
 
 
 def _placement(i: int) -> dict[str, str]:
@@ -466,16 +473,15 @@ async def test_node_labels_source_over_cloud_labels_writes_only_the_profile(runn
     for name in ("cloud-a", "cloud-b"):
         node = await admin.get(kinds.NODE, name)
         assert node is not None
-        # The controller's managers own exactly the profile label on the Node, nothing else.
-        for entry in node["metadata"].get("managedFields") or ():
-            if entry.get("manager", "").startswith("gpustack-") and entry["manager"] not in (
-                "gpustack-worker-nodefeature",
-            ):
-                fields = entry.get("fieldsV1") or {}
-                assert fields == {"f:metadata": {"f:labels": {f"f:{keys.TOPOLOGY_PROFILE}": {}}}}, (
-                    entry["manager"],
-                    fields,
-                )
+        # The controller's field managers own exactly the profile label on the Node, nothing else.
+        ours = {
+            e["manager"]: e.get("fieldsV1")
+            for e in node["metadata"].get("managedFields") or ()
+            if e.get("manager") in CONTROLLER_MANAGERS
+        }
+        assert ours == {
+            topology_managers.NODE_TOPOLOGY: {"f:metadata": {"f:labels": {f"f:{keys.TOPOLOGY_PROFILE}": {}}}}
+        }
         # The cloud's values are untouched and only NFD's NodeFeatures exist for the node.
         assert _labels(node)[keys.STANDARD_ZONE].startswith("us-east-1")
         items, _ = await admin.list(kinds.NODE_FEATURE, namespace=NS)
@@ -609,3 +615,24 @@ async def test_webhook_arm_holds_the_last_good_snapshot_until_it_expires(running
     finally:
         for server in (bearer, mtls, target):
             server.stop()
+
+
+async def test_an_edited_nodefeature_is_repaired(running: Running) -> None:
+    """Someone edits an owned NodeFeature (a changed value, an added key): the next reconcile (the
+    NodeFeature's own event) puts back exactly the snapshot's labels."""
+    run, admin = running, running.admin
+    src = await _data_center(run)
+    uid = src["metadata"]["uid"]
+    name = keys.topology_source_nodefeature_name(uid, "rack-node-1")
+    await admin.patch(
+        kinds.NODE_FEATURE,
+        name,
+        {"spec": {"labels": {RACK: "rack-9", "topology.gpustack.ai/extra": "x"}}},
+        namespace=NS,
+    )
+
+    async def repaired() -> bool:
+        nf = await admin.get(kinds.NODE_FEATURE, name, NS)
+        return nf is not None and nf["spec"]["labels"] == _placement(1)
+
+    await eventually(repaired)
