@@ -1,0 +1,231 @@
+"""Helpers for the topology tests that run against the real control plane: a poller, object builders
+(a Workload with an optional required topology level, a snapshot ConfigMap and a configMap
+TopologySource) and a decoder of Kueue's ``topologyAssignment`` into plain (domain, pod count) pairs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+
+import yaml
+
+from gpustack_worker.api import keys, kinds
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Mapping, Sequence
+
+    from gpustack_worker.runtime.client import Client
+    from gpustack_worker.runtime.resources import Resource
+
+__all__ = (
+    "SNAPSHOT_KEY",
+    "Domain",
+    "apply_object",
+    "condition",
+    "decode_topology_assignment",
+    "eventually",
+    "snapshot_config_map",
+    "snapshot_text",
+    "topology_assignments",
+    "topology_source",
+    "workload",
+)
+
+#: The ConfigMap data key the builders put a snapshot under.
+SNAPSHOT_KEY = "snapshot.yaml"
+_T = TypeVar("_T")
+
+
+async def eventually(check: Callable[[], Awaitable[_T]], *, within: float = 60.0, every: float = 0.25) -> _T:
+    """Poll an async ``check`` until it returns a truthy value and return that value; fail with the last
+    value seen after ``within`` seconds (a generous bound, never a measurement)."""
+    deadline = time.monotonic() + within
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(every)
+    raise AssertionError(f"condition not met within {within}s; last value: {last!r}")
+
+
+def condition(obj: Mapping[str, Any] | None, type_: str) -> dict[str, Any]:
+    """The ``status.conditions`` entry of ``type_`` (``{}`` when absent)."""
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or ():
+        if cond.get("type") == type_:
+            return dict(cond)
+    return {}
+
+
+async def apply_object(client: Client, resource: Resource, body: dict[str, Any]) -> dict[str, Any]:
+    """Create ``body``, or replace the live object's ``data``/``spec`` with it when it exists (the rest of
+    the live object, its status and resourceVersion included, is kept)."""
+    meta = body["metadata"]
+    live = await client.get(resource, meta["name"], meta.get("namespace"))
+    if live is None:
+        return await client.create(resource, body, namespace=meta.get("namespace"))
+    merged = dict(live)
+    for field in ("data", "spec"):
+        if field in body:
+            merged[field] = body[field]
+    merged["metadata"] = {**live["metadata"], "labels": meta.get("labels", live["metadata"].get("labels"))}
+    return await client.replace(resource, merged)
+
+
+def workload(
+    name: str,
+    namespace: str,
+    queue: str,
+    *,
+    gpus: int = 1,
+    count: int = 1,
+    cpu: str = "1",
+    required_level: str | None = None,
+) -> dict[str, Any]:
+    """A standalone Kueue Workload (no job owner) submitted to the LocalQueue the chain makes for
+    ClusterQueue ``queue``: one PodSet of ``count`` Pods, each requesting ``gpus`` NVIDIA GPUs and ``cpu``,
+    with ``topologyRequest.required`` set to ``required_level`` (a level label key) when given."""
+    pod_set: dict[str, Any] = {
+        "name": "main",
+        "count": count,
+        "template": {
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "registry.invalid/x",
+                        "resources": {
+                            "requests": {"cpu": cpu, "nvidia.com/gpu": str(gpus)},
+                            "limits": {"nvidia.com/gpu": str(gpus)},
+                        },
+                    }
+                ],
+            }
+        },
+    }
+    if required_level is not None:
+        pod_set["topologyRequest"] = {"required": required_level}
+    return {
+        "apiVersion": kinds.WORKLOAD.api_version,
+        "kind": "Workload",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"queueName": keys.local_queue_name(queue), "podSets": [pod_set]},
+    }
+
+
+def snapshot_text(revision: str, nodes: Mapping[str, Mapping[str, str]]) -> str:
+    """A topology snapshot document (reference §6.4): node name → {level key → value}."""
+    doc = {
+        "apiVersion": keys.SNAPSHOT_API_VERSION,
+        "revision": revision,
+        "nodes": {node: dict(labels) for node, labels in nodes.items()},
+    }
+    return yaml.safe_dump(doc, sort_keys=True)
+
+
+def snapshot_config_map(
+    name: str,
+    revision: str,
+    nodes: Mapping[str, Mapping[str, str]],
+    *,
+    namespace: str = kinds.SYSTEM_NAMESPACE,
+    key: str = SNAPSHOT_KEY,
+) -> dict[str, Any]:
+    """The ConfigMap holding a snapshot under ``key`` (a configMap source must reference the worker
+    namespace)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace},
+        "data": {key: snapshot_text(revision, nodes)},
+    }
+
+
+def topology_source(
+    name: str,
+    levels: Sequence[str],
+    *,
+    config_map: str,
+    match_labels: Mapping[str, str] | None = None,
+    namespace: str = kinds.SYSTEM_NAMESPACE,
+    key: str = SNAPSHOT_KEY,
+    max_staleness: str = "10m",
+) -> dict[str, Any]:
+    """A configMap TopologySource over the Nodes matching ``match_labels`` (all Nodes when ``None``)."""
+    return {
+        "apiVersion": kinds.TOPOLOGY_SOURCE.api_version,
+        "kind": "TopologySource",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"matchLabels": dict(match_labels)} if match_labels else {},
+            "levels": list(levels),
+            "configMap": {
+                "configMapRef": {"namespace": namespace, "name": config_map},
+                "key": key,
+                "maxStaleness": max_staleness,
+            },
+        },
+    }
+
+
+class Domain(NamedTuple):
+    """One assigned topology domain: its value at each level of the assignment, and its Pod count."""
+
+    values: tuple[str, ...]
+    pods: int
+
+
+def _level_values(entry: Mapping[str, Any], count: int, where: str) -> list[str]:
+    if "universal" in entry and entry.get("universal") is not None:
+        return [str(entry["universal"])] * count
+    individual = entry.get("individual")
+    if not isinstance(individual, dict):
+        raise ValueError(f"{where}: neither universal nor individual")
+    roots = [str(r) for r in individual.get("roots") or ()]
+    if len(roots) != count:
+        raise ValueError(f"{where}: {len(roots)} roots for domainCount {count}")
+    prefix = individual.get("prefix") or ""
+    suffix = individual.get("suffix") or ""
+    return [f"{prefix}{root}{suffix}" for root in roots]
+
+
+def _pod_counts(counts: Mapping[str, Any], count: int, where: str) -> list[int]:
+    if counts.get("universal") is not None:
+        return [int(counts["universal"])] * count
+    individual = counts.get("individual")
+    if not isinstance(individual, list) or len(individual) != count:
+        raise ValueError(f"{where}: podCounts do not cover domainCount {count}")
+    return [int(c) for c in individual]
+
+
+def decode_topology_assignment(assignment: Mapping[str, Any]) -> tuple[tuple[str, ...], list[Domain]]:
+    """Kueue v1beta2 ``topologyAssignment`` → (its levels, every domain with its Pod count).
+
+    Each slice covers ``domainCount`` domains; per level a value is either ``universal`` (the same for
+    every domain of the slice) or ``individual`` (``prefix`` + root + ``suffix``, one root per domain);
+    Pod counts likewise. The full assignment is the union of the slices, in order."""
+    levels = tuple(str(level) for level in assignment.get("levels") or ())
+    domains: list[Domain] = []
+    for i, piece in enumerate(assignment.get("slices") or ()):
+        where = f"slices[{i}]"
+        count = int(piece.get("domainCount") or 0)
+        per_level = piece.get("valuesPerLevel") or []
+        if count < 1 or len(per_level) != len(levels):
+            raise ValueError(f"{where}: domainCount {count}, {len(per_level)} levels for {len(levels)}")
+        columns = [_level_values(e, count, f"{where}.valuesPerLevel[{j}]") for j, e in enumerate(per_level)]
+        pods = _pod_counts(piece.get("podCounts") or {}, count, f"{where}.podCounts")
+        domains.extend(Domain(tuple(col[d] for col in columns), pods[d]) for d in range(count))
+    return levels, domains
+
+
+def topology_assignments(wl: Mapping[str, Any]) -> dict[str, tuple[tuple[str, ...], list[Domain]]]:
+    """Every PodSet's decoded ``topologyAssignment`` of an admitted Workload, by PodSet name (PodSets
+    without one are left out)."""
+    out = {}
+    admission = ((wl.get("status") or {}).get("admission")) or {}
+    for psa in admission.get("podSetAssignments") or ():
+        if psa.get("topologyAssignment"):
+            out[str(psa.get("name"))] = decode_topology_assignment(psa["topologyAssignment"])
+    return out
