@@ -318,11 +318,16 @@ class TopologySteps:
         if assignment is not None:
             await self._ensure_topology(assignment.levels)
             labels[keys.TOPOLOGY_PROFILE] = assignment.profile
-        metadata: dict[str, Any] = {"name": name}
+        # The UID is a precondition: a Node deleted meanwhile answers 409 instead of being re-created by
+        # the apply (which RBAC would refuse as a create anyway).
+        metadata: dict[str, Any] = {"name": name, "uid": _meta(node).get("uid")}
         if labels:
             metadata["labels"] = labels
         body = {"apiVersion": kinds.NODE.api_version, "kind": kinds.NODE.kind, "metadata": metadata}
-        await self.node_applier.apply(kinds.NODE, body, node)
+        try:
+            await self.node_applier.apply(kinds.NODE, body, node)
+        except (NotFound, Conflict):
+            return Result.done()  # deleted or replaced meanwhile: its own event brings the new one
         await self._mirror(name, labels)
         return Result.done()
 
