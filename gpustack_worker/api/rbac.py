@@ -196,6 +196,10 @@ CONTROLLER: Final = Component(
         ("", kinds.CLUSTER_QUEUE.group, kinds.CLUSTER_QUEUE.plural, "delete"): (
             "InstanceType teardown deletes its queue; the RBAC test deletes no InstanceType"
         ),
+        (SYSTEM, kinds.NODE_FEATURE.group, kinds.NODE_FEATURE.plural, "update"): (
+            "a topology NodeFeature someone edited by adding a key is replaced as a whole (server-side apply "
+            "cannot remove another manager's key); tests/topology/test_topology_cluster.py repairs one"
+        ),
     },
     namespaced={
         SYSTEM: (

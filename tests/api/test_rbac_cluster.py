@@ -235,7 +235,53 @@ async def test_roles_grant_exactly_what_the_processes_use(
         deleted = (NS, kinds.NODE_FEATURE.group, kinds.NODE_FEATURE.plural, "delete")
         await eventually(lambda: deleted in used(agent_user), within=60)
 
-        # 5. everything the roles grant and the run can reach, reached.
+        # 5. a writing TopologySource over the scenario's nodes: its NodeFeatures, finalizer and status;
+        # deleting it removes them again (the controller's topology verbs).
+        snapshot = yaml.safe_dump(
+            {
+                "apiVersion": "topology.gpustack.ai/v1alpha1",
+                "revision": run,
+                "nodes": {"cpu-a": {"topology.gpustack.ai/zone": "zone-a"}},
+            }
+        )
+        await admin.create(
+            kinds.CONFIG_MAP,
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": f"rbac-inventory-{run}", "namespace": NS},
+                "data": {"snapshot.yaml": snapshot},
+            },
+        )
+        source = f"rbac-{run}"
+        await admin.create(
+            kinds.TOPOLOGY_SOURCE,
+            {
+                "apiVersion": kinds.TOPOLOGY_SOURCE.api_version,
+                "kind": kinds.TOPOLOGY_SOURCE.kind,
+                "metadata": {"name": source},
+                "spec": {
+                    "nodeSelector": {"matchLabels": {"kubernetes.io/hostname": "cpu-a"}},
+                    "levels": ["topology.gpustack.ai/zone"],
+                    "configMap": {
+                        "configMapRef": {"namespace": NS, "name": f"rbac-inventory-{run}"},
+                        "key": "snapshot.yaml",
+                        "maxStaleness": "10m",
+                    },
+                },
+            },
+        )
+        nf_created = (NS, kinds.NODE_FEATURE.group, kinds.NODE_FEATURE.plural, "create")
+        status = ("", kinds.TOPOLOGY_SOURCE.group, f"{kinds.TOPOLOGY_SOURCE.plural}/status", "patch")
+        await eventually(
+            lambda: nf_created in used(controller_user) and status in used(controller_user), within=90
+        )
+        await admin.delete(kinds.TOPOLOGY_SOURCE, source)
+        nf_deleted = (NS, kinds.NODE_FEATURE.group, kinds.NODE_FEATURE.plural, "delete")
+        await eventually(lambda: nf_deleted in used(controller_user), within=90)
+        await admin.delete(kinds.CONFIG_MAP, f"rbac-inventory-{run}", NS)
+
+        # 6. everything the roles grant and the run can reach, reached.
         for component, user in ((rbac.AGENT, agent_user), (rbac.CONTROLLER, controller_user)):
             want = _granted(component) - _allowed_unused(component)
             with contextlib.suppress(TimeoutError):  # asserted below with the difference spelled out
