@@ -2,7 +2,8 @@
 
 1. start etcd, kube-apiserver, Kueue and nfd-master on 127.0.0.1 (built from Go modules on first use);
 2. publish a simulated mixed GPU cluster (what NFD and the Device Manager would, stages 1–2);
-3. run the node agent (``--all-nodes``) and the leader-elected controller as real processes;
+3. run the node agent (``--all-nodes``) and the leader-elected controller as real processes, the
+   controller serving its admission webhook, registered in the API server as the chart registers it;
 4. wait until every simulated node carries what stage 3 publishes — the worker NodeFeature labels projected
    by nfd-master, the counting capacities, the fit labels — and print it;
 5. wait until every queue of the stage-4 chain is Active in Kueue and TopologyReady, and print the
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -23,8 +25,9 @@ from typing import Any
 
 from gpustack_worker.api import keys
 from gpustack_worker.cli import simulate_cmd
+from gpustack_worker.devcluster import worker_webhooks
 from gpustack_worker.devcluster.cluster import NFD_MASTER_NODE, DevCluster
-from gpustack_worker.devcluster.procs import ManagedProcess
+from gpustack_worker.devcluster.procs import ManagedProcess, free_port
 
 __all__ = ("run",)
 
@@ -119,6 +122,17 @@ def _spawn(cluster: DevCluster, name: str, *args: str) -> ManagedProcess:
     return proc
 
 
+def _webhook_certs(cluster: DevCluster) -> Path:
+    """The controller's webhook serving certificate: the local control plane's (its CA signs it for
+    127.0.0.1), under the names the chart's mounted Secret uses."""
+    assert cluster.pki is not None
+    directory = cluster.dir / "webhook-certs"
+    directory.mkdir(exist_ok=True)
+    shutil.copyfile(cluster.pki.serving_cert, directory / "tls.crt")
+    shutil.copyfile(cluster.pki.serving_key, directory / "tls.key")
+    return directory
+
+
 def run(args: argparse.Namespace) -> int:
     cluster = DevCluster(Path(args.dir))
     try:
@@ -128,8 +142,22 @@ def run(args: argparse.Namespace) -> int:
         if asyncio.run(simulate_cmd.run(sim)) != 0:
             return 1
         _spawn(cluster, "agent", "agent", "--all-nodes", "--metrics-bind=127.0.0.1:0")
-        _spawn(cluster, "controller", "controller", "--metrics-bind=127.0.0.1:0", "--identity=demo")
+        certs = _webhook_certs(cluster)
+        port = free_port()
+        _spawn(
+            cluster,
+            "controller",
+            "controller",
+            "--metrics-bind=127.0.0.1:0",
+            "--identity=demo",
+            f"--webhook-bind=127.0.0.1:{port}",
+            f"--webhook-cert-dir={certs}",
+        )
         api = cluster.bootstrap()
+        # As the chart does: TopologySources are validated by the controller's webhook (failurePolicy Fail).
+        assert cluster.pki is not None
+        worker_webhooks.register(api, f"https://127.0.0.1:{port}", cluster.pki.ca_cert.read_bytes())
+        worker_webhooks.wait_served(api, timeout=CONVERGE_TIMEOUT_SECONDS)
         started = time.monotonic()
         nodes: list[dict[str, Any]] = []
         while time.monotonic() - started < CONVERGE_TIMEOUT_SECONDS:

@@ -18,14 +18,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import shutil
 import tempfile
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-import yaml
 
 from gpustack_worker.agent.controller import Agent
 from gpustack_worker.api import keys, kinds, rbac
@@ -41,6 +40,9 @@ from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario
 from gpustack_worker.topology import managers as topology_managers
 from gpustack_worker.topology.controller import Topology
+from tests.topology import cluster_helpers
+from tests.topology.cluster_helpers import SNAPSHOT_KEY, decode_topology_assignment, snapshot_text, workload
+from tests.topology.cluster_helpers import condition as _cond
 from tests.topology.https_server import Mode, Pki, SnapshotServer
 
 if TYPE_CHECKING:
@@ -71,30 +73,9 @@ def _placement(i: int) -> dict[str, str]:
     return {REGION: "region-1", ZONE: zone, RACK: f"rack-{rack}"}
 
 
-def _snapshot(revision: str, nodes: dict[str, dict[str, str]]) -> str:
-    return yaml.safe_dump({"apiVersion": keys.SNAPSHOT_API_VERSION, "revision": revision, "nodes": nodes})
-
-
-GOOD = _snapshot("inventory-1", {f"rack-node-{i}": _placement(i) for i in range(1, 9)})
-
-
-async def eventually(check: Callable[[], Any], *, within: float = 120.0, every: float = 0.5) -> Any:
-    """Poll an async ``check`` until it returns a truthy value."""
-    deadline = time.monotonic() + within
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(every)
-    raise AssertionError(f"condition not met within {within}s; last value: {last!r}")
-
-
-def _cond(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
-    for cond in ((obj or {}).get("status") or {}).get("conditions") or ():
-        if cond.get("type") == type_:
-            return dict(cond)
-    return {}
+#: A fresh CI machine is slower than a warm one: poll up to two minutes (never a measurement).
+eventually = functools.partial(cluster_helpers.eventually, within=120.0)
+GOOD = snapshot_text("inventory-1", {f"rack-node-{i}": _placement(i) for i in range(1, 9)})
 
 
 def _labels(obj: dict[str, Any] | None) -> dict[str, str]:
@@ -123,65 +104,10 @@ def _cm_arm(cm: str, staleness: str = "10m") -> dict[str, Any]:
     return {
         "configMap": {
             "configMapRef": {"namespace": NS, "name": cm},
-            "key": "snapshot.yaml",
+            "key": SNAPSHOT_KEY,
             "maxStaleness": staleness,
         }
     }
-
-
-def _workload(name: str, pods: int, level: str | None) -> dict[str, Any]:
-    podset: dict[str, Any] = {
-        "name": "main",
-        "count": pods,
-        "template": {
-            "spec": {
-                "restartPolicy": "Never",
-                "containers": [
-                    {
-                        "name": "c",
-                        "image": "registry.invalid/x",
-                        "resources": {
-                            "requests": {"cpu": "1", "nvidia.com/gpu": "1"},
-                            "limits": {"nvidia.com/gpu": "1"},
-                        },
-                    }
-                ],
-            }
-        },
-    }
-    if level:
-        podset["topologyRequest"] = {"required": level}
-    return {
-        "apiVersion": kinds.WORKLOAD.api_version,
-        "kind": "Workload",
-        "metadata": {"name": name, "namespace": TEAM},
-        "spec": {"queueName": keys.local_queue_name(L4_QUEUE), "podSets": [podset]},
-    }
-
-
-def assigned_domains(assignment: dict[str, Any]) -> list[tuple[dict[str, str], int]]:
-    """Kueue v1beta2 ``topologyAssignment`` (levels + compressed slices) as (level → value, pods) pairs."""
-    levels = list(assignment.get("levels") or ())
-    out: list[tuple[dict[str, str], int]] = []
-    for piece in assignment.get("slices") or ():
-        n = int(piece.get("domainCount") or 0)
-        columns: list[list[str]] = []
-        for values in piece.get("valuesPerLevel") or ():
-            if values.get("universal") is not None:
-                columns.append([str(values["universal"])] * n)
-            else:
-                ind = values.get("individual") or {}
-                prefix, suffix = ind.get("prefix") or "", ind.get("suffix") or ""
-                columns.append([f"{prefix}{root}{suffix}" for root in ind.get("roots") or ()])
-        counts = piece.get("podCounts") or {}
-        pods = (
-            [int(counts["universal"])] * n
-            if counts.get("universal") is not None
-            else counts.get("individual")
-        )
-        counted = pods or [0] * n
-        out.extend(({lvl: columns[j][i] for j, lvl in enumerate(levels)}, int(counted[i])) for i in range(n))
-    return out
 
 
 class Running:
@@ -254,7 +180,7 @@ async def _data_center(run: Running) -> dict[str, Any]:
     """The configMap source over the rack nodes, applied (idempotent: later tests start from here)."""
     admin = run.admin
     if await admin.get(kinds.CONFIG_MAP, "inventory", NS) is None:
-        await admin.create(kinds.CONFIG_MAP, _config_map("inventory", {"snapshot.yaml": GOOD}))
+        await admin.create(kinds.CONFIG_MAP, _config_map("inventory", {SNAPSHOT_KEY: GOOD}))
     if await run.source("data-center") is None:
         await admin.create(
             kinds.TOPOLOGY_SOURCE,
@@ -331,7 +257,9 @@ async def test_configmap_source_places_nodes_into_racks(running: Running) -> Non
     await eventually(queue_ready)
 
     # Four pods of one GPU each, rack required: one rack (2 nodes × 2 L4) holds exactly four.
-    await admin.create(kinds.WORKLOAD, _workload("rack-four", 4, RACK), namespace=TEAM)
+    await admin.create(
+        kinds.WORKLOAD, workload("rack-four", TEAM, L4_QUEUE, count=4, required_level=RACK), namespace=TEAM
+    )
 
     async def admitted() -> dict[str, Any] | None:
         wl = await admin.get(kinds.WORKLOAD, "rack-four", TEAM)
@@ -340,19 +268,22 @@ async def test_configmap_source_places_nodes_into_racks(running: Running) -> Non
     wl = await eventually(admitted)
     assignment = wl["status"]["admission"]["podSetAssignments"][0]
     assert assignment["flavors"] == {"credits.gpustack.ai/nvidia": flavor_name}
-    domains = assigned_domains(assignment["topologyAssignment"])
-    assert sum(pods for _, pods in domains) == 4
+    levels, domains = decode_topology_assignment(assignment["topologyAssignment"])
+    assert sum(d.pods for d in domains) == 4
     racks = set()
-    for domain, _pods in domains:
-        if RACK in domain:
-            racks.add(domain[RACK])
+    for domain in domains:
+        values = dict(zip(levels, domain.values, strict=True))
+        if RACK in values:
+            racks.add(values[RACK])
         else:  # Kueue names only the hostname level when the lowest level is the host
-            node = await admin.get(kinds.NODE, domain[keys.HOSTNAME])
+            node = await admin.get(kinds.NODE, values[keys.HOSTNAME])
             racks.add(_labels(node)[RACK])
     assert len(racks) == 1, f"pods spread over racks {racks}: {domains}"
 
     # A fifth pod does not fit any one rack although the cluster has 16 L4s: pending, Kueue's words.
-    await admin.create(kinds.WORKLOAD, _workload("rack-five", 5, RACK), namespace=TEAM)
+    await admin.create(
+        kinds.WORKLOAD, workload("rack-five", TEAM, L4_QUEUE, count=5, required_level=RACK), namespace=TEAM
+    )
 
     async def pending() -> str | None:
         wl5 = await admin.get(kinds.WORKLOAD, "rack-five", TEAM)
@@ -381,7 +312,7 @@ async def test_a_broken_snapshot_changes_nothing(running: Running) -> None:
     # rack-2 under two zones: one child value under two parent tuples rejects the whole revision.
     broken = {f"rack-node-{i}": _placement(i) for i in range(1, 9)}
     broken["rack-node-4"] = {**broken["rack-node-4"], ZONE: "zone-b"}
-    cm = _config_map("inventory", {"snapshot.yaml": _snapshot("inventory-2", broken)})
+    cm = _config_map("inventory", {SNAPSHOT_KEY: snapshot_text("inventory-2", broken)})
     await admin.patch(kinds.CONFIG_MAP, "inventory", {"data": cm["data"]}, namespace=NS)
 
     async def invalid() -> dict[str, Any] | None:
@@ -398,7 +329,7 @@ async def test_a_broken_snapshot_changes_nothing(running: Running) -> None:
     assert after == before
     assert await run.profiles(RACK_NODES) == profiles_before
 
-    await admin.patch(kinds.CONFIG_MAP, "inventory", {"data": {"snapshot.yaml": GOOD}}, namespace=NS)
+    await admin.patch(kinds.CONFIG_MAP, "inventory", {"data": {SNAPSHOT_KEY: GOOD}}, namespace=NS)
     await _data_center(run)
 
 
@@ -407,7 +338,7 @@ async def test_two_overlapping_writing_sources_fall_back_to_hostname_only(runnin
     first = await _data_center(run)
     other = {f"rack-node-{i}": {REGION: "region-9"} for i in (1, 2)}
     await admin.create(
-        kinds.CONFIG_MAP, _config_map("inventory-b", {"snapshot.yaml": _snapshot("b-1", other)})
+        kinds.CONFIG_MAP, _config_map("inventory-b", {SNAPSHOT_KEY: snapshot_text("b-1", other)})
     )
     await admin.create(
         kinds.TOPOLOGY_SOURCE,
@@ -507,8 +438,8 @@ async def test_webhook_arm_holds_the_last_good_snapshot_until_it_expires(running
     pki = Pki.create()
     client_pki = Pki.create("client CA")
     client_cert, client_key = client_pki.issue("gpustack-worker", server=False)
-    bearer_body = _snapshot("hook-1", {"hook-a": {ZONE: "zone-h"}}).encode()
-    mtls_body = _snapshot("mtls-1", {"hook-b": {ZONE: "zone-m"}}).encode()
+    bearer_body = snapshot_text("hook-1", {"hook-a": {ZONE: "zone-h"}}).encode()
+    mtls_body = snapshot_text("mtls-1", {"hook-b": {ZONE: "zone-m"}}).encode()
     target = SnapshotServer(pki, bearer_token="never-forwarded").start()
     bearer = SnapshotServer(pki, body=bearer_body, bearer_token="s3cret", redirect_to=target.url).start()
     mtls = SnapshotServer(pki, body=mtls_body, require_client_cert=True, client_ca=client_pki).start()
