@@ -37,11 +37,13 @@ SNAPSHOT_KEY = "snapshot.yaml"
 _T = TypeVar("_T")
 
 
-async def eventually(check: Callable[[], Awaitable[_T]], *, within: float = 60.0, every: float = 0.25) -> _T:
+async def eventually(
+    check: Callable[[], Awaitable[_T | None]], *, within: float = 60.0, every: float = 0.25
+) -> _T:
     """Poll an async ``check`` until it returns a truthy value and return that value; fail with the last
     value seen after ``within`` seconds (a generous bound, never a measurement)."""
     deadline = time.monotonic() + within
-    last: Any = None
+    last: _T | None = None
     while time.monotonic() < deadline:
         last = await check()
         if last:

@@ -224,7 +224,7 @@ def queue_flavors(cq: dict[str, Any]) -> list[str]:
     ]
 
 
-def annotations(obj: dict[str, Any]) -> dict[str, str]:
+def annotations_of(obj: dict[str, Any]) -> dict[str, str]:
     return dict((obj.get("metadata") or {}).get("annotations") or {})
 
 
@@ -315,7 +315,7 @@ async def converged_on(admin: Client, profile: str, policy: str = "None") -> dic
     """The queue on ``profile``'s flavor alone, TopologyReady, with ``policy`` as its stop policy (Kueue
     reports it admitting only under ``None``) and no migration in progress."""
     cq = await queue(admin)
-    ann = annotations(cq)
+    ann = annotations_of(cq)
     active = condition(cq, "Active").get("status") == "True"
     ok = (
         queue_flavors(cq) == [flavor(profile)]
@@ -410,6 +410,7 @@ class Run:
         wl = await eventually(lambda: admitted(self.admin, name), within=STEP_S)
         assert assigned_flavor(wl) == {flavor(hierarchy.profile)}
         levels, domains = topology_assignments(wl)["main"]
+        print(f"[migration] {name}: topologyAssignment levels={levels} domains={domains}")
         assert sum(d.pods for d in domains) == 1
         assert levels[-1] == keys.HOSTNAME and domains[0].values[-1] in NODES
         # The domain Kueue chose agrees with the inventory at every level the assignment names.
@@ -462,7 +463,7 @@ async def migrate(harness: Harness, start: Hierarchy, target: Hierarchy, *, admi
             cq = await queue(admin)
             ready = condition(cq, keys.TOPOLOGY_READY)
             ok = (
-                annotations(cq).get(keys.MIGRATION_PHASE) == "draining"
+                annotations_of(cq).get(keys.MIGRATION_PHASE) == "draining"
                 and cq["spec"].get("stopPolicy") == "HoldAndDrain"
                 and (ready.get("status"), ready.get("reason")) == ("False", "Migrating")
             )
@@ -470,7 +471,7 @@ async def migrate(harness: Harness, start: Hierarchy, target: Hierarchy, *, admi
 
         cq = await eventually(draining, within=STEP_S)
         assert cq["metadata"]["uid"] == uid
-        assert annotations(cq).get(keys.MIGRATION_STOP_POLICY) == policy
+        assert annotations_of(cq).get(keys.MIGRATION_STOP_POLICY) == policy
         # Draining keeps the old plan: the switch waits for Kueue to report the queue empty.
         assert flavor(start.profile) in queue_flavors(cq)
         run.phase("queue draining")
@@ -502,13 +503,12 @@ async def migrate(harness: Harness, start: Hierarchy, target: Hierarchy, *, admi
         # (QuotaReserved stays True; releasing it is the job integration's part once the job stopped), so
         # the queue cannot finish draining by itself. While it holds, the successor keeps draining;
         # then the test acts as the Workload's owner would and deletes it.
-        wl = await admin.get(kinds.WORKLOAD, f"{tag}-before", TEAM)
-        reserved = condition(wl, "QuotaReserved")
+        reserved = condition(await admin.get(kinds.WORKLOAD, f"{tag}-before", TEAM), "QuotaReserved")
         print(f"[migration] evicted Workload after the takeover: QuotaReserved={reserved}")
         if reserved.get("status") == "True":
-            cq = await draining()
-            assert cq is not None, "the queue left draining while an evicted Workload still held quota"
-            assert queue_flavors(cq) != [flavor(target.profile)]
+            still = await draining()
+            assert still is not None, "the queue left draining while an evicted Workload still held quota"
+            assert queue_flavors(still) != [flavor(target.profile)]
         await admin.delete(kinds.WORKLOAD, f"{tag}-before", TEAM)
 
         # The successor finishes from the queue object alone.
