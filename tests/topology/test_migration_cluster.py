@@ -229,10 +229,13 @@ def annotations_of(obj: dict[str, Any]) -> dict[str, str]:
 
 
 async def profiles(admin: Client) -> dict[str, str]:
+    """Each scenario Node's and its Devices' profile label (``<kind>/<name>`` → profile)."""
     out = {}
     for name in NODES:
-        node = await admin.get(kinds.NODE, name)
-        out[name] = ((node or {}).get("metadata") or {}).get("labels", {}).get(keys.TOPOLOGY_PROFILE, "")
+        for resource in (kinds.NODE, kinds.DEVICES):
+            obj = await admin.get(resource, name)
+            labels = ((obj or {}).get("metadata") or {}).get("labels") or {}
+            out[f"{resource.kind}/{name}"] = labels.get(keys.TOPOLOGY_PROFILE, "")
     return out
 
 
@@ -459,14 +462,22 @@ async def migrate(harness: Harness, start: Hierarchy, target: Hierarchy, *, admi
         await eventually(target_objects, within=STEP_S)
         run.phase(f"Nodes on {target.name}, its Topology and flavor exist")
 
-        async def draining() -> dict[str, Any] | None:
+        async def in_drain() -> dict[str, Any] | None:
+            """The state machine's state on the object (what a successor resumes from)."""
             cq = await queue(admin)
-            ready = condition(cq, keys.TOPOLOGY_READY)
             ok = (
                 annotations_of(cq).get(keys.MIGRATION_PHASE) == "draining"
                 and cq["spec"].get("stopPolicy") == "HoldAndDrain"
-                and (ready.get("status"), ready.get("reason")) == ("False", "Migrating")
             )
+            return cq if ok else None
+
+        async def draining() -> dict[str, Any] | None:
+            """In drain and reporting it for the queue's current generation (right after each write of
+            the queue, TopologyReady reads Unknown/AwaitingQueueStatus until Kueue catches up)."""
+            cq = await in_drain()
+            ready = condition(cq, keys.TOPOLOGY_READY)
+            current = ready.get("observedGeneration") == (cq or {}).get("metadata", {}).get("generation")
+            ok = current and (ready.get("status"), ready.get("reason")) == ("False", "Migrating")
             return cq if ok else None
 
         cq = await eventually(draining, within=STEP_S)
@@ -485,7 +496,7 @@ async def migrate(harness: Harness, start: Hierarchy, target: Hierarchy, *, admi
         run.phase("Workload evicted by Kueue")
 
         # Kill the leader while the queue drains (no Lease release, no last write).
-        assert await draining() is not None, "the queue left draining before the leader could be killed"
+        assert await in_drain() is not None, "the queue left draining before the leader could be killed"
         old = await holder(admin)
         assert old in ctl.procs and ctl.alive(old)
         killed_at = datetime.datetime.now(datetime.UTC)
@@ -506,7 +517,7 @@ async def migrate(harness: Harness, start: Hierarchy, target: Hierarchy, *, admi
         reserved = condition(await admin.get(kinds.WORKLOAD, f"{tag}-before", TEAM), "QuotaReserved")
         print(f"[migration] evicted Workload after the takeover: QuotaReserved={reserved}")
         if reserved.get("status") == "True":
-            still = await draining()
+            still = await in_drain()
             assert still is not None, "the queue left draining while an evicted Workload still held quota"
             assert queue_flavors(still) != [flavor(target.profile)]
         await admin.delete(kinds.WORKLOAD, f"{tag}-before", TEAM)
@@ -524,7 +535,9 @@ async def migrate(harness: Harness, start: Hierarchy, target: Hierarchy, *, admi
         assert writes, "the queue reached its end state without a write by the successor"
 
         async def retired() -> bool:
-            no_flavor = await admin.get(kinds.RESOURCE_FLAVOR, flavor(start.profile)) is None
+            # Every flavor of the old profile (the pool's and the CPU pool's) and then its Topology.
+            flavors = [f["metadata"]["name"] for f in (await admin.list(kinds.RESOURCE_FLAVOR))[0]]
+            no_flavor = not [f for f in flavors if f.endswith(start.profile)]
             return no_flavor and await admin.get(kinds.TOPOLOGY, keys.topology_name(start.profile)) is None
 
         await eventually(retired, within=TAKEOVER_S)
