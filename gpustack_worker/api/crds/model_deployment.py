@@ -2,12 +2,14 @@
 
 Each role renders ``replicas`` independent pod groups of ``size`` Pods (one Kueue Workload each) from
 the role's pod template; ``topology.requiredLevel`` becomes the ``podset-required-topology``
-annotation. Everything else the wider product keeps here (engines, model sources, sliced-percentage
-resources whose JSON names are unconfirmed) is deliberately left out: see docs/crds.md.
+annotation. ``model`` carries only what placement reads: the content digests of the weights and who
+delivers them (``Node``: the node's model store, so Pods prefer nodes holding the digests; ``Engine``:
+the engine fetches them itself). Everything else the wider product keeps here (engines, model sources,
+sliced-percentage resources whose JSON names are unconfirmed) is deliberately left out: see docs/crds.md.
 """
 
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, WithJsonSchema
 
@@ -29,7 +31,11 @@ from gpustack_worker.api.crds.common import (
 )
 
 __all__ = (
+    "DIGEST_PATTERN",
+    "MAX_ARTIFACTS",
     "MAX_ROLES",
+    "ModelArtifact",
+    "ModelDelivery",
     "ModelDeployment",
     "ModelDeploymentSpec",
     "ModelDeploymentStatus",
@@ -107,8 +113,36 @@ class Role(CrdModel):
     """Pod template of every Pod of the role."""
 
 
+#: A content digest as the model stores list it: ``sha256:`` and 64 lowercase hex digits.
+DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
+#: Artifacts per model (each node-delivered one adds a preferred node-affinity term to every Pod).
+MAX_ARTIFACTS = 16
+
+
+class ModelArtifact(CrdModel):
+    """One artifact of the model's weights, by content digest."""
+
+    digest: str = Field(pattern=DIGEST_PATTERN, max_length=71)
+    source: Literal["Hub", "Claim"] = "Hub"
+    """``Hub``: fetched from the model hub (the node store may deliver it); ``Claim``: a volume claim."""
+
+
+class ModelDelivery(CrdModel):
+    """What placement reads of the model: the weights' digests and who delivers them."""
+
+    artifacts: list[ModelArtifact] | None = Field(
+        default=None, max_length=MAX_ARTIFACTS, json_schema_extra=list_map("digest")
+    )
+    delivery: Literal["Node", "Engine"] | None = None
+    """``Node``: the node's model store delivers hub artifacts; ``Engine``: the engine fetches them.
+    Unset: the ``model-artifact-delivery-mode`` setting decides."""
+
+
 class ModelDeploymentSpec(CrdModel):
     """The roles; the set of role names is fixed after creation."""
+
+    model: ModelDelivery | None = None
+    """The model's weights as placement sees them."""
 
     roles: list[Role] = Field(
         min_length=1,
