@@ -131,6 +131,25 @@ NODE_DEVICES_CONTROLLER: Final = "worker.gpustack.ai/node-devices"
 JOINT_CHECK: Final = "gpustack-model-deployment-joint"
 JOINT_CONTROLLER: Final = "worker.gpustack.ai/model-deployment-joint"
 
+# --- ModelDeployment Pods (Kueue pod groups) --------------------------------------------------------
+#: Kueue's Pod integration (pkg/controller/jobs/pod): the LocalQueue label, the group's label and size
+#: annotation, the role-hash annotation the group's PodSet is named after, a member's index in the group,
+#: and the TAS requests Kueue reads off a Pod.
+QUEUE_NAME: Final = "kueue.x-k8s.io/queue-name"
+POD_GROUP_NAME: Final = "kueue.x-k8s.io/pod-group-name"
+POD_GROUP_TOTAL_COUNT: Final = "kueue.x-k8s.io/pod-group-total-count"
+POD_GROUP_POD_INDEX: Final = "kueue.x-k8s.io/pod-group-pod-index"
+ROLE_HASH: Final = "kueue.x-k8s.io/role-hash"
+PODSET_REQUIRED_TOPOLOGY: Final = "kueue.x-k8s.io/podset-required-topology"
+PODSET_PREFERRED_TOPOLOGY: Final = "kueue.x-k8s.io/podset-preferred-topology"
+#: Labels on a ModelDeployment's Pods: the deployment's uid, the role, the replica ordinal, the render hash.
+MODEL_DEPLOYMENT_UID: Final = "modeldeployment.gpustack.ai/uid"
+MODEL_DEPLOYMENT_ROLE: Final = "modeldeployment.gpustack.ai/role"
+POD_ORDINAL: Final = "modeldeployment.gpustack.ai/pod-ordinal"
+RENDER_HASH: Final = "modeldeployment.gpustack.ai/render-hash"
+#: The model-store CSI driver a node's CSINode lists while the node can mount stored models.
+MODEL_CSI_DRIVER: Final = "model.csi.gpustack.ai"
+
 
 # --- builders ---------------------------------------------------------------------------------------
 def general_key(g_key: str) -> str:

@@ -28,6 +28,8 @@ NODE_HINTS: Final = FieldHints(
 )
 NODE: Final = Resource("", "v1", "Node", "nodes", namespaced=False, hints=NODE_HINTS)
 NAMESPACE: Final = Resource("", "v1", "Namespace", "namespaces", namespaced=False)
+POD: Final = Resource("", "v1", "Pod", "pods", namespaced=True)
+CSI_NODE: Final = Resource("storage.k8s.io", "v1", "CSINode", "csinodes", namespaced=False)
 SECRET: Final = Resource("", "v1", "Secret", "secrets", namespaced=True)
 CRD: Final = Resource(
     "apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", namespaced=False
