@@ -73,8 +73,12 @@ INSTANCE_TYPE: Final = Resource(
 NODE_MODEL_STORE: Final = Resource(
     WORKER_GROUP, WORKER_VERSION, "NodeModelStore", "nodemodelstores", namespaced=False
 )
+# ModelDeployment: the placement controllers apply status (roles by name, conditions by type).
+MODEL_DEPLOYMENT_HINTS: Final = FieldHints(
+    keyed={**_CONDITIONS, "spec.roles": ("name",), "status.roles": ("name",)}
+)
 MODEL_DEPLOYMENT: Final = Resource(
-    WORKER_GROUP, WORKER_VERSION, "ModelDeployment", "modeldeployments", namespaced=True
+    WORKER_GROUP, WORKER_VERSION, "ModelDeployment", "modeldeployments", True, hints=MODEL_DEPLOYMENT_HINTS
 )
 
 # NFD
@@ -135,7 +139,9 @@ ADMISSION_CHECK_HINTS: Final = FieldHints(keyed=_CONDITIONS)
 ADMISSION_CHECK: Final = Resource(
     KUEUE_GROUP, KUEUE_VERSION, "AdmissionCheck", "admissionchecks", False, hints=ADMISSION_CHECK_HINTS
 )
-WORKLOAD: Final = Resource(KUEUE_GROUP, KUEUE_VERSION, "Workload", "workloads", True)
+# Workload: the check controllers apply their own ``status.admissionChecks`` entry (a list keyed by name).
+WORKLOAD_HINTS: Final = FieldHints(keyed={**_CONDITIONS, "status.admissionChecks": ("name",)})
+WORKLOAD: Final = Resource(KUEUE_GROUP, KUEUE_VERSION, "Workload", "workloads", True, hints=WORKLOAD_HINTS)
 
 #: The namespace the worker runs in and writes its namespaced objects (NodeFeatures) to.
 SYSTEM_NAMESPACE: Final = "gpustack-system"
