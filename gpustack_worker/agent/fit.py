@@ -31,12 +31,12 @@ from gpustack_worker.agent.labels import is_qualified_name
 from gpustack_worker.agent.managed import is_managed
 from gpustack_worker.agent.validate import apply_holds, read_count
 from gpustack_worker.api import bounds, keys
-from gpustack_worker.api.crds.devices import AllocationMode
+from gpustack_worker.api.devices_view import free_slice_units, grants_share
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-    from gpustack_worker.agent.facts import Card, CardLedger, DevicesFacts, NodeFacts
+    from gpustack_worker.agent.facts import DevicesFacts, NodeFacts
 
 __all__ = (
     "FIELD_MANAGER",
@@ -50,24 +50,6 @@ __all__ = (
 
 #: Server-side apply field manager of the fit labels (Node metadata).
 FIELD_MANAGER = "gpustack-worker-fit"
-
-
-def free_slice_units(card: Card, ledger: CardLedger) -> int:
-    """Units one more logical slice could take on this card (Gate 3's slice predicate)."""
-    if (
-        ledger.mode in (AllocationMode.NONE, AllocationMode.SLICED)
-        and ledger.allocated_slices < card.logical_count
-    ):
-        return max(ledger.remaining, 0)
-    return 0
-
-
-def grants_share(ledger: CardLedger) -> bool:
-    """Whether this card can still grant one ownership share (Gate 3's shared predicate)."""
-    return (
-        ledger.mode in (AllocationMode.NONE, AllocationMode.SHARED)
-        and ledger.remaining >= keys.UNITS_PER_SHARE
-    )
 
 
 def _read_published(key: str, raw: str) -> str | None:

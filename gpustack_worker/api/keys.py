@@ -130,6 +130,12 @@ NODE_DEVICES_CHECK: Final = "gpustack-node-devices"
 NODE_DEVICES_CONTROLLER: Final = "worker.gpustack.ai/node-devices"
 JOINT_CHECK: Final = "gpustack-model-deployment-joint"
 JOINT_CONTROLLER: Final = "worker.gpustack.ai/model-deployment-joint"
+#: Kueue ties a Pod to its Workload (annotation, the Workload's name) and PodSet (label): Gate 3's
+#: inflight accounting reads both (reference §3.2).
+KUEUE_WORKLOAD_ANNOTATION: Final = "kueue.x-k8s.io/workload"
+KUEUE_PODSET_LABEL: Final = "kueue.x-k8s.io/podset"
+#: The Device Manager's durable per-container allocation record on a Pod (a JSON map keyed by container).
+ACCELERATOR_ALLOCATED: Final = "device.gpustack.ai/accelerator.allocated"
 
 # --- ModelDeployment Pods (Kueue pod groups) --------------------------------------------------------
 #: Kueue's Pod integration (pkg/controller/jobs/pod): the LocalQueue label, the group's label and size

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from gpustack_worker.api import keys, manufacturers
 from gpustack_worker.api.crds.devices import AllocationMode
-from gpustack_worker.api.devices_view import Card, CardLedger, DevicesFacts
+from gpustack_worker.api.devices_view import Card, CardLedger, DevicesFacts, fresh_ledger
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -50,17 +50,6 @@ class PoolCard:
     manufacturer: str
 
 
-def _fresh(card: Card) -> CardLedger:
-    return CardLedger(
-        id=card.id,
-        index=card.index,
-        mode=_FREE,
-        allocated=0,
-        remaining=keys.UNITS_PER_ACCELERATOR,
-        remaining_profiles={p.name: p.count for p in card.profiles},
-    )
-
-
 def pool_cards(a_key: str, devices: Iterable[DevicesFacts]) -> list[PoolCard]:
     """Every healthy card of model ``a_key`` (``<mfr>-<group id>``) on the given nodes."""
     out = []
@@ -73,7 +62,7 @@ def pool_cards(a_key: str, devices: Iterable[DevicesFacts]) -> list[PoolCard]:
                 if card.unhealthy:
                     continue
                 out.append(
-                    PoolCard(facts.name, card, ledgers.get(card.id) or _fresh(card), group.manufacturer)
+                    PoolCard(facts.name, card, ledgers.get(card.id) or fresh_ledger(card), group.manufacturer)
                 )
     return out
 
