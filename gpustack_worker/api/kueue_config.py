@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import yaml
 
-from gpustack_worker.api import keys
+from gpustack_worker.api import keys, kinds
 from gpustack_worker.api.manufacturers import MANUFACTURERS
 
 if TYPE_CHECKING:
@@ -135,12 +135,18 @@ def kueue_resources() -> dict[str, Any]:
 
 
 def managed_jobs_namespace_selector(namespace: str = KUEUE_NAMESPACE) -> dict[str, Any]:
-    """Every namespace except ``kube-system`` and Kueue's own (Kueue's default, spelled out so the webhook
-    registration of the local control plane reads the same selector)."""
+    """Every namespace except ``kube-system``, Kueue's own and the worker's system namespace.
+
+    Kueue's default (``apis/config/v1beta2/defaults.go``) excludes ``kube-system`` and Kueue's namespace;
+    the worker's own Pods (agent, controller) run in :data:`~gpustack_worker.api.kinds.SYSTEM_NAMESPACE`
+    and must never be gated or grouped by Kueue's Pod integration, so that namespace is excluded too. In
+    ``v1beta2`` this one selector also scopes the ``pod`` framework (``v1beta1``'s
+    ``integrations.podOptions.namespaceSelector`` is gone). Spelled out so the webhook registration of
+    the local control plane reads the same selector.
+    """
+    excluded = ["kube-system", namespace, kinds.SYSTEM_NAMESPACE]
     return {
-        "matchExpressions": [
-            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", namespace]}
-        ]
+        "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": excluded}]
     }
 
 
@@ -151,7 +157,7 @@ def kueue_manager_config(
     management, leader election, metrics/health addresses).
 
     Jobs and Pods without a queue name are left alone (``manageJobsWithoutQueueName: false``); the managed
-    namespaces exclude ``kube-system`` and Kueue's namespace.
+    namespaces exclude ``kube-system``, Kueue's namespace and the worker's system namespace.
     """
     return {
         "apiVersion": CONFIG_API_VERSION,

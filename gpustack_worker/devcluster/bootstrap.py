@@ -36,6 +36,12 @@ class ApiBootstrap:
     def request(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> httpx.Response:
         return self._http.request(method, path, json=body)
 
+    def merge_patch(self, path: str, body: Mapping[str, Any]) -> httpx.Response:
+        """A JSON merge patch of the object at ``path`` (the response is returned as it is)."""
+        return self._http.patch(
+            path, json=dict(body), headers={"Content-Type": "application/merge-patch+json"}
+        )
+
     def create(self, path: str, body: Mapping[str, Any]) -> None:
         """POST ``body``; an existing object (409) is fine, anything else non-2xx raises."""
         resp = self.request("POST", path, body)

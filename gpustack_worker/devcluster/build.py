@@ -78,6 +78,19 @@ class Component:
         return cache_dir() / "bin" / f"{self.name}-{self.version}" / self.name
 
 
+def _kubernetes_go_mod(name: str) -> Callable[[], str]:
+    """The wrapper module of a binary of ``k8s.io/kubernetes`` (kube-apiserver, kube-scheduler).
+
+    Both get the same ``go``/``godebug`` lines and staging replace block, so they resolve the same
+    dependency graph and the second build reuses every package the first compiled (Go's build cache is
+    keyed by package content and flags, not by the wrapper module).
+    """
+    return lambda: (
+        f"module local/{name}-build\n\ngo 1.25.0\n\ngodebug default=go1.25\n\n"
+        + _replace_block(versions.KUBERNETES_STAGING)
+    )
+
+
 COMPONENTS: dict[str, Component] = {
     c.name: c
     for c in (
@@ -94,10 +107,17 @@ COMPONENTS: dict[str, Component] = {
             versions.KUBERNETES,
             "k8s.io/kubernetes/cmd/kube-apiserver",
             "k8s.io/kubernetes",
-            lambda: (
-                "module local/kube-apiserver-build\n\ngo 1.25.0\n\ngodebug default=go1.25\n\n"
-                + _replace_block(versions.KUBERNETES_STAGING)
-            ),
+            _kubernetes_go_mod("kube-apiserver"),
+            _k8s_ldflags,
+        ),
+        # Built right after kube-apiserver: same module version, same flags, so only the scheduler's own
+        # packages (pkg/scheduler, its plugins, cmd/kube-scheduler) are compiled anew.
+        Component(
+            "kube-scheduler",
+            versions.KUBERNETES,
+            "k8s.io/kubernetes/cmd/kube-scheduler",
+            "k8s.io/kubernetes",
+            _kubernetes_go_mod("kube-scheduler"),
             _k8s_ldflags,
         ),
         Component(

@@ -1,13 +1,18 @@
-"""A real control plane on 127.0.0.1: etcd, kube-apiserver, Kueue and nfd-master.
+"""A real control plane on 127.0.0.1: etcd, kube-apiserver, kube-scheduler, Kueue and nfd-master.
 
 Used by the test suite (one per session), by the demo and by ``gpustack-worker devcluster up``. Start
 order follows the control-plane notes: certificates → etcd → kube-apiserver → CRDs (Kueue, NFD, ours) →
 namespaces → our RBAC (``manifests/rbac``: ServiceAccounts, roles, bindings) → the node nfd-master needs →
-Kueue → Kueue's webhooks (registered by URL once Kueue is ready; :mod:`.kueue_webhooks`) → nfd-master.
-Every port is chosen free at start, so several clusters can run side by side.
+kube-scheduler → Kueue → Kueue's webhooks (registered by URL once Kueue is ready; :mod:`.kueue_webhooks`)
+→ nfd-master. Every port is chosen free at start, so several clusters can run side by side.
 
-There is no kubelet, scheduler or kube-controller-manager: Nodes are API objects whose status we write,
-namespaces never finish terminating, and owner references are not garbage-collected.
+kube-scheduler (built from the same ``k8s.io/kubernetes`` release as kube-apiserver) binds every Pod that
+has no ``nodeName`` and no scheduling gate to a fitting Node, and Kueue's ``pod`` integration gates Pods
+that carry a queue name until their Workload is admitted — so a queued Pod really goes gated → admitted →
+ungated → bound. There is no kubelet and no kube-controller-manager: a bound Pod stays ``Pending`` with
+``spec.nodeName`` set and never starts (no containers, no ``Running``, no ``PodReady``); Nodes are API
+objects whose status we write, namespaces never finish terminating, and owner references are not
+garbage-collected.
 """
 
 from __future__ import annotations
@@ -32,7 +37,14 @@ from gpustack_worker.devcluster.bootstrap import ApiBootstrap, load_yaml_documen
 from gpustack_worker.devcluster.pki import Pki, make_pki
 from gpustack_worker.devcluster.procs import ManagedProcess, StartupError, free_port
 
-__all__ = ("NFD_MASTER_NODE", "SA_TOKEN_SECONDS", "SYSTEM_NAMESPACES", "DevCluster", "StartupError")
+__all__ = (
+    "NFD_MASTER_NODE",
+    "SA_TOKEN_SECONDS",
+    "SCHEDULER_ACCOUNT",
+    "SYSTEM_NAMESPACES",
+    "DevCluster",
+    "StartupError",
+)
 
 #: The Node nfd-master insists on updating at start-up; marked unmanaged and unschedulable so no chain
 #: object ever counts it.
@@ -41,6 +53,11 @@ SYSTEM_NAMESPACE = "gpustack-system"
 SYSTEM_NAMESPACES = ("kueue-system", "node-feature-discovery", SYSTEM_NAMESPACE)
 #: Lifetime of the ServiceAccount tokens the harness mints: longer than any test session or demo.
 SA_TOKEN_SECONDS = 48 * 3600
+#: kube-scheduler runs as this ServiceAccount, bound to the API server's built-in ``system:kube-scheduler``
+#: and ``system:volume-scheduler`` ClusterRoles (what kubeadm grants the user ``system:kube-scheduler``), so
+#: it holds a scheduler's rights and its requests are told apart from the harness' admin ones.
+SCHEDULER_ACCOUNT = ("kube-system", "kube-scheduler")
+_SCHEDULER_ROLES = ("system:kube-scheduler", "system:volume-scheduler")
 #: Kueue's metrics certificate path is hard-coded in cmd/kueue/main.go.
 KUEUE_METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
 MANIFESTS_ENV = "GPUSTACK_WORKER_MANIFESTS"
@@ -69,6 +86,8 @@ class DevCluster:
     #: Start Kueue and nfd-master too (the runtime's own tests need only the API server).
     with_kueue: bool = True
     with_nfd: bool = True
+    #: Start kube-scheduler (binds ungated Pods to Nodes; nothing runs them: there is no kubelet).
+    with_scheduler: bool = True
     log: Any = print
     #: Keep a kube-apiserver audit log here (JSON lines; policy in :mod:`gpustack_worker.devcluster.audit`).
     audit_log: Path | None = None
@@ -76,6 +95,7 @@ class DevCluster:
     etcd_peer_port: int = 0
     apiserver_port: int = 0
     kueue_health_port: int = 0
+    scheduler_port: int = 0
     kueue_webhook_port: int = 0
     nfd_port: int = 0
     pki: Pki | None = None
@@ -187,8 +207,13 @@ class DevCluster:
                 api.create_object(doc)
             if self.with_nfd:
                 api.create_node(_nfd_master_node())
+            if self.with_scheduler:
+                for doc in _scheduler_rbac():
+                    api.create_object(doc)
         finally:
             api.close()
+        if self.with_scheduler:
+            self._start_scheduler()
         if self.with_kueue:
             self._start_kueue()
         if self.with_nfd:
@@ -294,6 +319,32 @@ class DevCluster:
         tmp.chmod(0o600)
         tmp.replace(path)
 
+    def _start_scheduler(self) -> None:
+        """kube-scheduler with its own ServiceAccount kubeconfig, no leader election, and its secure port
+        (health only) on a free loopback port with the dev cluster's serving certificate.
+
+        No ``--authentication-kubeconfig``/``--authorization-kubeconfig``: nothing but the harness talks
+        to the scheduler, and ``/healthz``, ``/readyz`` and ``/livez`` are always allowed upstream.
+        """
+        assert self.pki is not None
+        namespace, name = SCHEDULER_ACCOUNT
+        kubeconfig = self.service_account_kubeconfig(name, namespace)
+        self.scheduler_port = free_port()
+        proc = self._spawn(
+            "kube-scheduler",
+            [
+                str(self.binaries["kube-scheduler"]),
+                f"--kubeconfig={kubeconfig}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={self.scheduler_port}",
+                f"--tls-cert-file={self.pki.serving_cert}",
+                f"--tls-private-key-file={self.pki.serving_key}",
+            ],
+        )
+        ctx = ssl.create_default_context(cafile=str(self.pki.ca_cert))
+        proc.wait_ready(lambda: _http_ok(f"https://127.0.0.1:{self.scheduler_port}/healthz", ctx), 60)
+
     def _rbac_documents(self) -> list[dict[str, Any]]:
         files = sorted((_repo_manifests() / "rbac").glob("*.yaml"))
         if not files:
@@ -393,6 +444,27 @@ class DevCluster:
         with urllib.request.urlopen(req, timeout=10) as resp:
             result: dict[str, Any] = json.loads(resp.read())
         return result
+
+
+def _scheduler_rbac() -> list[dict[str, Any]]:
+    """The scheduler's ServiceAccount and its bindings to the built-in scheduler ClusterRoles."""
+    namespace, name = SCHEDULER_ACCOUNT
+    account = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": name, "namespace": namespace},
+    }
+    bindings = [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": f"devcluster:{role.removeprefix('system:')}"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        }
+        for role in _SCHEDULER_ROLES
+    ]
+    return [account, *bindings]
 
 
 def _nfd_master_node() -> dict[str, Any]:

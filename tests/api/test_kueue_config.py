@@ -63,7 +63,7 @@ def test_namespace_moves_the_managed_jobs_selector() -> None:
     config = kueue_config.kueue_manager_config(namespace="queues")
     assert config["namespace"] == "queues"
     excluded = config["managedJobsNamespaceSelector"]["matchExpressions"][0]["values"]
-    assert excluded == ["kube-system", "queues"]
+    assert excluded == ["kube-system", "queues", "gpustack-system"]
 
 
 def test_merge_lays_nested_values_over_without_touching_the_inputs() -> None:

@@ -61,7 +61,7 @@ def test_job_webhooks_follow_the_managed_namespaces_and_kueue_kinds_see_all(
 ) -> None:
     hooks = _by_name(_rewrite(upstream))
     selector = kueue_config.managed_jobs_namespace_selector()
-    assert selector["matchExpressions"][0]["values"] == ["kube-system", "kueue-system"]
+    assert selector["matchExpressions"][0]["values"] == ["kube-system", "kueue-system", "gpustack-system"]
     for name in (
         "mpod.kb.io",
         "vpod.kb.io",
