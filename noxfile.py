@@ -52,7 +52,7 @@ def rbac(session: nox.Session) -> None:
 
 @nox.session
 def webhooks(session: nox.Session) -> None:
-    """Regenerate chart/templates/webhook-validating.yaml from gpustack_worker/api/webhooks.py."""
+    """Regenerate chart/templates/webhook-{validating,mutating}.yaml from gpustack_worker/api/webhooks.py."""
     session.install("-e", ".")
     session.run("python", "-m", "gpustack_worker.api.webhookgen")
 

@@ -6,39 +6,45 @@ from __future__ import annotations
 import base64
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import pytest
 import yaml
 
 from gpustack_worker.api import kinds, rbacgen, webhookgen, webhooks
 from gpustack_worker.cli import main, webhook_serving
-
-if TYPE_CHECKING:
-    import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "chart" / "templates"
 CRD = ROOT / "manifests" / "crds" / "worker.gpustack.ai_topologysources.yaml"
 
 
-def test_committed_template_is_fresh(tmp_path: Path) -> None:
-    (written,) = webhookgen.write(tmp_path)
-    committed = CHART / written.name
-    assert committed.exists(), f"{committed} missing: python -m gpustack_worker.api.webhookgen"
-    assert written.read_bytes() == committed.read_bytes(), (
-        f"{committed} is stale: python -m gpustack_worker.api.webhookgen"
-    )
+def test_committed_templates_are_fresh(tmp_path: Path) -> None:
+    written = webhookgen.write(tmp_path)
+    assert sorted(p.name for p in written) == sorted([webhookgen.VALIDATING_FILE, webhookgen.MUTATING_FILE])
+    for path in written:
+        committed = CHART / path.name
+        assert committed.exists(), f"{committed} missing: python -m gpustack_worker.api.webhookgen"
+        assert path.read_bytes() == committed.read_bytes(), (
+            f"{committed} is stale: python -m gpustack_worker.api.webhookgen"
+        )
     assert webhookgen.check(CHART) == []
 
 
-def test_check_reports_stale_and_missing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert webhookgen.check(tmp_path) == [f"missing: {tmp_path / webhookgen.VALIDATING_FILE}"]
+@pytest.mark.parametrize("name", ["webhook-validating.yaml", "webhook-mutating.yaml"])
+def test_check_reports_stale_and_missing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    assert sorted(webhookgen.check(tmp_path)) == [
+        f"missing: {tmp_path / webhookgen.MUTATING_FILE}",
+        f"missing: {tmp_path / webhookgen.VALIDATING_FILE}",
+    ]
     assert webhookgen.main(["--chart", str(tmp_path)]) == 0
     assert webhookgen.main(["--check", "--chart", str(tmp_path)]) == 0
-    path = tmp_path / webhookgen.VALIDATING_FILE
+    path = tmp_path / name
     path.write_text(path.read_text() + "# edited\n")
     assert webhookgen.main(["--check", "--chart", str(tmp_path)]) == 1
-    assert "stale" in capsys.readouterr().err
+    assert f"stale: {path}" in capsys.readouterr().err
 
 
 def _evaluated(text: str, ca: str) -> dict[str, Any]:
@@ -53,10 +59,17 @@ def _evaluated(text: str, ca: str) -> dict[str, Any]:
     return doc
 
 
-def test_chart_template_is_the_service_form_of_the_configuration() -> None:
+@pytest.mark.parametrize(
+    ("name", "configuration"),
+    [
+        ("webhook-validating.yaml", webhooks.validating_configuration),
+        ("webhook-mutating.yaml", webhooks.mutating_configuration),
+    ],
+)
+def test_chart_template_is_the_service_form_of_the_configuration(name: str, configuration: Any) -> None:
     ca = base64.b64encode(b"-----BEGIN CERTIFICATE-----\n").decode()
-    chart = _evaluated((CHART / webhookgen.VALIDATING_FILE).read_text(), ca)
-    expected = webhooks.validating_configuration(
+    chart = _evaluated((CHART / name).read_text(), ca)
+    expected = configuration(
         webhooks.service_client_config(kinds.SYSTEM_NAMESPACE, ca), labels=rbacgen.MANIFEST_LABELS
     )
     assert chart == expected
@@ -92,6 +105,53 @@ def test_the_topologysource_webhook_follows_the_reference() -> None:
         "url": "https://127.0.0.1:1/validate-worker-gpustack-ai-v1alpha1-topologysource",
         "caBundle": base64.b64encode(b"PEM").decode(),
     }
+
+
+def test_the_workload_fit_pin_webhook_follows_the_reference() -> None:
+    """Reference §5.3: workloads v1beta2, CREATE+UPDATE, Ignore, 10 s, the entrance matchCondition, a
+    configuration named with the ``gpustack-worker`` prefix that sorts before Kueue's."""
+    config = webhooks.mutating_configuration(webhooks.url_client_config("https://127.0.0.1:1", b"PEM"))
+    assert config["apiVersion"] == "admissionregistration.k8s.io/v1"
+    assert config["kind"] == "MutatingWebhookConfiguration"
+    assert config["metadata"] == {"name": "gpustack-worker-workload-fit"}
+    assert config["metadata"]["name"] < "kueue-mutating-webhook-configuration"
+    (hook,) = config["webhooks"]
+    assert hook == {
+        "name": "workload-fit.worker.gpustack.ai",
+        "admissionReviewVersions": ["v1"],
+        "clientConfig": {
+            "url": "https://127.0.0.1:1/mutate-kueue-x-k8s-io-v1beta2-workload-fit",
+            "caBundle": base64.b64encode(b"PEM").decode(),
+        },
+        "failurePolicy": "Ignore",
+        "matchPolicy": "Equivalent",
+        "matchConditions": [
+            {
+                "name": "gpustack-entrance-queue",
+                "expression": "has(object.spec.queueName) && "
+                "object.spec.queueName.startsWith('gpustack-fnv64-')",
+            }
+        ],
+        "reinvocationPolicy": "Never",
+        "rules": [
+            {
+                "apiGroups": ["kueue.x-k8s.io"],
+                "apiVersions": ["v1beta2"],
+                "operations": ["CREATE", "UPDATE"],
+                "resources": ["workloads"],
+                "scope": "Namespaced",
+            }
+        ],
+        "sideEffects": "None",
+        "timeoutSeconds": 10,
+    }
+
+
+def test_the_validating_configuration_has_no_mutating_fields() -> None:
+    config = webhooks.validating_configuration(webhooks.url_client_config("https://127.0.0.1:1", b"PEM"))
+    for hook in config["webhooks"]:
+        assert "reinvocationPolicy" not in hook
+        assert "matchConditions" not in hook
 
 
 def _docs(name: str) -> list[dict[str, Any]]:
