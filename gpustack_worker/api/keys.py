@@ -245,6 +245,21 @@ def local_queue_name(cluster_queue: str) -> str:
     return LOCAL_QUEUE_PREFIX + fnv64a_hex(cluster_queue)
 
 
+#: Longest label value (a pod group's name is the value of ``kueue.x-k8s.io/pod-group-name``).
+_LABEL_VALUE_MAX: Final = 63
+_GROUP_SUFFIX_LEN: Final = 10
+
+
+def pod_group_name(deployment: str, deployment_uid: str, role: str, replica: int, render_hash: str) -> str:
+    """``<deployment>-<role>-<replica>-<10hex>``: one replica of a role at one render (also the name of
+    the group's Workload, which Kueue names after the group). The head is cut to keep the name a label
+    value (63); the suffix, FNV-1a 64 over uid, role, replica and render hash, keeps cut names distinct
+    and gives a re-rendered replica (or a re-created deployment) a new group."""
+    suffix = fnv64a_hex(f"{deployment_uid}\x00{role}\x00{replica}\x00{render_hash}")[:_GROUP_SUFFIX_LEN]
+    head = f"{deployment}-{role}-{replica}"[: _LABEL_VALUE_MAX - 1 - _GROUP_SUFFIX_LEN].rstrip("-.")
+    return f"{head}-{suffix}"
+
+
 def object_name(name: str) -> str:
     """A built name as a Kubernetes object name: keys keep ``_`` (``hygon-k100_ai`` is a valid label
     value), object names may not (DNS-1123 subdomain), so it becomes ``-``; the label values and notes

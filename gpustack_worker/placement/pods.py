@@ -1,0 +1,361 @@
+"""The desired Pods of one ModelDeployment role replica (reference §2.6; pure: no I/O, no clock).
+
+Each replica of a role is one Kueue **pod group** of ``size`` Pods, so Kueue builds one Workload per
+replica (``replicas: 3, size: 8`` is three independent 8-Pod decisions). What every Pod of a group
+carries, and why (Kueue v0.19.2 ``pkg/controller/jobs/pod``):
+
+- label ``kueue.x-k8s.io/queue-name``: the LocalQueue of the role's InstanceType
+  (:func:`~gpustack_worker.api.keys.local_queue_name` of its name, which is its ClusterQueue's name);
+- label ``kueue.x-k8s.io/pod-group-name`` and annotation ``kueue.x-k8s.io/pod-group-total-count``
+  (``size``): the group; Kueue names the group's Workload after the group name;
+- annotation ``kueue.x-k8s.io/role-hash`` = the role name: Kueue names each PodSet of a group after its
+  members' role hash and takes the annotation when present (it computes one from the Pod spec only when
+  it is absent), so the group's single, fate-sharing PodSet is named after the role;
+- label ``kueue.x-k8s.io/pod-group-pod-index``: the member's index (0..size-1), which TAS uses to rank
+  the Pods of the group;
+- annotation ``kueue.x-k8s.io/podset-required-topology`` = ``roles[].topology.requiredLevel`` when set
+  (Kueue turns it into the PodSet's ``topologyRequest.required``); omitted → no explicit request;
+- labels ``modeldeployment.gpustack.ai/{uid,role,pod-ordinal,render-hash}``: the deployment's uid, the
+  role, the replica ordinal and the render hash; a controller ownerReference to the ModelDeployment.
+
+Resources: the first container's requests get the InstanceType's unit resources × units (``cpu`` ×
+units, ``memory`` = ``ram`` × units) and ``ephemeral-storage`` = ``spec.localStorage`` (the reference
+bounds an instance's local storage by the type's value, not per card), plus the role's accelerator
+request in the type's manufacturer resource (requests and limits): ``<base>: n`` for ``accelerator: n``
+whole cards (units = n), or ``<base>.partitioned: 1`` + ``<base>.partitioned.<kind>-<profile>: 1`` for a
+partition profile (units = 1). A role without an accelerator request gets one unit. Our values replace the
+template's for the same resource names.
+
+The **render hash** (FNV-1a 64 of the rendered Pod, without anything per replica or per Pod) identifies a
+replica's render: a changed template, queue, level, size or resource changes it, and the controller
+replaces the groups rendered before (only of the roles whose render changed). The node-store preference
+terms are added at creation (:mod:`gpustack_worker.placement.modelstores`), outside the hash.
+
+A role that cannot be rendered — no or unknown InstanceType, a level its queue's hierarchy does not have,
+a malformed accelerator request — yields a :class:`RoleProblem` (a status condition), never an exception.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+import orjson
+
+from gpustack_worker.api import keys, kinds, manufacturers
+from gpustack_worker.api.normalize import fnv64a_hex
+from gpustack_worker.runtime.frozen import thaw
+from gpustack_worker.runtime.quantity import parse
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+__all__ = (
+    "CPU",
+    "EPHEMERAL_STORAGE",
+    "MEMORY",
+    "RolePlan",
+    "RoleProblem",
+    "group_of",
+    "plan_role",
+    "pod_name",
+    "queue_levels",
+    "replica_pods",
+    "template_preferred_count",
+)
+
+CPU: Final = "cpu"
+MEMORY: Final = "memory"
+EPHEMERAL_STORAGE: Final = "ephemeral-storage"
+
+#: Problem reasons (the deployment's ``Rendered`` condition carries the first one).
+NO_INSTANCE_TYPE: Final = "NoInstanceType"
+INSTANCE_TYPE_NOT_FOUND: Final = "InstanceTypeNotFound"
+UNKNOWN_LEVEL: Final = "UnknownLevel"
+INVALID_RESOURCES: Final = "InvalidResources"
+INVALID_TEMPLATE: Final = "InvalidTemplate"
+
+
+@dataclass(frozen=True, slots=True)
+class RoleProblem:
+    """Why a role renders no Pods."""
+
+    role: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class RolePlan:
+    """Everything shared by the Pods of every replica of one role."""
+
+    role: str
+    replicas: int
+    size: int
+    queue: str
+    instance_type: str
+    level: str | None
+    render_hash: str
+    #: The rendered Pod without name, group, index, ordinal or node-store terms (a plain dict).
+    base: dict[str, Any] = field(repr=False)
+
+
+def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return (obj or {}).get("metadata") or {}
+
+
+def queue_levels(
+    queue: Mapping[str, Any] | None,
+    flavors: Mapping[str, Mapping[str, Any]],
+    topologies: Mapping[str, Mapping[str, Any]],
+) -> frozenset[str] | None:
+    """Level keys of the hierarchies a ClusterQueue can place on: for every flavor of its resource
+    groups, the levels of the Topology the flavor's ``topologyName`` names. None when the queue is
+    unknown; a flavor or Topology not (yet) in the cache adds nothing."""
+    if queue is None:
+        return None
+    levels: set[str] = set()
+    for group in (queue.get("spec") or {}).get("resourceGroups") or ():
+        for ref in group.get("flavors") or ():
+            flavor = flavors.get(str(ref.get("name") or ""))
+            topology_name = ((flavor or {}).get("spec") or {}).get("topologyName")
+            topology = topologies.get(str(topology_name or ""))
+            for level in ((topology or {}).get("spec") or {}).get("levels") or ():
+                if level.get("nodeLabel"):
+                    levels.add(str(level["nodeLabel"]))
+    return frozenset(levels)
+
+
+def _manufacturer(instance_type: Mapping[str, Any]) -> manufacturers.Manufacturer | None:
+    detail = ((instance_type.get("status") or {}).get("detail") or {}).get("manufacturer")
+    if detail and (found := manufacturers.get(str(detail))) is not None:
+        return found
+    a_key = str((instance_type.get("spec") or {}).get("acceleratorGroup") or "")
+    return manufacturers.get(a_key.split("-", 1)[0]) if a_key else None
+
+
+def _gi(text: str) -> int:
+    return int(text.removesuffix("Gi"))
+
+
+def _accelerator(
+    role: str, resources: Mapping[str, Any], instance_type: Mapping[str, Any]
+) -> tuple[int, dict[str, str]] | RoleProblem:
+    """(host units, accelerator requests) of the role on the InstanceType, or the problem."""
+    count = resources.get("accelerator")
+    profile = resources.get("acceleratorPartitionedProfile")
+    name = _meta(instance_type).get("name")
+    if count is None and not profile:
+        return 1, {}
+    if count is not None and profile:
+        return RoleProblem(
+            role, INVALID_RESOURCES, "accelerator and acceleratorPartitionedProfile are exclusive"
+        )
+    if not (instance_type.get("spec") or {}).get("acceleratable"):
+        return RoleProblem(
+            role, INVALID_RESOURCES, f"InstanceType {name} is CPU-only: it has no accelerator to request"
+        )
+    mfr = _manufacturer(instance_type)
+    if mfr is None:
+        return RoleProblem(role, INVALID_RESOURCES, f"InstanceType {name}: unknown accelerator manufacturer")
+    if profile:
+        if not mfr.partition_kind:
+            return RoleProblem(
+                role, INVALID_RESOURCES, f"{mfr.name} accelerators have no partition profiles ({profile})"
+            )
+        published = manufacturers.publish_profile_name(mfr, str(profile))
+        per_profile = keys.partitioned_resource(mfr.resource, f"{mfr.partition_kind}-{published}")
+        return 1, {keys.partitioned_resource(mfr.resource): "1", per_profile: "1"}
+    value = parse(count)
+    if value is None or value <= 0 or value != value.to_integral_value():
+        return RoleProblem(
+            role, INVALID_RESOURCES, f"accelerator must be a whole number of cards, not {count}"
+        )
+    cards = int(value)
+    return cards, {mfr.resource: str(cards)}
+
+
+def _render_base(
+    deployment: Mapping[str, Any],
+    role: Mapping[str, Any],
+    instance_type: Mapping[str, Any],
+    queue: str,
+    level: str | None,
+    units: int,
+    accelerator: Mapping[str, str],
+) -> dict[str, Any] | str:
+    """The Pod every member of every replica of the role starts from, or why the template is unusable."""
+    template = thaw(role.get("template") or {})
+    if not isinstance(template, dict):
+        return "the template is not an object"
+    spec = template.get("spec")
+    if not isinstance(spec, dict) or not isinstance(spec.get("containers"), list) or not spec["containers"]:
+        return "the template has no containers"
+    first = spec["containers"][0]
+    if not isinstance(first, dict):
+        return "the template's first container is not an object"
+    it_spec = instance_type.get("spec") or {}
+    unit = it_spec.get("unitResources") or {}
+    try:
+        host = {
+            CPU: str(int(str(unit.get("cpu"))) * units),
+            MEMORY: f"{_gi(str(unit.get('ram'))) * units}Gi",
+        }
+    except ValueError:
+        return f"InstanceType {_meta(instance_type).get('name')} has malformed unitResources"
+    storage = it_spec.get("localStorage")
+    if storage:
+        host[EPHEMERAL_STORAGE] = str(storage)
+    resources = first.setdefault("resources", {})
+    if not isinstance(resources, dict):
+        return "the template's first container has malformed resources"
+    requests = resources.setdefault("requests", {})
+    requests.update(host)
+    requests.update(accelerator)
+    if accelerator:
+        resources.setdefault("limits", {}).update(accelerator)
+    meta = template.get("metadata") if isinstance(template.get("metadata"), dict) else {}
+    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    annotations = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
+    role_name = str(role["name"])
+    labels[keys.QUEUE_NAME] = queue
+    labels[keys.MODEL_DEPLOYMENT_UID] = str(_meta(deployment).get("uid") or "")
+    labels[keys.MODEL_DEPLOYMENT_ROLE] = role_name
+    annotations[keys.POD_GROUP_TOTAL_COUNT] = str(int(role.get("size") or 1))
+    annotations[keys.ROLE_HASH] = role_name
+    if level:
+        annotations[keys.PODSET_REQUIRED_TOPOLOGY] = level
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "namespace": _meta(deployment).get("namespace"),
+            "labels": labels,
+            "annotations": annotations,
+        },
+        "spec": spec,
+    }
+
+
+def _hash(body: Mapping[str, Any]) -> str:
+    return fnv64a_hex(orjson.dumps(body, option=orjson.OPT_SORT_KEYS))
+
+
+def plan_role(
+    deployment: Mapping[str, Any],
+    role: Mapping[str, Any],
+    instance_types: Mapping[str, Mapping[str, Any]],
+    levels: Mapping[str, frozenset[str] | None],
+) -> RolePlan | RoleProblem:
+    """The role's render, or why it has none.
+
+    ``instance_types`` by name; ``levels`` maps an InstanceType name to :func:`queue_levels` of its
+    ClusterQueue (checked only when the role requests a level).
+    """
+    name = str(role.get("name") or "")
+    type_name = role.get("instanceType")
+    if not type_name:
+        return RoleProblem(name, NO_INSTANCE_TYPE, f"role {name} names no instanceType")
+    instance_type = instance_types.get(str(type_name))
+    if instance_type is None:
+        return RoleProblem(name, INSTANCE_TYPE_NOT_FOUND, f"InstanceType {type_name} not found")
+    level = (role.get("topology") or {}).get("requiredLevel")
+    if level:
+        known = levels.get(str(type_name))
+        if known is None or str(level) not in known:
+            have = ", ".join(sorted(known or ())) or "none"
+            return RoleProblem(
+                name,
+                UNKNOWN_LEVEL,
+                f"requiredLevel {level} is not a level of InstanceType {type_name}'s hierarchy"
+                f" (levels: {have})",
+            )
+    accel = _accelerator(name, role.get("resources") or {}, instance_type)
+    if isinstance(accel, RoleProblem):
+        return accel
+    units, accelerator = accel
+    queue = keys.local_queue_name(str(type_name))
+    base = _render_base(
+        deployment, role, instance_type, queue, str(level) if level else None, units, accelerator
+    )
+    if isinstance(base, str):
+        return RoleProblem(name, INVALID_TEMPLATE, f"role {name}: {base}")
+    return RolePlan(
+        role=name,
+        replicas=int(role.get("replicas") or 1),
+        size=int(role.get("size") or 1),
+        queue=queue,
+        instance_type=str(type_name),
+        level=str(level) if level else None,
+        render_hash=_hash(base),
+        base=base,
+    )
+
+
+def pod_name(group: str, index: int) -> str:
+    """The name of member ``index`` of a pod group."""
+    return f"{group}-{index}"
+
+
+def _owner(deployment: Mapping[str, Any]) -> dict[str, Any]:
+    meta = _meta(deployment)
+    return {
+        "apiVersion": kinds.MODEL_DEPLOYMENT.api_version,
+        "kind": kinds.MODEL_DEPLOYMENT.kind,
+        "name": meta.get("name"),
+        "uid": meta.get("uid"),
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def group_of(deployment: Mapping[str, Any], plan: RolePlan, replica: int) -> str:
+    """The pod group (and Workload) name of ``replica`` of the role at the plan's render."""
+    meta = _meta(deployment)
+    return keys.pod_group_name(
+        str(meta.get("name") or ""), str(meta.get("uid") or ""), plan.role, replica, plan.render_hash
+    )
+
+
+def replica_pods(
+    deployment: Mapping[str, Any],
+    plan: RolePlan,
+    replica: int,
+    preferred_terms: Sequence[Mapping[str, Any]] = (),
+    *,
+    indices: Iterable[int] | None = None,
+) -> list[dict[str, Any]]:
+    """The Pods of ``replica`` (all ``size`` members, or only ``indices``), each with the same
+    ``preferred_terms`` appended to its preferred node affinity (the node-store terms, decided once for
+    the whole replica)."""
+    group = group_of(deployment, plan, replica)
+    pods: list[dict[str, Any]] = []
+    for index in range(plan.size) if indices is None else indices:
+        pod = copy.deepcopy(plan.base)
+        meta = pod["metadata"]
+        meta["name"] = pod_name(group, index)
+        meta["ownerReferences"] = [_owner(deployment)]
+        meta["labels"].update(
+            {
+                keys.POD_GROUP_NAME: group,
+                keys.POD_GROUP_POD_INDEX: str(index),
+                keys.POD_ORDINAL: str(replica),
+                keys.RENDER_HASH: plan.render_hash,
+            }
+        )
+        if preferred_terms:
+            affinity = pod["spec"].setdefault("affinity", {}).setdefault("nodeAffinity", {})
+            preferred = affinity.setdefault("preferredDuringSchedulingIgnoredDuringExecution", [])
+            preferred.extend(copy.deepcopy(list(preferred_terms)))
+        pods.append(pod)
+    return pods
+
+
+def template_preferred_count(plan: RolePlan) -> int:
+    """How many preferred node-affinity terms the role's own template carries (the node-store terms of a
+    created Pod follow them)."""
+    affinity = (plan.base.get("spec") or {}).get("affinity") or {}
+    return len(
+        (affinity.get("nodeAffinity") or {}).get("preferredDuringSchedulingIgnoredDuringExecution") or ()
+    )
