@@ -14,7 +14,8 @@ Kueue's Helm chart install them, except for how the API server reaches them:
   the Service reference;
 * every webhook of a job integration (anything outside ``kueue.x-k8s.io``, Pods included) gets the
   ``managedJobsNamespaceSelector`` of Kueue's configuration as its ``namespaceSelector`` — upstream's
-  kustomize patch and Helm chart do the same (default: not ``kube-system``, not Kueue's namespace); Pods
+  kustomize patch and Helm chart do the same (ours: not ``kube-system``, Kueue's namespace or the worker's
+  ``gpustack-system``; :func:`~gpustack_worker.api.kueue_config.managed_jobs_namespace_selector`); Pods
   without a queue name in other namespaces are passed through untouched by Kueue itself
   (``manageJobsWithoutQueueName: false``);
 * the Pod, Deployment and StatefulSet webhooks are ``failurePolicy: Ignore`` when their integration is not

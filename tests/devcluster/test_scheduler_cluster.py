@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from gpustack_worker.devcluster.audit import AuditLog
-from gpustack_worker.devcluster.cluster import SCHEDULER_ACCOUNT, DevCluster
+from gpustack_worker.devcluster.cluster import SCHEDULER_ACCOUNT, SYSTEM_NAMESPACE, DevCluster
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import parse_scenario
@@ -279,3 +279,21 @@ def test_a_queued_pod_group_is_gated_admitted_as_one_workload_then_bound(api: Ap
         pod = _eventually(partial(_get, api, _pods_path(name)), lambda p: p.get("spec", {}).get("nodeName"))
         assert ADMISSION_GATE not in (pod["spec"].get("schedulingGates") or [])
         _bound_and_not_running(pod)
+
+
+def test_the_workers_own_namespace_is_never_gated(api: ApiBootstrap) -> None:
+    # gpustack-system is outside Kueue's managed namespaces: even a queue name does not hold a Pod there,
+    # so the worker's own Pods are scheduled like any plain Pod.
+    path = f"/api/v1/namespaces/{SYSTEM_NAMESPACE}/pods"
+    body = _pod("system-pod", {QUEUE_LABEL: LOCAL_QUEUE})
+    body["metadata"]["namespace"] = SYSTEM_NAMESPACE
+    created = _ok(api, "POST", path, body)
+    try:
+        assert "schedulingGates" not in created["spec"]
+        assert "kueue.x-k8s.io/managed" not in created["metadata"]["labels"]
+        pod = _eventually(
+            partial(_get, api, f"{path}/system-pod"), lambda p: p.get("spec", {}).get("nodeName")
+        )
+        _bound_and_not_running(pod)
+    finally:
+        api.request("DELETE", f"{path}/system-pod?gracePeriodSeconds=0")
