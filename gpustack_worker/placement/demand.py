@@ -263,9 +263,7 @@ class _Parser:
             self.bad(name, keys.partitioned_resource(mfr.resource, suffix), value, "must be 1")
             return
         units = (_count(r.partition_units) or 0) if r.partition_units is not None else 0
-        self.claims.append(
-            Claim(name, Family.PARTITIONED, mfr.name, 1, units, profile=_profile(mfr, suffix))
-        )
+        self.claims.append(Claim(name, Family.PARTITIONED, mfr.name, 1, units, profile=_profile(mfr, suffix)))
 
 
 def demand_of_podset(template: Mapping[str, Any]) -> Demand:
