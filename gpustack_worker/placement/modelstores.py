@@ -82,7 +82,7 @@ def csi_ready_nodes(csinodes: Iterable[Mapping[str, Any]]) -> frozenset[str]:
 def _store_ready(store: Mapping[str, Any]) -> bool:
     for cond in (store.get("status") or {}).get("conditions") or ():
         if cond.get("type") == _READY:
-            return cond.get("status") == "True"
+            return bool(cond.get("status") == "True")
     return False
 
 

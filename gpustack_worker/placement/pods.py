@@ -215,7 +215,8 @@ def _render_base(
     requests.update(accelerator)
     if accelerator:
         resources.setdefault("limits", {}).update(accelerator)
-    meta = template.get("metadata") if isinstance(template.get("metadata"), dict) else {}
+    found = template.get("metadata")
+    meta: dict[str, Any] = found if isinstance(found, dict) else {}
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
     annotations = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
     role_name = str(role["name"])
