@@ -1,0 +1,253 @@
+"""The desired Pods of a role replica: Kueue pod-group metadata, resources, level check, render hash."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from gpustack_worker.api import keys
+from gpustack_worker.api.crds.model_deployment import ModelDeployment
+from gpustack_worker.placement import pods
+
+TYPE = "gpustack--nvidia-a10g-linux-amd64"
+CPU_TYPE = "gpustack--generic-linux-amd64"
+RACK = keys.PRIVATE_RACK
+LEVELS = {TYPE: frozenset({RACK, keys.HOSTNAME}), CPU_TYPE: frozenset({keys.HOSTNAME})}
+
+
+def instance_type(
+    name: str = TYPE, *, acceleratable: bool = True, a_key: str = "nvidia-a10g"
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "acceleratable": acceleratable,
+        "os": "linux",
+        "arch": "amd64",
+        "unitResources": {"cpu": "4", "ram": "16Gi"} if acceleratable else {"cpu": "1", "ram": "2Gi"},
+        "localStorage": "100Gi",
+    }
+    if acceleratable:
+        spec["acceleratorGroup"] = a_key
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+TYPES = {TYPE: instance_type(), CPU_TYPE: instance_type(CPU_TYPE, acceleratable=False)}
+
+
+def role(**over: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "name": "decode",
+        "replicas": 3,
+        "size": 8,
+        "instanceType": TYPE,
+        "resources": {"accelerator": "2"},
+        "topology": {"requiredLevel": RACK},
+        "template": {
+            "metadata": {"labels": {"app": "llm"}, "annotations": {"team": "a"}},
+            "spec": {
+                "containers": [{"name": "engine", "image": "vllm:1", "resources": {"requests": {"cpu": "1"}}}]
+            },
+        },
+    }
+    base.update(over)
+    return base
+
+
+def deployment(*roles: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "llama", "namespace": "team-a", "uid": "uid-1", "generation": 1},
+        "spec": {"roles": list(roles) or [role()]},
+    }
+
+
+def plan(r: dict[str, Any] | None = None, types: dict[str, Any] | None = None) -> pods.RolePlan:
+    r = r or role()
+    got = pods.plan_role(deployment(r), r, TYPES if types is None else types, LEVELS)
+    assert isinstance(got, pods.RolePlan), got
+    return got
+
+
+def test_a_replica_is_one_pod_group_of_size_pods_with_a_role_named_podset() -> None:
+    p = plan()
+    members = pods.replica_pods(deployment(), p, 1)
+    assert len(members) == 8
+    group = pods.group_of(deployment(), p, 1)
+    assert len(group) <= 63 and group.startswith("llama-decode-1-")
+    for index, pod in enumerate(members):
+        meta = pod["metadata"]
+        assert meta["name"] == f"{group}-{index}"
+        assert meta["namespace"] == "team-a"
+        assert meta["labels"][keys.QUEUE_NAME] == keys.local_queue_name(TYPE)
+        assert meta["labels"][keys.POD_GROUP_NAME] == group
+        assert meta["labels"][keys.POD_GROUP_POD_INDEX] == str(index)
+        assert meta["labels"][keys.POD_ORDINAL] == "1"
+        assert meta["labels"][keys.MODEL_DEPLOYMENT_ROLE] == "decode"
+        assert meta["labels"][keys.MODEL_DEPLOYMENT_UID] == "uid-1"
+        assert meta["labels"][keys.RENDER_HASH] == p.render_hash
+        assert meta["labels"]["app"] == "llm"
+        assert meta["annotations"][keys.POD_GROUP_TOTAL_COUNT] == "8"
+        assert meta["annotations"][keys.ROLE_HASH] == "decode"  # Kueue names the PodSet after it
+        assert meta["annotations"][keys.PODSET_REQUIRED_TOPOLOGY] == RACK
+        assert meta["annotations"]["team"] == "a"
+        (owner,) = meta["ownerReferences"]
+        assert owner == {
+            "apiVersion": "worker.gpustack.ai/v1alpha1",
+            "kind": "ModelDeployment",
+            "name": "llama",
+            "uid": "uid-1",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+def test_three_replicas_are_three_independent_groups() -> None:
+    p = plan()
+    groups = {pods.group_of(deployment(), p, i) for i in range(p.replicas)}
+    assert len(groups) == 3
+
+
+def test_resources_are_unit_resources_times_cards_plus_the_accelerator() -> None:
+    (pod,) = pods.replica_pods(deployment(), plan(), 0, indices=[0])
+    resources = pod["spec"]["containers"][0]["resources"]
+    assert resources["requests"] == {
+        "cpu": "8",
+        "memory": "32Gi",
+        "ephemeral-storage": "100Gi",
+        "nvidia.com/gpu": "2",
+    }
+    assert resources["limits"] == {"nvidia.com/gpu": "2"}
+
+
+def test_a_partition_profile_requests_the_partitioned_keys_and_one_unit() -> None:
+    r = role(resources={"acceleratorPartitionedProfile": "3g.40gb"})
+    (pod,) = pods.replica_pods(deployment(r), plan(r), 0, indices=[0])
+    requests = pod["spec"]["containers"][0]["resources"]["requests"]
+    assert requests["nvidia.com/gpu.partitioned"] == "1"
+    assert requests["nvidia.com/gpu.partitioned.mig-3g.40gb"] == "1"
+    assert requests["cpu"] == "4" and requests["memory"] == "16Gi"
+
+
+def test_a_cpu_role_gets_one_unit_and_no_accelerator() -> None:
+    r = role(instanceType=CPU_TYPE, resources=None, topology=None)
+    (pod,) = pods.replica_pods(deployment(r), plan(r), 0, indices=[0])
+    assert pod["spec"]["containers"][0]["resources"]["requests"] == {
+        "cpu": "1",
+        "memory": "2Gi",
+        "ephemeral-storage": "100Gi",
+    }
+    assert "limits" not in pod["spec"]["containers"][0]["resources"]
+
+
+def test_omitted_level_means_no_topology_request() -> None:
+    r = role(topology=None)
+    (pod,) = pods.replica_pods(deployment(r), plan(r), 0, indices=[0])
+    assert keys.PODSET_REQUIRED_TOPOLOGY not in pod["metadata"]["annotations"]
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"instanceType": None}, pods.NO_INSTANCE_TYPE),
+        ({"instanceType": "missing"}, pods.INSTANCE_TYPE_NOT_FOUND),
+        ({"topology": {"requiredLevel": keys.STANDARD_ZONE}}, pods.UNKNOWN_LEVEL),
+        ({"instanceType": CPU_TYPE, "topology": {"requiredLevel": RACK}}, pods.UNKNOWN_LEVEL),
+        ({"resources": {"accelerator": "1.5"}}, pods.INVALID_RESOURCES),
+        ({"resources": {"accelerator": "0"}}, pods.INVALID_RESOURCES),
+        (
+            {"resources": {"accelerator": "1", "acceleratorPartitionedProfile": "1g.10gb"}},
+            pods.INVALID_RESOURCES,
+        ),
+        ({"instanceType": CPU_TYPE, "topology": None}, pods.INVALID_RESOURCES),  # accelerator on a CPU pool
+        ({"template": {"spec": {"containers": []}}}, pods.INVALID_TEMPLATE),
+    ],
+)
+def test_a_role_that_cannot_render_is_a_problem_not_a_crash(change: dict[str, Any], reason: str) -> None:
+    r = role(**change)
+    got = pods.plan_role(deployment(r), r, TYPES, LEVELS)
+    assert isinstance(got, pods.RoleProblem)
+    assert got.reason == reason and got.role == "decode" and got.message
+
+
+def test_unknown_level_names_the_levels_the_queue_has() -> None:
+    r = role(topology={"requiredLevel": keys.STANDARD_ZONE})
+    got = pods.plan_role(deployment(r), r, TYPES, LEVELS)
+    assert isinstance(got, pods.RoleProblem)
+    assert keys.STANDARD_ZONE in got.message and RACK in got.message
+
+
+def test_a_queue_not_known_yet_makes_a_requested_level_unknown() -> None:
+    r = role()
+    got = pods.plan_role(deployment(r), r, TYPES, {TYPE: None})
+    assert isinstance(got, pods.RoleProblem) and got.reason == pods.UNKNOWN_LEVEL
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"topology": {"requiredLevel": keys.HOSTNAME}},
+        {"topology": None},
+        {"resources": {"accelerator": "4"}},
+        {"size": 4},
+        {"template": {"spec": {"containers": [{"name": "engine", "image": "vllm:2"}]}}},
+    ],
+)
+def test_the_render_hash_follows_the_render(change: dict[str, Any]) -> None:
+    assert plan(role(**change)).render_hash != plan().render_hash
+
+
+def test_the_render_hash_ignores_replicas_and_is_stable() -> None:
+    assert plan(role(replicas=5)).render_hash == plan().render_hash
+    assert plan().render_hash == plan(copy.deepcopy(role())).render_hash
+
+
+def test_store_terms_are_appended_after_the_templates_own_preferred_terms() -> None:
+    own = {"weight": 5, "preference": {"matchExpressions": [{"key": "a", "operator": "Exists"}]}}
+    template = role()["template"]
+    template["spec"]["affinity"] = {
+        "nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [own]}
+    }
+    p = plan(role(template=template))
+    term = {
+        "weight": 100,
+        "preference": {"matchExpressions": [{"key": keys.HOSTNAME, "operator": "In", "values": ["n1"]}]},
+    }
+    members = pods.replica_pods(deployment(), p, 0, [term])
+    for pod in members:
+        assert pod["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] == [
+            own,
+            term,
+        ]
+    assert pods.template_preferred_count(p) == 1
+    # the render (and its hash) never holds the store term
+    assert plan(role(template=template)).render_hash == p.render_hash
+
+
+def test_group_names_stay_label_values_for_long_names() -> None:
+    name = "a" * 60
+    r = role(name="r" * 63)
+    d = deployment(r)
+    d["metadata"]["name"] = name
+    got = pods.plan_role(d, r, TYPES, LEVELS)
+    assert isinstance(got, pods.RolePlan)
+    groups = {pods.group_of(d, got, i) for i in range(3)}
+    assert len(groups) == 3
+    assert all(len(g) <= 63 and g[0].isalnum() and g[-1].isalnum() for g in groups)
+
+
+def test_the_rendered_role_fixture_is_a_valid_model_deployment() -> None:
+    ModelDeployment.model_validate(
+        {"apiVersion": "worker.gpustack.ai/v1alpha1", "kind": "ModelDeployment", **deployment()}
+    )
+
+
+def test_queue_levels_follow_flavors_to_their_topologies() -> None:
+    queue = {"spec": {"resourceGroups": [{"flavors": [{"name": "f1"}, {"name": "f2"}, {"name": "gone"}]}]}}
+    flavors = {"f1": {"spec": {"topologyName": "t1"}}, "f2": {"spec": {"topologyName": "t2"}}}
+    topologies = {
+        "t1": {"spec": {"levels": [{"nodeLabel": RACK}, {"nodeLabel": keys.HOSTNAME}]}},
+        "t2": {"spec": {"levels": [{"nodeLabel": keys.STANDARD_ZONE}, {"nodeLabel": keys.HOSTNAME}]}},
+    }
+    assert pods.queue_levels(queue, flavors, topologies) == {RACK, keys.STANDARD_ZONE, keys.HOSTNAME}
+    assert pods.queue_levels(None, flavors, topologies) is None
+    assert pods.queue_levels({"spec": {}}, flavors, topologies) == frozenset()
