@@ -49,6 +49,7 @@ __all__ = (
     "Verdict",
     "check_entry",
     "deployment_condition",
+    "deployment_controller",
     "entry_for_apply",
     "group_count",
     "holds_reservation",
@@ -188,7 +189,7 @@ def _group(api_version: Any) -> str:
     return text.rpartition("/")[0] if "/" in text else ""
 
 
-def _deployment_controller(obj: Mapping[str, Any]) -> OwnerRef | None:
+def deployment_controller(obj: Mapping[str, Any]) -> OwnerRef | None:
     """The object's controller reference when it is a ModelDeployment."""
     meta = _meta(obj)
     for ref in meta.get("ownerReferences") or ():
@@ -242,10 +243,10 @@ def owner_of(
     deployment by key; a deployment that is gone, being deleted or replaced (another uid) gives no
     verdict — its groups go with it.
     """
-    ref = _deployment_controller(workload)
+    ref = deployment_controller(workload)
     if ref is None:
         for pod in owner_pods(workload, pods):
-            ref = _deployment_controller(pod)
+            ref = deployment_controller(pod)
             if ref is not None:
                 break
     if ref is None:
