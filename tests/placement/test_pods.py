@@ -248,6 +248,8 @@ def test_queue_levels_follow_flavors_to_their_topologies() -> None:
         "t1": {"spec": {"levels": [{"nodeLabel": RACK}, {"nodeLabel": keys.HOSTNAME}]}},
         "t2": {"spec": {"levels": [{"nodeLabel": keys.STANDARD_ZONE}, {"nodeLabel": keys.HOSTNAME}]}},
     }
-    assert pods.queue_levels(queue, flavors, topologies) == {RACK, keys.STANDARD_ZONE, keys.HOSTNAME}
+    assert pods.queue_levels(queue, flavors, topologies) == frozenset(
+        {RACK, keys.STANDARD_ZONE, keys.HOSTNAME}
+    )
     assert pods.queue_levels(None, flavors, topologies) is None
     assert pods.queue_levels({"spec": {}}, flavors, topologies) == frozenset()
