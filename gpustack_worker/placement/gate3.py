@@ -53,19 +53,26 @@ from gpustack_worker.placement.demand import Claim, Demand, Family, demand_of_po
 __all__ = (
     "READY",
     "RETRY",
+    "RETRY_AFTER_S",
     "Cluster",
     "Domain",
     "Verdict",
     "check_state",
     "counts_inflight",
     "decode_topology_assignment",
+    "entry_for_apply",
     "is_held",
     "judge",
+    "needs_verdict",
 )
 
 READY: Final = "Ready"
 RETRY: Final = "Retry"
 M: Final = keys.UNITS_PER_ACCELERATOR
+#: ``requeueAfterSeconds`` of a ``Retry``: Kueue evicts the Workload and requeues it no sooner than this
+#: after the entry's ``lastTransitionTime`` (reference §3.2 "retry backoff 30 s"). Fixed by the reference,
+#: not a setting: a shorter one re-places an unpinned Workload on the same fragmented node more often.
+RETRY_AFTER_S: Final = 30
 _FINISHED_PHASES: Final = frozenset({"Succeeded", "Failed"})
 _MESSAGE_MAX: Final = 4096
 
@@ -170,6 +177,41 @@ def check_state(wl: Mapping[str, Any], check: str = keys.NODE_DEVICES_CHECK) -> 
         if entry.get("name") == check:
             return str(entry.get("state") or "")
     return None
+
+
+def needs_verdict(wl: Mapping[str, Any]) -> bool:
+    """Whether Gate 3 judges this Workload now: it holds a quota reservation, is not evicted, finished,
+    admitted, deactivated or being deleted, and this check's entry is ``Pending``."""
+    if _meta(wl).get("deletionTimestamp") or (wl.get("spec") or {}).get("active") is False:
+        return False
+    if not (wl.get("status") or {}).get("admission") or not _condition_true(wl, "QuotaReserved"):
+        return False
+    if any(_condition_true(wl, c) for c in ("Evicted", "Finished", "Admitted")):
+        return False
+    return check_state(wl) == "Pending"
+
+
+def entry_for_apply(wl: Mapping[str, Any], verdict: Verdict, now: str) -> dict[str, Any]:
+    """This check's ``status.admissionChecks`` item: ``lastTransitionTime`` (``now``, RFC 3339) moves
+    only when the state does; a ``Retry`` asks Kueue to wait :data:`RETRY_AFTER_S` before requeueing."""
+    current: Mapping[str, Any] = next(
+        (
+            e
+            for e in (wl.get("status") or {}).get("admissionChecks") or ()
+            if e.get("name") == keys.NODE_DEVICES_CHECK
+        ),
+        {},
+    )
+    kept = current.get("lastTransitionTime") if current.get("state") == verdict.state else None
+    entry: dict[str, Any] = {
+        "name": keys.NODE_DEVICES_CHECK,
+        "state": verdict.state,
+        "message": verdict.message,
+        "lastTransitionTime": kept if isinstance(kept, str) and kept else now,
+    }
+    if verdict.state == RETRY:
+        entry["requeueAfterSeconds"] = RETRY_AFTER_S
+    return entry
 
 
 def counts_inflight(wl: Mapping[str, Any], remembered_ready: frozenset[str] = frozenset()) -> bool:

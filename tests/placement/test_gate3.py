@@ -21,13 +21,16 @@ from gpustack_worker.api.devices_view import (
 from gpustack_worker.placement.gate3 import (
     READY,
     RETRY,
+    RETRY_AFTER_S,
     Cluster,
     Domain,
     Verdict,
     counts_inflight,
     decode_topology_assignment,
+    entry_for_apply,
     is_held,
     judge,
+    needs_verdict,
 )
 
 if TYPE_CHECKING:
@@ -677,3 +680,42 @@ def test_decode_topology_assignment() -> None:
 def test_decode_rejects_malformed(slices: list[dict[str, Any]], fragment: str) -> None:
     with pytest.raises(ValueError, match=fragment):
         decode_topology_assignment({"levels": [keys.HOSTNAME], "slices": slices})
+
+
+# --- who is judged, and the entry written -----------------------------------------------------------
+def test_needs_verdict() -> None:
+    pending = workload("wl", podset("role", gpu(1)))
+    assert needs_verdict(pending)
+    assert not needs_verdict(workload("wl", podset("role", gpu(1)), ready=True))
+    assert not needs_verdict(workload("wl", podset("role", gpu(1)), admitted=True))
+    assert not needs_verdict(workload("wl", podset("role", gpu(1)), evicted=True))
+    no_reservation = workload("wl", podset("role", gpu(1)))
+    no_reservation["status"]["conditions"] = []
+    assert not needs_verdict(no_reservation)
+    no_admission = workload("wl", podset("role", gpu(1)))
+    del no_admission["status"]["admission"]
+    assert not needs_verdict(no_admission)
+    inactive = workload("wl", podset("role", gpu(1)))
+    inactive["spec"]["active"] = False
+    assert not needs_verdict(inactive)
+    not_ours = workload("wl", podset("role", gpu(1)))
+    not_ours["status"]["admissionChecks"] = [{"name": "other", "state": "Pending"}]
+    assert not needs_verdict(not_ours)
+
+
+def test_entry_for_apply() -> None:
+    wl = workload("wl", podset("role", gpu(1)))
+    wl["status"]["admissionChecks"][0]["lastTransitionTime"] = "2026-01-01T00:00:00Z"
+    retry = entry_for_apply(wl, Verdict(RETRY, "role role: starved"), "2026-01-02T00:00:00Z")
+    assert retry == {
+        "name": keys.NODE_DEVICES_CHECK,
+        "state": RETRY,
+        "message": "role role: starved",
+        "lastTransitionTime": "2026-01-02T00:00:00Z",
+        "requeueAfterSeconds": RETRY_AFTER_S,
+    }
+    assert RETRY_AFTER_S == 30
+    wl["status"]["admissionChecks"][0]["state"] = READY
+    ready = entry_for_apply(wl, Verdict(READY, "fits"), "2026-01-03T00:00:00Z")
+    assert ready["lastTransitionTime"] == "2026-01-01T00:00:00Z"  # same state: the transition time stays
+    assert "requeueAfterSeconds" not in ready

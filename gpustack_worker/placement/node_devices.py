@@ -1,0 +1,312 @@
+"""Gate 3's controllers: the thin I/O around :mod:`gpustack_worker.placement.gate3`.
+
+Two controllers over shared informers, both writing as the check's field owner ``gpustack-node-devices``
+(reference §3.2):
+
+- ``node-devices-check`` [``gpustack-node-devices``]: marks the AdmissionCheck ``Active`` (condition
+  ``Active=True``, reason ``Ready``) through ``/status`` once the chain has applied it; from then on the
+  chain references it from every accelerated queue (while ``instance-type-derived-from-node``);
+- ``node-devices-verdicts`` [Workload ``namespace/name``]: this check's ``status.admissionChecks`` entry
+  of a Workload that holds a quota reservation, is not evicted, finished or admitted and has the entry
+  ``Pending`` (:func:`~gpustack_worker.placement.gate3.needs_verdict`): ``Ready``, or ``Retry`` with
+  ``requeueAfterSeconds: 30`` — Kueue then evicts the Workload, resets every check to ``Pending`` and
+  requeues it no sooner than 30 s later. Never ``Rejected``, never a preemption.
+
+Reads (all from informers): the Workloads (every namespace), the Nodes (labels: hostname → Node and the
+flavors' pools), the ``Devices`` (checked by :func:`~gpustack_worker.api.devices_check.check_devices`
+and parsed once per resourceVersion), the operator's ResourceFlavors, and the Pods Kueue has tied to a
+PodSet (label ``kueue.x-k8s.io/podset``; indexed by ``namespace/<kueue.x-k8s.io/workload annotation>``)
+for the inflight accounting.
+
+One Workload is judged at a time (one worker): two verdicts computed side by side could each promise
+the same free card. After writing ``Ready`` the controller remembers it until the cache shows it, and
+counts that Workload inflight meanwhile; a reconcile that still sees the Workload as it was before its
+own write is skipped (the write's watch event brings the next one).
+
+How the entry is written: ``status.admissionChecks`` is a list keyed by ``name``, so the server-side
+apply of the one item owns only that item's fields; the apply carries the Workload's
+``resourceVersion``, so a verdict computed from a stale Workload (say, one Kueue just evicted) is refused
+with 409 and retried from the fresh object. The runtime's no-op check skips an apply that changes
+nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+import structlog
+
+from gpustack_worker.api import keys, kinds
+from gpustack_worker.api.devices_check import check_devices
+from gpustack_worker.api.devices_view import DevicesFacts, devices_facts
+from gpustack_worker.placement import gate3
+from gpustack_worker.runtime.apply import Applier
+from gpustack_worker.runtime.client import Conflict, NotFound
+from gpustack_worker.runtime.conditions import TRUE, Condition, for_apply, format_time
+from gpustack_worker.runtime.controller import Controller, Result, semantic_changed
+from gpustack_worker.runtime.queue import settings_queue
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
+
+    from gpustack_worker.runtime.client import Client
+    from gpustack_worker.runtime.informer import Informer
+    from gpustack_worker.runtime.registry import InformerRegistry
+    from gpustack_worker.runtime.settings import RuntimeSettings, SettingsSource
+
+__all__ = ("CHECK_KEY", "FIELD_MANAGER", "POD_SELECTOR", "NodeDevicesCheck")
+
+#: The check's field owner on Workloads and on the AdmissionCheck's status (reference §3.2).
+FIELD_MANAGER: Final = keys.NODE_DEVICES_CHECK
+#: The singleton key of the ``node-devices-check`` controller.
+CHECK_KEY: Final = keys.NODE_DEVICES_CHECK
+#: Only Pods Kueue has tied to a PodSet are charged inflight; other Pods are not cached.
+POD_SELECTOR: Final = keys.KUEUE_PODSET_LABEL
+#: Pod index: ``namespace/<Workload name>`` from the ``kueue.x-k8s.io/workload`` annotation.
+BY_WORKLOAD: Final = "gate3-workload"
+#: After a 409 (the cached Workload was stale) retry this soon; the fresh object is usually cached by then.
+CONFLICT_RETRY_S: Final = 1.0
+ACTIVE: Final = "Active"
+ACTIVE_REASON: Final = "Ready"
+ACTIVE_MESSAGE: Final = "the node-devices controller judges Workloads against the Devices ledgers"
+
+_log = structlog.get_logger("gpustack_worker.placement.node_devices")
+
+
+def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return (obj or {}).get("metadata") or {}
+
+
+def _pod_workload(pod: Mapping[str, Any]) -> list[str]:
+    """Index: ``namespace/<Workload>`` of a Pod Kueue tied to a Workload."""
+    meta = _meta(pod)
+    name = (meta.get("annotations") or {}).get(keys.KUEUE_WORKLOAD_ANNOTATION)
+    return [f"{meta.get('namespace', '')}/{name}"] if name else []
+
+
+def _workload_view(obj: Any) -> Any:
+    """What decides whether a Workload is judged: its conditions, admission and this check's entry."""
+    status = obj.get("status") or {}
+    return (
+        _meta(obj).get("deletionTimestamp"),
+        (obj.get("spec") or {}).get("active"),
+        tuple((c.get("type"), c.get("status")) for c in status.get("conditions") or ()),
+        gate3.check_state(obj),
+        status.get("admission") is not None,
+    )
+
+
+class _DevicesView(Mapping[str, DevicesFacts]):
+    """Node name → its checked ``Devices`` view, parsed lazily (memoised per resourceVersion)."""
+
+    def __init__(self, informer: Informer, memo: dict[str, tuple[str, DevicesFacts]]) -> None:
+        self._informer = informer
+        self._memo = memo
+
+    def __getitem__(self, name: str) -> DevicesFacts:
+        obj = self._informer.store.get(name)
+        if obj is None:
+            self._memo.pop(name, None)
+            raise KeyError(name)
+        rv = str(_meta(obj).get("resourceVersion", ""))
+        found = self._memo.get(name)
+        if found is None or found[0] != rv:
+            checked = check_devices(devices_facts(obj))
+            for finding in checked.findings:
+                _log.debug("Devices finding", devices=name, finding=finding.note())
+            found = (rv, checked.devices)
+            self._memo[name] = found
+        return found[1]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._informer.store.keys())
+
+    def __len__(self) -> int:
+        return len(self._informer.store)
+
+
+class _PodsView(Mapping[tuple[str, str], "Sequence[Mapping[str, Any]]"]):
+    """(namespace, Workload name) → the cached Pods Kueue tied to it."""
+
+    def __init__(self, informer: Informer) -> None:
+        self._informer = informer
+
+    def __getitem__(self, key: tuple[str, str]) -> Sequence[Mapping[str, Any]]:
+        found: list[Mapping[str, Any]] = self._informer.store.by_index(BY_WORKLOAD, f"{key[0]}/{key[1]}")
+        return found
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        for value in self._informer.store.index_values(BY_WORKLOAD):
+            namespace, _, name = value.partition("/")
+            yield (namespace, name)
+
+    def __len__(self) -> int:
+        return len(self._informer.store.index_values(BY_WORKLOAD))
+
+
+class NodeDevicesCheck:
+    """Gate 3's controllers over one informer registry."""
+
+    def __init__(
+        self,
+        client: Client,
+        registry: InformerRegistry,
+        settings: SettingsSource[RuntimeSettings],
+        *,
+        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+    ) -> None:
+        self.clock = clock
+        boot = settings.current
+        self.workloads = registry.informer(kinds.WORKLOAD, field_manager=FIELD_MANAGER)
+        self.checks = registry.informer(kinds.ADMISSION_CHECK, field_manager=FIELD_MANAGER)
+        self.nodes = registry.informer(kinds.NODE)
+        self.devices = registry.informer(kinds.DEVICES)
+        self.flavors = registry.informer(
+            kinds.RESOURCE_FLAVOR, label_selector=f"{keys.RESOURCE_TYPE}={keys.TYPE_NODES}"
+        )
+        self.pods = registry.informer(
+            kinds.POD, label_selector=POD_SELECTOR, indexers={BY_WORKLOAD: _pod_workload}
+        )
+        self.workload_applier = Applier(client, FIELD_MANAGER, cache=self.workloads)
+        self.check_applier = Applier(client, FIELD_MANAGER, cache=self.checks)
+        self._devices_memo: dict[str, tuple[str, DevicesFacts]] = {}
+        #: Workload key → (resourceVersion judged, resourceVersion written, state written), until the cache
+        #: moves past the version judged.
+        self._written: dict[str, tuple[str, str, str]] = {}
+        #: Verdicts written (tests and the demo read them): Workload key → state.
+        self.verdicts: dict[str, str] = {}
+
+        self.check_ctl = Controller(
+            "node-devices-check", self.reconcile_check, settings_queue("node-devices-check", boot), workers=1
+        )
+        # One worker: one Workload judged at a time (two parallel verdicts could promise the same card).
+        self.verdict_ctl = Controller(
+            "node-devices-verdicts",
+            self.reconcile_workload,
+            settings_queue("node-devices-verdicts", boot),
+            workers=1,
+        )
+        self.check_ctl.watch(self.checks, mapper=self._check_key)
+        self.verdict_ctl.watch(self.workloads, predicates=[semantic_changed(_workload_view)])
+        self.devices.add_handler(self._devices_event)
+
+    @property
+    def controllers(self) -> list[Controller]:
+        return [self.check_ctl, self.verdict_ctl]
+
+    def start_keys(self) -> None:
+        """Keys that exist without any event: the AdmissionCheck singleton."""
+        self.check_ctl.enqueue_all([CHECK_KEY])
+
+    def resync(self) -> None:
+        """Enqueue every key of both controllers."""
+        self.check_ctl.enqueue_all([CHECK_KEY])
+        self.verdict_ctl.enqueue_all(self.workloads.store.keys())
+
+    # -- mappers and handlers ----------------------------------------------------------------------
+
+    @staticmethod
+    def _check_key(obj: Any) -> Iterable[str]:
+        return (CHECK_KEY,) if _meta(obj).get("name") == CHECK_KEY else ()
+
+    def _devices_event(self, _event: str, old: Any | None, new: Any | None) -> None:
+        if new is None and old is not None:
+            self._devices_memo.pop(str(_meta(old).get("name", "")), None)
+
+    # -- reads -------------------------------------------------------------------------------------
+
+    def cluster(self) -> gate3.Cluster:
+        """What :func:`gate3.judge` reads, from the caches (Devices and Pods looked up lazily)."""
+        nodes = {
+            str(_meta(n).get("name")): dict(_meta(n).get("labels") or {}) for n in self.nodes.store.list()
+        }
+        flavors = {
+            str(_meta(f).get("name")): dict((f.get("spec") or {}).get("nodeLabels") or {})
+            for f in self.flavors.store.list()
+            if not _meta(f).get("deletionTimestamp")
+        }
+        return gate3.Cluster(
+            nodes=nodes,
+            devices=_DevicesView(self.devices, self._devices_memo),
+            flavors=flavors,
+            pods=_PodsView(self.pods),
+        )
+
+    def _remembered(self) -> frozenset[str]:
+        """Workloads whose ``Ready`` this controller wrote and the cache does not show yet."""
+        out = set()
+        for key, (judged, _written, state) in list(self._written.items()):
+            cached = self.workloads.store.get(key)
+            if cached is None or str(_meta(cached).get("resourceVersion")) != judged:
+                del self._written[key]
+            elif state == gate3.READY:
+                out.add(key)
+        return frozenset(out)
+
+    # -- reconciles --------------------------------------------------------------------------------
+
+    async def reconcile_check(self, key: str) -> Result:
+        """Mark the AdmissionCheck Active (once the chain has applied it)."""
+        check = self.checks.store.get(key)
+        if check is None:
+            return Result.done()
+        generation = _meta(check).get("generation")
+        active = Condition(
+            ACTIVE, TRUE, ACTIVE_REASON, ACTIVE_MESSAGE, generation if isinstance(generation, int) else None
+        )
+        body = {
+            "apiVersion": kinds.ADMISSION_CHECK.api_version,
+            "kind": kinds.ADMISSION_CHECK.kind,
+            "metadata": {"name": key},
+            "status": {
+                "conditions": for_apply(
+                    (check.get("status") or {}).get("conditions"), [active], now=self.clock()
+                )
+            },
+        }
+        try:
+            await self.check_applier.apply_status(kinds.ADMISSION_CHECK, body, check)
+        except NotFound:
+            return Result.done()  # deleted meanwhile; the chain re-applies it and its event wakes us
+        return Result.done()
+
+    async def reconcile_workload(self, key: str) -> Result:
+        """Judge one Workload and write this check's entry (nothing when it is not ours to judge now)."""
+        remembered = self._remembered()
+        workload = self.workloads.store.get(key)
+        if workload is None or not gate3.needs_verdict(workload):
+            return Result.done()
+        meta = _meta(workload)
+        rv = str(meta.get("resourceVersion", ""))
+        if key in self._written:
+            return Result.done()  # our own write is not cached yet: its watch event brings the next reconcile
+        verdict = gate3.judge(
+            workload, self.cluster(), self.workloads.store.list(), remembered_ready=remembered
+        )
+        body = {
+            "apiVersion": kinds.WORKLOAD.api_version,
+            "kind": kinds.WORKLOAD.kind,
+            "metadata": {
+                "name": meta.get("name"),
+                "namespace": meta.get("namespace"),
+                # Precondition: never judge a Workload newer than the one we read (see the module doc).
+                "resourceVersion": rv,
+            },
+            "status": {
+                "admissionChecks": [gate3.entry_for_apply(workload, verdict, format_time(self.clock()))]
+            },
+        }
+        try:
+            written = await self.workload_applier.apply_status(kinds.WORKLOAD, body, workload)
+        except Conflict:
+            _log.debug("node-devices check: stale Workload, retrying", workload=key)
+            return Result.after(CONFLICT_RETRY_S)
+        except NotFound:
+            return Result.done()
+        if written is not None:
+            self._written[key] = (rv, str(_meta(written).get("resourceVersion", "")), verdict.state)
+            self.verdicts[key] = verdict.state
+            _log.info("node-devices verdict", workload=key, state=verdict.state, message=verdict.message)
+        return Result.done()
