@@ -378,6 +378,12 @@ def _pod_view(obj: Any) -> Any:
     return meta.get("labels"), meta.get("deletionTimestamp"), (ready or {}).get("status")
 
 
+def _overcommit(settings: RuntimeSettings) -> bool:
+    if isinstance(settings, ChainSettings):
+        return bool(settings.instance_general_resources_overcommit)
+    return True
+
+
 def _delivery_mode(settings: RuntimeSettings) -> str:
     if isinstance(settings, ChainSettings):
         return str(settings.model_artifact_delivery_mode)
@@ -514,8 +520,9 @@ class ModelDeployments:
         type_names = {str(r.get("instanceType")) for r in roles if r.get("instanceType")}
         instance_types = {n: t for n in type_names if (t := self.types.store.get(n)) is not None}
         levels = {n: self._levels(n) for n in type_names}
+        overcommit = _overcommit(self.settings.current)
         plans = {
-            str(r.get("name")): pods.plan_role(deployment, r, instance_types, levels)
+            str(r.get("name")): pods.plan_role(deployment, r, instance_types, levels, overcommit=overcommit)
             for r in roles
             if r.get("name")
         }

@@ -18,13 +18,15 @@ carries, and why (Kueue v0.19.2 ``pkg/controller/jobs/pod``):
 - labels ``modeldeployment.gpustack.ai/{uid,role,pod-ordinal,render-hash}``: the deployment's uid, the
   role, the replica ordinal and the render hash; a controller ownerReference to the ModelDeployment.
 
-Resources: the first container's requests get the InstanceType's unit resources × units (``cpu`` ×
+Resources: the first container's limits get the InstanceType's unit resources × units (``cpu`` ×
 units, ``memory`` = ``ram`` × units) and ``ephemeral-storage`` = ``spec.localStorage`` (the reference
-bounds an instance's local storage by the type's value, not per card), plus the role's accelerator
-request in the type's manufacturer resource (requests and limits): ``<base>: n`` for ``accelerator: n``
-whole cards (units = n), or ``<base>.partitioned: 1`` + ``<base>.partitioned.<kind>-<profile>: 1`` for a
-partition profile (units = 1). A role without an accelerator request gets one unit. Our values replace the
-template's for the same resource names.
+bounds an instance's local storage by the type's value, not per card); its requests get the same, or —
+with ``instance-general-resources-overcommit`` on, the default — the scaled-down requests of reference
+§4.2 (an accelerated unit 100m CPU per core and 128Mi per Gi, a general unit 800m / 128Mi, one eighth of
+the local storage). Both get the role's accelerator request in the type's manufacturer resource:
+``<base>: n`` for ``accelerator: n`` whole cards (units = n), or ``<base>.partitioned: 1`` +
+``<base>.partitioned.<kind>-<profile>: 1`` for a partition profile (units = 1). A role without an
+accelerator request gets one unit. Our values replace the template's for the same resource names.
 
 The **render hash** (FNV-1a 64 of the rendered Pod, without anything per replica or per Pod) identifies a
 replica's render: a changed template, queue, level, size or resource changes it, and the controller
@@ -68,6 +70,15 @@ __all__ = (
 CPU: Final = "cpu"
 MEMORY: Final = "memory"
 EPHEMERAL_STORAGE: Final = "ephemeral-storage"
+
+#: Overcommitted requests (``instance-general-resources-overcommit``, reference §4.2): per accelerated
+#: unit 100m CPU per preset core and 128Mi per preset Gi; per general unit 800m CPU and 128Mi; one eighth
+#: of the local storage. Limits stay at the preset.
+OVERCOMMIT_CPU_MILLI_PER_CORE: Final = 100
+OVERCOMMIT_MI_PER_GI: Final = 128
+OVERCOMMIT_GENERAL_CPU_MILLI: Final = 800
+OVERCOMMIT_GENERAL_MI: Final = 128
+OVERCOMMIT_STORAGE_DIVISOR: Final = 8
 
 #: Problem reasons (the deployment's ``Rendered`` condition carries the first one).
 NO_INSTANCE_TYPE: Final = "NoInstanceType"
@@ -176,6 +187,37 @@ def _accelerator(
     return cards, {mfr.resource: str(cards)}
 
 
+def _host_resources(
+    instance_type: Mapping[str, Any], units: int, overcommit: bool
+) -> tuple[dict[str, str], dict[str, str]] | None:
+    """(requests, limits) of CPU, memory and local storage for ``units`` units of the InstanceType, or
+    None when its unit resources are malformed. Limits are the preset (unit × units, the type's
+    ``localStorage``); requests equal them, or with overcommit are scaled down as reference §4.2 says:
+    an accelerated unit requests 100m CPU per core and 128Mi per Gi, a general unit 800m CPU and 128Mi,
+    and local storage one eighth."""
+    spec = instance_type.get("spec") or {}
+    unit = spec.get("unitResources") or {}
+    try:
+        cores = int(str(unit.get("cpu")))
+        ram_gi = _gi(str(unit.get("ram")))
+        storage_gi = _gi(str(spec.get("localStorage")))
+    except ValueError:
+        return None
+    limits = {CPU: str(cores * units), MEMORY: f"{ram_gi * units}Gi", EPHEMERAL_STORAGE: f"{storage_gi}Gi"}
+    if not overcommit:
+        return dict(limits), limits
+    if spec.get("acceleratable"):
+        cpu_milli, mem_mi = OVERCOMMIT_CPU_MILLI_PER_CORE * cores, OVERCOMMIT_MI_PER_GI * ram_gi
+    else:
+        cpu_milli, mem_mi = OVERCOMMIT_GENERAL_CPU_MILLI, OVERCOMMIT_GENERAL_MI
+    requests = {
+        CPU: f"{cpu_milli * units}m",
+        MEMORY: f"{mem_mi * units}Mi",
+        EPHEMERAL_STORAGE: f"{storage_gi * 1024 // OVERCOMMIT_STORAGE_DIVISOR}Mi",
+    }
+    return requests, limits
+
+
 def _render_base(
     deployment: Mapping[str, Any],
     role: Mapping[str, Any],
@@ -184,6 +226,7 @@ def _render_base(
     level: str | None,
     units: int,
     accelerator: Mapping[str, str],
+    overcommit: bool,
 ) -> dict[str, Any] | str:
     """The Pod every member of every replica of the role starts from, or why the template is unusable."""
     template = thaw(role.get("template") or {})
@@ -195,26 +238,21 @@ def _render_base(
     first = spec["containers"][0]
     if not isinstance(first, dict):
         return "the template's first container is not an object"
-    it_spec = instance_type.get("spec") or {}
-    unit = it_spec.get("unitResources") or {}
-    try:
-        host = {
-            CPU: str(int(str(unit.get("cpu"))) * units),
-            MEMORY: f"{_gi(str(unit.get('ram'))) * units}Gi",
-        }
-    except ValueError:
-        return f"InstanceType {_meta(instance_type).get('name')} has malformed unitResources"
-    storage = it_spec.get("localStorage")
-    if storage:
-        host[EPHEMERAL_STORAGE] = str(storage)
+    host = _host_resources(instance_type, units, overcommit)
+    if host is None:
+        return f"InstanceType {_meta(instance_type).get('name')} has malformed unitResources or localStorage"
+    requests_host, limits_host = host
     resources = first.setdefault("resources", {})
     if not isinstance(resources, dict):
         return "the template's first container has malformed resources"
     requests = resources.setdefault("requests", {})
-    requests.update(host)
+    limits = resources.setdefault("limits", {})
+    if not isinstance(requests, dict) or not isinstance(limits, dict):
+        return "the template's first container has malformed resources"
+    requests.update(requests_host)
     requests.update(accelerator)
-    if accelerator:
-        resources.setdefault("limits", {}).update(accelerator)
+    limits.update(limits_host)
+    limits.update(accelerator)
     found = template.get("metadata")
     meta: dict[str, Any] = found if isinstance(found, dict) else {}
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
@@ -248,11 +286,14 @@ def plan_role(
     role: Mapping[str, Any],
     instance_types: Mapping[str, Mapping[str, Any]],
     levels: Mapping[str, frozenset[str] | None],
+    *,
+    overcommit: bool = True,
 ) -> RolePlan | RoleProblem:
     """The role's render, or why it has none.
 
     ``instance_types`` by name; ``levels`` maps an InstanceType name to :func:`queue_levels` of its
-    ClusterQueue (checked only when the role requests a level).
+    ClusterQueue (checked only when the role requests a level); ``overcommit`` is the
+    ``instance-general-resources-overcommit`` setting (requests scaled down, limits at the preset).
     """
     name = str(role.get("name") or "")
     type_name = role.get("instanceType")
@@ -278,7 +319,7 @@ def plan_role(
     units, accelerator = accel
     queue = keys.local_queue_name(str(type_name))
     base = _render_base(
-        deployment, role, instance_type, queue, str(level) if level else None, units, accelerator
+        deployment, role, instance_type, queue, str(level) if level else None, units, accelerator, overcommit
     )
     if isinstance(base, str):
         return RoleProblem(name, INVALID_TEMPLATE, f"role {name}: {base}")

@@ -108,35 +108,56 @@ def test_three_replicas_are_three_independent_groups() -> None:
 
 
 def test_resources_are_unit_resources_times_cards_plus_the_accelerator() -> None:
+    r = role()
+    got = pods.plan_role(deployment(r), r, TYPES, LEVELS, overcommit=False)
+    assert isinstance(got, pods.RolePlan)
+    (pod,) = pods.replica_pods(deployment(r), got, 0, indices=[0])
+    resources = pod["spec"]["containers"][0]["resources"]
+    preset = {"cpu": "8", "memory": "32Gi", "ephemeral-storage": "100Gi", "nvidia.com/gpu": "2"}
+    assert resources == {"requests": preset, "limits": preset}
+
+
+def test_overcommit_scales_requests_down_and_keeps_limits_at_the_preset() -> None:
     (pod,) = pods.replica_pods(deployment(), plan(), 0, indices=[0])
     resources = pod["spec"]["containers"][0]["resources"]
+    # 2 cards of a 4-core / 16Gi unit: 100m per core and 128Mi per Gi each; an eighth of 100Gi
     assert resources["requests"] == {
+        "cpu": "800m",
+        "memory": "4096Mi",
+        "ephemeral-storage": "12800Mi",
+        "nvidia.com/gpu": "2",
+    }
+    assert resources["limits"] == {
         "cpu": "8",
         "memory": "32Gi",
         "ephemeral-storage": "100Gi",
         "nvidia.com/gpu": "2",
     }
-    assert resources["limits"] == {"nvidia.com/gpu": "2"}
 
 
 def test_a_partition_profile_requests_the_partitioned_keys_and_one_unit() -> None:
     r = role(resources={"acceleratorPartitionedProfile": "3g.40gb"})
     (pod,) = pods.replica_pods(deployment(r), plan(r), 0, indices=[0])
-    requests = pod["spec"]["containers"][0]["resources"]["requests"]
-    assert requests["nvidia.com/gpu.partitioned"] == "1"
-    assert requests["nvidia.com/gpu.partitioned.mig-3g.40gb"] == "1"
-    assert requests["cpu"] == "4" and requests["memory"] == "16Gi"
+    resources = pod["spec"]["containers"][0]["resources"]
+    for side in ("requests", "limits"):
+        assert resources[side]["nvidia.com/gpu.partitioned"] == "1"
+        assert resources[side]["nvidia.com/gpu.partitioned.mig-3g.40gb"] == "1"
+    assert resources["limits"]["cpu"] == "4" and resources["limits"]["memory"] == "16Gi"
 
 
-def test_a_cpu_role_gets_one_unit_and_no_accelerator() -> None:
+def test_a_cpu_role_gets_one_general_unit_and_no_accelerator() -> None:
     r = role(instanceType=CPU_TYPE, resources=None, topology=None)
     (pod,) = pods.replica_pods(deployment(r), plan(r), 0, indices=[0])
-    assert pod["spec"]["containers"][0]["resources"]["requests"] == {
-        "cpu": "1",
-        "memory": "2Gi",
-        "ephemeral-storage": "100Gi",
+    assert pod["spec"]["containers"][0]["resources"] == {
+        "requests": {"cpu": "800m", "memory": "128Mi", "ephemeral-storage": "12800Mi"},
+        "limits": {"cpu": "1", "memory": "2Gi", "ephemeral-storage": "100Gi"},
     }
-    assert "limits" not in pod["spec"]["containers"][0]["resources"]
+
+
+def test_the_overcommit_setting_is_part_of_the_render() -> None:
+    r = role()
+    off = pods.plan_role(deployment(r), r, TYPES, LEVELS, overcommit=False)
+    assert isinstance(off, pods.RolePlan) and off.render_hash != plan().render_hash
 
 
 def test_omitted_level_means_no_topology_request() -> None:
