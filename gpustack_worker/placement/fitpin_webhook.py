@@ -21,21 +21,23 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import orjson
 import structlog
 
-from gpustack_worker.api import kinds
+from gpustack_worker.api import keys, kinds
 from gpustack_worker.placement import fitpin
 
 if TYPE_CHECKING:
     from gpustack_worker.placement.fitpin import ObjectLookup
     from gpustack_worker.runtime.registry import InformerRegistry
 
-__all__ = ("FitPinWebhook", "FitSettings", "SettingsReader")
+__all__ = ("INSTANCE_TYPE_QUEUES", "FitPinWebhook", "FitSettings", "SettingsReader")
 
 _log = structlog.get_logger("gpustack_worker.placement.fitpin")
+#: The label selector of the operator's InstanceType queues.
+INSTANCE_TYPE_QUEUES: Final = f"{keys.RESOURCE_TYPE}={keys.TYPE_INSTANCE_TYPES}"
 
 
 class FitSettings(Protocol):
@@ -73,10 +75,13 @@ class FitPinWebhook:
 
     @classmethod
     def from_registry(cls, registry: InformerRegistry, settings: SettingsReader) -> FitPinWebhook:
-        """Over the registry's shared cluster-wide informers of the three kinds (created if missing)."""
+        """Over the registry's shared informers (created if missing): every LocalQueue (§5.3 asks only that
+        it exists, whoever made it), the ClusterQueues labelled ``resource.gpustack.ai/type=instancetypes``
+        (the same informer the chain's queue controller reads; an unlabelled queue is then simply not
+        found) and every InstanceType (the chain's)."""
         return cls(
             local_queues=registry.informer(kinds.LOCAL_QUEUE).store,
-            cluster_queues=registry.informer(kinds.CLUSTER_QUEUE).store,
+            cluster_queues=registry.informer(kinds.CLUSTER_QUEUE, label_selector=INSTANCE_TYPE_QUEUES).store,
             instance_types=registry.informer(kinds.INSTANCE_TYPE).store,
             settings=settings,
         )

@@ -661,7 +661,8 @@ def test_from_registry_reads_the_shared_informer_stores() -> None:
     registry = InformerRegistry(cast("Any", None))
     hook = FitPinWebhook.from_registry(registry, _Settings())
     assert hook.local_queues is registry.informer(kinds.LOCAL_QUEUE).store
-    assert hook.cluster_queues is registry.informer(kinds.CLUSTER_QUEUE).store
+    queues = registry.informer(kinds.CLUSTER_QUEUE, label_selector="resource.gpustack.ai/type=instancetypes")
+    assert hook.cluster_queues is queues.store
     assert hook.instance_types is registry.informer(kinds.INSTANCE_TYPE).store
     assert len(registry) == 3
 

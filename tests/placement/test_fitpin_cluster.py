@@ -9,7 +9,8 @@ at once). Shown: a Workload at an entrance is stored with the pin ANDed into its
 matchCondition keeps Workloads of other queues away (the API server never calls us for them); Pods are
 never sent to us, while the Workload Kueue's Pod integration makes for a queued Pod is pinned; with the
 setting off a Workload is stored untouched and a later UPDATE pins it while unreserved; an UPDATE after
-Kueue reserved leaves it alone. Both configurations are removed in teardown.
+Kueue reserved leaves it alone; a queue without the InstanceType mark is not ours. Both configurations
+are removed in teardown.
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ NS = f"fitpin-{_SUFFIX}"
 GROUP = "nvidia-a10g"
 HELD = f"gpustack--{GROUP}-fitpin-held-{_SUFFIX}"
 OPEN = f"gpustack--{GROUP}-fitpin-open-{_SUFFIX}"
+#: A ClusterQueue without the InstanceType mark, with an InstanceType of its name and an entrance-named
+#: LocalQueue: a foreign queue that only the recognition rules (not the matchCondition) keep out.
+FOREIGN = f"gpustack--{GROUP}-fitpin-foreign-{_SUFFIX}"
 SLICED_KEY = keys.sliced_max_free_units_key(GROUP)
 SHARED_KEY = keys.shared_free_cards_key(GROUP)
 U30 = 30 * keys.UNITS_PER_PERCENT
@@ -79,14 +83,15 @@ class Served:
         return [op for _kind, _ns, n, op in self.calls if n == name]
 
 
-def _cluster_queue(name: str, *, held: bool) -> dict[str, Any]:
+def _cluster_queue(name: str, *, held: bool, marked: bool = True) -> dict[str, Any]:
     spec: dict[str, Any] = {"namespaceSelector": {}, "resourceGroups": []}
     if held:
         spec["stopPolicy"] = "Hold"
+    labels = {keys.RESOURCE_TYPE: keys.TYPE_INSTANCE_TYPES} if marked else {}
     return {
         "apiVersion": kinds.CLUSTER_QUEUE.api_version,
         "kind": "ClusterQueue",
-        "metadata": {"name": name, "labels": {keys.RESOURCE_TYPE: keys.TYPE_INSTANCE_TYPES}},
+        "metadata": {"name": name, "labels": labels},
         "spec": spec,
     }
 
@@ -166,8 +171,8 @@ async def served(devcluster: DevCluster, tmp_path_factory: pytest.TempPathFactor
     admin = await Client.connect(str(devcluster.kubeconfig))
     controller = await Client.connect(str(devcluster.service_account_kubeconfig(rbac.CONTROLLER.name)))
     await admin.create(kinds.NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-    for name, held in ((HELD, True), (OPEN, False)):
-        await admin.create(kinds.CLUSTER_QUEUE, _cluster_queue(name, held=held))
+    for name, held in ((HELD, True), (OPEN, False), (FOREIGN, True)):
+        await admin.create(kinds.CLUSTER_QUEUE, _cluster_queue(name, held=held, marked=name != FOREIGN))
         await admin.create(kinds.INSTANCE_TYPE, _instance_type(name))
         await admin.create(kinds.LOCAL_QUEUE, _local_queue(name))
 
@@ -221,7 +226,7 @@ async def served(devcluster: DevCluster, tmp_path_factory: pytest.TempPathFactor
             with contextlib.suppress(asyncio.CancelledError):
                 await informers
             await admin.delete(kinds.NAMESPACE, NS)
-            for name in (HELD, OPEN):
+            for name in (HELD, OPEN, FOREIGN):
                 await admin.delete(kinds.INSTANCE_TYPE, name)
                 await admin.delete(kinds.CLUSTER_QUEUE, name)
             await controller.close()
@@ -266,6 +271,14 @@ async def test_workloads_of_other_queues_never_reach_the_webhook(served: Served)
     assert stored is not None
     assert _terms(stored) is None
     assert served.asked_about("elsewhere") == []  # the matchCondition kept the call away
+
+
+async def test_a_queue_without_the_instancetype_mark_is_not_ours(served: Served) -> None:
+    await served.admin.create(kinds.WORKLOAD, _workload("foreign", keys.local_queue_name(FOREIGN), SLICE))
+    stored = await served.admin.get(kinds.WORKLOAD, "foreign", NS)
+    assert stored is not None
+    assert _terms(stored) is None
+    assert served.asked_about("foreign") == ["CREATE"]  # the entrance-like name passed the matchCondition
 
 
 async def test_pods_are_never_sent_and_their_workload_is_pinned(served: Served) -> None:
