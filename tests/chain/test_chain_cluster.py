@@ -5,31 +5,20 @@ draining and restoring a pool, tearing an InstanceType down, and zero writes onc
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import shutil
-import tempfile
-import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from gpustack_worker.agent.controller import Agent
-from gpustack_worker.api import keys, kinds, rbac
-from gpustack_worker.chain.controller import Chain
-from gpustack_worker.cli.settings import WorkerSettings
-from gpustack_worker.devcluster.cluster import DevCluster
-from gpustack_worker.runtime.client import Client
-from gpustack_worker.runtime.manager import Manager
+from gpustack_worker.api import keys, kinds
 from gpustack_worker.runtime.quantity import parse
-from gpustack_worker.runtime.registry import InformerRegistry
-from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP, DEFAULT_NAMESPACE, SettingsSource
-from gpustack_worker.simulate.apply import apply_scenario
-from gpustack_worker.simulate.load import packaged_scenario
-from gpustack_worker.topology.controller import Topology
+from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP, DEFAULT_NAMESPACE
+from tests.stack import Stack, condition, eventually, module_cluster, running_stack
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Iterator
+    from collections.abc import AsyncIterator, Iterator
+
+    from gpustack_worker.devcluster.cluster import DevCluster
+    from gpustack_worker.runtime.client import Client
 
 pytestmark = pytest.mark.cluster
 
@@ -52,86 +41,19 @@ QUIET_S = 60.0
 M = keys.UNITS_PER_ACCELERATOR
 
 
-async def eventually(check: Callable[[], Any], *, within: float = 60.0, every: float = 0.25) -> Any:
-    """Poll an async ``check`` until it returns a truthy value."""
-    deadline = time.monotonic() + within
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(every)
-    raise AssertionError(f"condition not met within {within}s; last value: {last!r}")
-
-
-def _cond(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
-    for cond in ((obj or {}).get("status") or {}).get("conditions") or ():
-        if cond.get("type") == type_:
-            return dict(cond)
-    return {}
-
-
-class Running:
-    """The agent and the chain, each in-process with its own ServiceAccount client."""
-
-    def __init__(
-        self, admin: Client, agent: Agent, chain: Chain, topology: Topology, chain_client: Client
-    ) -> None:
-        self.admin = admin
-        self.agent = agent
-        self.chain = chain
-        self.topology = topology
-        self.chain_client = chain_client
-
-    def idle(self) -> bool:
-        """Every chain and topology queue empty (no pending, delayed or in-flight key)."""
-        controllers = (*self.chain.controllers, *self.topology.controllers)
-        return all(len(c.queue) == 0 and not c.queue.processing for c in controllers)
-
-
 @pytest.fixture(scope="module")
 def devcluster() -> Iterator[DevCluster]:
     """A fresh control plane for this module alone (shadows the session fixture): the chain reads every
     Node in the cluster, and other modules' scenarios (mixed-4 has a ``cpu-a`` too) would change its
     golden pools."""
-    directory = Path(tempfile.mkdtemp(prefix="gpustack-chain-"))
-    cluster = DevCluster(directory, log=lambda msg: print(f"[chain devcluster] {msg}"))
-    cluster.start()
-    try:
+    with module_cluster("chain") as cluster:
         yield cluster
-    finally:
-        cluster.stop()
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
-async def running(devcluster: DevCluster) -> AsyncIterator[Running]:
-    admin = await Client.connect(str(devcluster.kubeconfig))
-    await apply_scenario(admin, packaged_scenario("chain-4"))
-    await admin.create(kinds.NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": TEAM}})
-    agent_client = await Client.connect(str(devcluster.service_account_kubeconfig(rbac.AGENT.name)))
-    chain_client = await Client.connect(str(devcluster.service_account_kubeconfig(rbac.CONTROLLER.name)))
-    agent = Agent(agent_client, SettingsSource(agent_client, model=WorkerSettings, env={}), node_name=None)
-    settings = SettingsSource(chain_client, model=WorkerSettings, env={})
-    manager = Manager(settings=settings)
-    registry = manager.add_registry(InformerRegistry(chain_client))
-    chain = Chain(chain_client, settings, registry)
-    topology = Topology(chain_client, settings, registry)
-    for controller in (*topology.controllers, *chain.controllers):
-        manager.add_controller(controller)
-    chain.start_keys()
-    topology.start_keys()
-    stop = asyncio.Event()
-    tasks = [asyncio.create_task(agent.run(stop)), asyncio.create_task(manager.run(stop))]
-    try:
-        yield Running(admin, agent, chain, topology, chain_client)
-    finally:
-        stop.set()
-        for task in tasks:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(task, 30)
-        for client in (agent_client, chain_client, admin):
-            await client.close()
+async def running(devcluster: DevCluster) -> AsyncIterator[Stack]:
+    async with running_stack(devcluster, "chain-4", namespaces=(TEAM,)) as stack:
+        yield stack
 
 
 async def _names(client: Client, resource: Any, namespace: str | None = None) -> set[str]:
@@ -139,7 +61,7 @@ async def _names(client: Client, resource: Any, namespace: str | None = None) ->
     return {i["metadata"]["name"] for i in items}
 
 
-async def test_flavors_queues_types_and_local_queues_exist(running: Running) -> None:
+async def test_flavors_queues_types_and_local_queues_exist(running: Stack) -> None:
     admin = running.admin
 
     async def flavors_ready() -> bool:
@@ -174,8 +96,8 @@ async def test_flavors_queues_types_and_local_queues_exist(running: Running) -> 
         async def active(name: str = name) -> bool:
             cq = await admin.get(kinds.CLUSTER_QUEUE, name)
             return (
-                _cond(cq, "Active").get("status") == "True"
-                and _cond(cq, keys.TOPOLOGY_READY).get("status") == "True"
+                condition(cq, "Active").get("status") == "True"
+                and condition(cq, keys.TOPOLOGY_READY).get("status") == "True"
             )
 
         await eventually(active)
@@ -236,14 +158,14 @@ def _workload(name: str, queue: str, gpus: int) -> dict[str, Any]:
     }
 
 
-async def test_workload_admitted_on_the_right_flavor_and_charged_in_credits(running: Running) -> None:
+async def test_workload_admitted_on_the_right_flavor_and_charged_in_credits(running: Stack) -> None:
     admin = running.admin
     await test_flavors_queues_types_and_local_queues_exist(running)
     await admin.create(kinds.WORKLOAD, _workload("two-t4", T4, 2), namespace=TEAM)
 
     async def admitted() -> dict[str, Any] | None:
         wl = await admin.get(kinds.WORKLOAD, "two-t4", TEAM)
-        return wl if _cond(wl, "Admitted").get("status") == "True" else None
+        return wl if condition(wl, "Admitted").get("status") == "True" else None
 
     wl = await eventually(admitted)
     assignment = wl["status"]["admission"]["podSetAssignments"][0]
@@ -264,13 +186,13 @@ async def test_workload_admitted_on_the_right_flavor_and_charged_in_credits(runn
 
     async def refused() -> str | None:
         wl = await admin.get(kinds.WORKLOAD, "eight-t4", TEAM)
-        cond = _cond(wl, "QuotaReserved")
+        cond = condition(wl, "QuotaReserved")
         return cond.get("message") if cond.get("status") == "False" and cond.get("message") else None
 
     message = await eventually(refused)
     assert "couldn't assign flavors" in message or "insufficient" in message.lower()
     wl = await admin.get(kinds.WORKLOAD, "eight-t4", TEAM)
-    assert _cond(wl, "Admitted").get("status") != "True"
+    assert condition(wl, "Admitted").get("status") != "True"
     for name in ("two-t4", "eight-t4"):
         await admin.delete(kinds.WORKLOAD, name, TEAM)
 
@@ -286,7 +208,7 @@ async def _cq(admin: Client, name: str) -> dict[str, Any]:
     return cq
 
 
-async def test_pool_losing_its_last_node_drains_holds_and_restores(running: Running) -> None:
+async def test_pool_losing_its_last_node_drains_holds_and_restores(running: Stack) -> None:
     admin = running.admin
     await test_flavors_queues_types_and_local_queues_exist(running)
     before = await _cq(admin, T4)
@@ -336,7 +258,7 @@ async def test_pool_losing_its_last_node_drains_holds_and_restores(running: Runn
     await eventually(reopened)
 
 
-async def test_deleting_an_instance_type_tears_its_queue_down(running: Running) -> None:
+async def test_deleting_an_instance_type_tears_its_queue_down(running: Stack) -> None:
     admin = running.admin
     await test_flavors_queues_types_and_local_queues_exist(running)
     it = await admin.get(kinds.INSTANCE_TYPE, A10G)
@@ -353,7 +275,7 @@ async def test_deleting_an_instance_type_tears_its_queue_down(running: Running) 
     await eventually(recreated, within=90)
 
 
-async def test_zero_writes_once_converged(running: Running) -> None:
+async def test_zero_writes_once_converged(running: Stack) -> None:
     """After convergence: no write over a quiet minute, nor over three forced resyncs of every key
     (counted by the chain's client; the audit-log view of the same is in the bench)."""
     await test_flavors_queues_types_and_local_queues_exist(running)
@@ -363,21 +285,21 @@ async def test_zero_writes_once_converged(running: Running) -> None:
 
     async def quiet() -> bool:
         # Converged: a full resync of every key issues no write.
-        before = running.chain_client.writes
+        before = running.controller_client.writes
         running.chain.resync()
         await asyncio.sleep(0.5)
         await eventually(settled)
-        return running.chain_client.writes == before
+        return running.controller_client.writes == before
 
     await eventually(quiet, within=120, every=1.0)
-    before = running.chain_client.writes
+    before = running.controller_client.writes
     await asyncio.sleep(QUIET_S)  # a quiet minute: Kueue's status updates and our watches keep flowing
-    assert running.chain_client.writes == before, "writes during a quiet minute"
+    assert running.controller_client.writes == before, "writes during a quiet minute"
     for _ in range(3):
         running.chain.resync()
         await asyncio.sleep(0.5)
         await eventually(settled)
-    assert running.chain_client.writes == before
+    assert running.controller_client.writes == before
 
 
 async def _settings(admin: Client, data: dict[str, str]) -> None:
@@ -393,7 +315,7 @@ async def _settings(admin: Client, data: dict[str, str]) -> None:
         await admin.replace(kinds.CONFIG_MAP, {**body, "metadata": {**body["metadata"]}})
 
 
-async def test_settings_changes_converge_without_restart(running: Running) -> None:
+async def test_settings_changes_converge_without_restart(running: Stack) -> None:
     admin = running.admin
     await test_flavors_queues_types_and_local_queues_exist(running)
     aware_t4 = "gpustack--amd-epyc-7r13--nvidia-tesla-t4-linux-amd64"
@@ -463,7 +385,7 @@ async def _cq_when_filled(admin: Client, name: str) -> dict[str, Any]:
     return result
 
 
-async def test_an_admin_type_without_flavors_is_held_and_marked(running: Running) -> None:
+async def test_an_admin_type_without_flavors_is_held_and_marked(running: Stack) -> None:
     admin = running.admin
     name = "gpustack--nvidia-h100-80gb-hbm3-linux-amd64"
     await admin.create(

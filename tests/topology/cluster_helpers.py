@@ -4,16 +4,15 @@ TopologySource) and a decoder of Kueue's ``topologyAssignment`` into plain (doma
 
 from __future__ import annotations
 
-import asyncio
-import time
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import yaml
 
 from gpustack_worker.api import keys, kinds
+from tests.stack import condition, eventually
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Mapping, Sequence
+    from collections.abc import Mapping, Sequence
 
     from gpustack_worker.runtime.client import Client
     from gpustack_worker.runtime.resources import Resource
@@ -34,30 +33,6 @@ __all__ = (
 
 #: The ConfigMap data key the builders put a snapshot under.
 SNAPSHOT_KEY = "snapshot.yaml"
-_T = TypeVar("_T")
-
-
-async def eventually(
-    check: Callable[[], Awaitable[_T | None]], *, within: float = 60.0, every: float = 0.25
-) -> _T:
-    """Poll an async ``check`` until it returns a truthy value and return that value; fail with the last
-    value seen after ``within`` seconds (a generous bound, never a measurement)."""
-    deadline = time.monotonic() + within
-    last: _T | None = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(every)
-    raise AssertionError(f"condition not met within {within}s; last value: {last!r}")
-
-
-def condition(obj: Mapping[str, Any] | None, type_: str) -> dict[str, Any]:
-    """The ``status.conditions`` entry of ``type_`` (``{}`` when absent)."""
-    for cond in ((obj or {}).get("status") or {}).get("conditions") or ():
-        if cond.get("type") == type_:
-            return dict(cond)
-    return {}
 
 
 async def apply_object(client: Client, resource: Resource, body: dict[str, Any]) -> dict[str, Any]:

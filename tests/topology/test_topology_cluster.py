@@ -15,38 +15,25 @@ and the controllers (topology + chain) running as their ServiceAccounts, on the 
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import contextlib
 import functools
-import shutil
-import tempfile
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from gpustack_worker.agent.controller import Agent
-from gpustack_worker.api import keys, kinds, rbac
+from gpustack_worker.api import keys, kinds
 from gpustack_worker.chain import managers as chain_managers
-from gpustack_worker.chain.controller import Chain
-from gpustack_worker.cli.settings import WorkerSettings
-from gpustack_worker.devcluster.cluster import DevCluster
-from gpustack_worker.runtime.client import Client
-from gpustack_worker.runtime.manager import Manager
-from gpustack_worker.runtime.registry import InformerRegistry
-from gpustack_worker.runtime.settings import SettingsSource
-from gpustack_worker.simulate.apply import apply_scenario
-from gpustack_worker.simulate.load import packaged_scenario
 from gpustack_worker.topology import managers as topology_managers
-from gpustack_worker.topology.controller import Topology
-from tests.topology import cluster_helpers
+from tests import stack as support
+from tests.stack import Stack, module_cluster, running_stack
+from tests.stack import condition as _cond
 from tests.topology.cluster_helpers import SNAPSHOT_KEY, decode_topology_assignment, snapshot_text, workload
-from tests.topology.cluster_helpers import condition as _cond
 from tests.topology.https_server import Mode, Pki, SnapshotServer
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator
+
+    from gpustack_worker.devcluster.cluster import DevCluster
 
 pytestmark = pytest.mark.cluster
 
@@ -74,7 +61,7 @@ def _placement(i: int) -> dict[str, str]:
 
 
 #: A fresh CI machine is slower than a warm one: poll up to two minutes (never a measurement).
-eventually = functools.partial(cluster_helpers.eventually, within=120.0)
+eventually = functools.partial(support.eventually, within=120.0)
 GOOD = snapshot_text("inventory-1", {f"rack-node-{i}": _placement(i) for i in range(1, 9)})
 
 
@@ -111,10 +98,11 @@ def _cm_arm(cm: str, staleness: str = "10m") -> dict[str, Any]:
 
 
 class Running:
-    def __init__(self, admin: Client, chain: Chain, topology: Topology) -> None:
-        self.admin = admin
-        self.chain = chain
-        self.topology = topology
+    """The stack, and what these tests read of the cluster."""
+
+    def __init__(self, stack: Stack) -> None:
+        self.stack = stack
+        self.admin = stack.admin
 
     async def source(self, name: str) -> dict[str, Any] | None:
         return await self.admin.get(kinds.TOPOLOGY_SOURCE, name)
@@ -136,44 +124,14 @@ class Running:
 @pytest.fixture(scope="module")
 def devcluster() -> Iterator[DevCluster]:
     """A control plane for this module alone: the chain reads every Node of the cluster."""
-    directory = Path(tempfile.mkdtemp(prefix="gpustack-topology-"))
-    cluster = DevCluster(directory, log=lambda msg: print(f"[topology devcluster] {msg}"))
-    cluster.start()
-    try:
+    with module_cluster("topology") as cluster:
         yield cluster
-    finally:
-        cluster.stop()
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
 async def running(devcluster: DevCluster) -> AsyncIterator[Running]:
-    admin = await Client.connect(str(devcluster.kubeconfig))
-    await apply_scenario(admin, packaged_scenario("topology-8"))
-    await admin.create(kinds.NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": TEAM}})
-    agent_client = await Client.connect(str(devcluster.service_account_kubeconfig(rbac.AGENT.name)))
-    ctl_client = await Client.connect(str(devcluster.service_account_kubeconfig(rbac.CONTROLLER.name)))
-    agent = Agent(agent_client, SettingsSource(agent_client, model=WorkerSettings, env={}), node_name=None)
-    settings = SettingsSource(ctl_client, model=WorkerSettings, env={})
-    manager = Manager(settings=settings)
-    registry = manager.add_registry(InformerRegistry(ctl_client))
-    chain = Chain(ctl_client, settings, registry)
-    topology = Topology(ctl_client, settings, registry)
-    for controller in (*topology.controllers, *chain.controllers):
-        manager.add_controller(controller)
-    chain.start_keys()
-    topology.start_keys()
-    stop = asyncio.Event()
-    tasks = [asyncio.create_task(agent.run(stop)), asyncio.create_task(manager.run(stop))]
-    try:
-        yield Running(admin, chain, topology)
-    finally:
-        stop.set()
-        for task in tasks:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(task, 30)
-        for client in (agent_client, ctl_client, admin):
-            await client.close()
+    async with running_stack(devcluster, "topology-8", namespaces=(TEAM,)) as stack:
+        yield Running(stack)
 
 
 async def _data_center(run: Running) -> dict[str, Any]:

@@ -1,0 +1,142 @@
+"""The operator stack in one test process, for end-to-end modules that read every Node of a cluster: a
+control plane of the module's own, the node agent and the controller process's controllers (topology +
+chain, plus any extra) each with its ServiceAccount's client, and the polling helpers they share."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from gpustack_worker.agent.controller import Agent
+from gpustack_worker.api import kinds, rbac
+from gpustack_worker.chain.controller import Chain
+from gpustack_worker.cli.settings import WorkerSettings
+from gpustack_worker.devcluster.cluster import DevCluster
+from gpustack_worker.runtime.client import Client
+from gpustack_worker.runtime.manager import Manager
+from gpustack_worker.runtime.registry import InformerRegistry
+from gpustack_worker.runtime.settings import SettingsSource
+from gpustack_worker.simulate.apply import apply_scenario
+from gpustack_worker.simulate.load import packaged_scenario
+from gpustack_worker.topology.controller import Topology
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+
+    from gpustack_worker.runtime.controller import Controller
+
+__all__ = ("Stack", "condition", "eventually", "module_cluster", "running_stack")
+
+_T = TypeVar("_T")
+
+
+async def eventually(check: Callable[[], Awaitable[_T]], *, within: float = 60.0, every: float = 0.25) -> _T:
+    """Poll an async ``check`` until it returns a truthy value and return that value; fail with the last
+    value seen after ``within`` seconds (a generous bound, never a measurement)."""
+    deadline = time.monotonic() + within
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(every)
+    raise AssertionError(f"condition not met within {within}s; last value: {last!r}")
+
+
+def condition(obj: Mapping[str, Any] | None, type_: str) -> dict[str, Any]:
+    """The ``status.conditions`` entry of ``type_`` (``{}`` when absent)."""
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or ():
+        if cond.get("type") == type_:
+            return dict(cond)
+    return {}
+
+
+@contextlib.contextmanager
+def module_cluster(name: str) -> Iterator[DevCluster]:
+    """A fresh control plane for one test module (the chain reads every Node, so other modules' scenarios
+    must not leak into its pools)."""
+    directory = Path(tempfile.mkdtemp(prefix=f"gpustack-{name}-"))
+    cluster = DevCluster(directory, log=lambda msg: print(f"[{name} devcluster] {msg}"))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@dataclass
+class Stack:
+    """The running agent and controllers, and the clients they use."""
+
+    admin: Client
+    agent: Agent
+    chain: Chain
+    topology: Topology
+    #: The controller ServiceAccount's client (what the controllers write with).
+    controller_client: Client
+    registry: InformerRegistry
+    settings: SettingsSource[WorkerSettings]
+    extra: list[Any] = field(default_factory=list)
+
+    @property
+    def controllers(self) -> list[Controller]:
+        out = [*self.topology.controllers, *self.chain.controllers]
+        for part in self.extra:
+            out.extend(part.controllers)
+        return out
+
+    def idle(self) -> bool:
+        """Every controller queue empty (no pending, delayed or in-flight key)."""
+        return all(len(c.queue) == 0 and not c.queue.processing for c in self.controllers)
+
+
+@contextlib.asynccontextmanager
+async def running_stack(
+    cluster: DevCluster,
+    scenario: str,
+    *,
+    namespaces: tuple[str, ...] = (),
+    extra: Callable[[Client, SettingsSource[WorkerSettings], InformerRegistry], list[Any]] | None = None,
+) -> AsyncIterator[Stack]:
+    """Apply the packaged ``scenario``, create ``namespaces``, and run the agent (all nodes) and the
+    controllers (topology, chain, and whatever ``extra`` builds over the same registry) until the block
+    ends."""
+    admin = await Client.connect(str(cluster.kubeconfig))
+    await apply_scenario(admin, packaged_scenario(scenario))
+    for ns in namespaces:
+        await admin.create(
+            kinds.NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+        )
+    agent_client = await Client.connect(str(cluster.service_account_kubeconfig(rbac.AGENT.name)))
+    ctl_client = await Client.connect(str(cluster.service_account_kubeconfig(rbac.CONTROLLER.name)))
+    agent = Agent(agent_client, SettingsSource(agent_client, model=WorkerSettings, env={}), node_name=None)
+    settings = SettingsSource(ctl_client, model=WorkerSettings, env={})
+    manager = Manager(settings=settings)
+    registry = manager.add_registry(InformerRegistry(ctl_client))
+    chain = Chain(ctl_client, settings, registry)
+    topology = Topology(ctl_client, settings, registry)
+    stack = Stack(admin, agent, chain, topology, ctl_client, registry, settings)
+    if extra is not None:
+        stack.extra = extra(ctl_client, settings, registry)
+    for controller in stack.controllers:
+        manager.add_controller(controller)
+    for part in (chain, topology, *stack.extra):
+        part.start_keys()
+    stop = asyncio.Event()
+    tasks = [asyncio.create_task(agent.run(stop)), asyncio.create_task(manager.run(stop))]
+    try:
+        yield stack
+    finally:
+        stop.set()
+        for task in tasks:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(task, 30)
+        for client in (agent_client, ctl_client, admin):
+            await client.close()
