@@ -32,7 +32,7 @@ from gpustack_worker.placement.fitpin_webhook import FitPinWebhook
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.registry import InformerRegistry
 from gpustack_worker.runtime.resources import Resource
-from tests.topology.cluster_helpers import condition, eventually
+from tests.topology.cluster_helpers import condition, eventually, topology_assignments
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -162,7 +162,7 @@ async def _pinned_on_dry_run(api: ApiBootstrap) -> bool:
     probe = _workload(f"probe-{uuid.uuid4().hex[:6]}", keys.local_queue_name(HELD), SLICE)
     path = f"{kinds.WORKLOAD.collection_path(NS)}?dryRun=All"
     resp = await asyncio.to_thread(api.request, "POST", path, probe)
-    return resp.status_code == 201 and _terms(resp.json()) == [{"matchExpressions": [SLICED_PIN]}]
+    return bool(resp.status_code == 201 and _terms(resp.json()) == [{"matchExpressions": [SLICED_PIN]}])
 
 
 @pytest.fixture(scope="module")
@@ -278,7 +278,7 @@ async def test_a_queue_without_the_instancetype_mark_is_not_ours(served: Served)
     stored = await served.admin.get(kinds.WORKLOAD, "foreign", NS)
     assert stored is not None
     assert _terms(stored) is None
-    assert served.asked_about("foreign") == ["CREATE"]  # the entrance-like name passed the matchCondition
+    assert served.asked_about("foreign")[0] == "CREATE"  # the entrance-like name passed the matchCondition
 
 
 async def test_pods_are_never_sent_and_their_workload_is_pinned(served: Served) -> None:
@@ -304,6 +304,7 @@ async def test_pods_are_never_sent_and_their_workload_is_pinned(served: Served) 
         return None
 
     wl = await eventually(owned_workload, within=60.0)
+    assert wl is not None
     stored_pod = await served.admin.get(POD, name, NS)
     assert stored_pod is not None
     assert _terms(stored_pod, pod=True) is None  # Kueue's pod webhook ran; ours never sees Pods
@@ -321,13 +322,15 @@ async def test_setting_off_stores_untouched_and_a_later_unreserved_update_pins(s
     stored = await served.admin.get(kinds.WORKLOAD, "off", NS)
     assert stored is not None
     assert _terms(stored) is None
-    assert served.asked_about("off") == ["CREATE"]  # asked, and answered without a patch
+    assert served.asked_about("off")[0] == "CREATE"  # asked, and answered without a patch
 
     updated = await served.admin.patch(
         kinds.WORKLOAD, "off", {"metadata": {"labels": {"touched": "yes"}}}, namespace=NS
     )
     assert _terms(updated) == [{"matchExpressions": [SLICED_PIN]}]
-    assert served.asked_about("off") == ["CREATE", "UPDATE"]
+    calls = served.asked_about("off")
+    assert calls[0] == "CREATE"
+    assert calls[1:] and set(calls[1:]) == {"UPDATE"}  # ours, and any Kueue made meanwhile
 
 
 async def test_an_update_after_kueue_reserved_is_left_alone(served: Served) -> None:
@@ -349,3 +352,135 @@ async def test_an_update_after_kueue_reserved_is_left_alone(served: Served) -> N
     assert updated["metadata"]["labels"]["touched"] == "yes"
     assert _terms(updated) is None
     assert served.asked_about("reserved")[before:][:1] == ["UPDATE"]  # asked, and left alone
+
+
+# --- Kueue's topology-aware scheduling honours the pin --------------------------------------------------
+
+TAS_QUEUE = f"gpustack--{GROUP}-fitpin-tas-{_SUFFIX}"
+POOL_LABEL = "fitpin.test.gpustack.ai/pool"
+TAS_TOPOLOGY = f"fitpin-hostname-{_SUFFIX}"
+TAS_FLAVOR = f"fitpin-flavor-{_SUFFIX}"
+FRAGMENTED = f"fitpin-a-fragmented-{_SUFFIX}"
+ROOMY = f"fitpin-b-roomy-{_SUFFIX}"
+
+
+def _node(name: str, free_units: int) -> dict[str, Any]:
+    """A Ready Node of the pool with one sliceable card's node totals and its fit label."""
+    resources = {
+        "cpu": "8",
+        "memory": "32Gi",
+        "pods": "110",
+        "nvidia.com/gpu.sliced": "128",
+        "nvidia.com/gpu.sliced.units": str(keys.UNITS_PER_ACCELERATOR),
+    }
+    ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "simulated"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {keys.HOSTNAME: name, POOL_LABEL: _SUFFIX, SLICED_KEY: str(free_units)},
+        },
+        "spec": {},
+        "status": {"capacity": resources, "allocatable": dict(resources), "conditions": [ready]},
+    }
+
+
+async def _admitted_on(admin: Client, name: str) -> list[str] | None:
+    """The hostnames Kueue's topology assignment names for an admitted Workload (None until admitted)."""
+    wl = await admin.get(kinds.WORKLOAD, name, NS)
+    if condition(wl, "Admitted").get("status") != "True":
+        return None
+    assert wl is not None
+    return [
+        dict(zip(levels, domain.values, strict=True))[keys.HOSTNAME]
+        for levels, domains in topology_assignments(wl).values()
+        for domain in domains
+    ]
+
+
+async def _pending_message(admin: Client, name: str) -> str | None:
+    cond = condition(await admin.get(kinds.WORKLOAD, name, NS), "QuotaReserved")
+    return cond.get("message") if cond.get("status") == "False" and cond.get("message") else None
+
+
+async def test_kueue_places_a_pinned_workload_only_where_one_card_fits(served: Served) -> None:
+    """The fragmented node has room by its node totals (1.6 M units) but no card with 30 % free (its fit
+    label reads 100,000): unpinned, Kueue places a 30 % slice there (where Gate 3 would answer Retry);
+    pinned, it waits for a node whose card fits and takes the roomy one as soon as it appears."""
+    admin = served.admin
+    created: list[tuple[Resource, str, str | None]] = []
+
+    async def create(resource: Resource, body: dict[str, Any]) -> None:
+        await admin.create(resource, body)
+        created.append((resource, body["metadata"]["name"], body["metadata"].get("namespace")))
+
+    queue = keys.local_queue_name(TAS_QUEUE)
+    try:
+        await create(kinds.NODE, _node(FRAGMENTED, 100_000))
+        await create(
+            kinds.TOPOLOGY,
+            {
+                "apiVersion": kinds.TOPOLOGY.api_version,
+                "kind": "Topology",
+                "metadata": {"name": TAS_TOPOLOGY},
+                "spec": {"levels": [{"nodeLabel": keys.HOSTNAME}]},
+            },
+        )
+        await create(
+            kinds.RESOURCE_FLAVOR,
+            {
+                "apiVersion": kinds.RESOURCE_FLAVOR.api_version,
+                "kind": "ResourceFlavor",
+                "metadata": {"name": TAS_FLAVOR},
+                "spec": {"nodeLabels": {POOL_LABEL: _SUFFIX}, "topologyName": TAS_TOPOLOGY},
+            },
+        )
+        cq = _cluster_queue(TAS_QUEUE, held=False)
+        cq["spec"]["resourceGroups"] = [
+            {
+                "coveredResources": ["cpu"],
+                "flavors": [{"name": TAS_FLAVOR, "resources": [{"name": "cpu", "nominalQuota": "100"}]}],
+            }
+        ]
+        await create(kinds.CLUSTER_QUEUE, cq)
+        await create(kinds.INSTANCE_TYPE, _instance_type(TAS_QUEUE))
+        await create(kinds.LOCAL_QUEUE, _local_queue(TAS_QUEUE))
+        await eventually(lambda: _pinned_on_dry_run_at(served, queue), within=60.0)
+
+        # Unpinned (setting off): node totals say the fragmented node has room, so Kueue places it there.
+        served.settings.on = False
+        try:
+            await create(kinds.WORKLOAD, _workload("unpinned", queue, SLICE))
+        finally:
+            served.settings.on = True
+        assert await eventually(lambda: _admitted_on(admin, "unpinned"), within=60.0) == [FRAGMENTED]
+        await admin.delete(kinds.WORKLOAD, "unpinned", NS)
+
+        # Pinned: no node has a card with 30 % free, so Kueue keeps it pending, in its own words.
+        await create(kinds.WORKLOAD, _workload("pinned", queue, SLICE))
+        stored = await admin.get(kinds.WORKLOAD, "pinned", NS)
+        assert stored is not None
+        assert _terms(stored) == [{"matchExpressions": [SLICED_PIN]}]
+        message = await eventually(lambda: _pending_message(admin, "pinned"), within=60.0)
+        print(f"Kueue on the pinned Workload with only the fragmented node: {message}")
+        assert await _admitted_on(admin, "pinned") is None
+
+        # A node whose card fits appears: Kueue admits the pinned Workload there, not on the fragmented one.
+        await create(kinds.NODE, _node(ROOMY, keys.UNITS_PER_ACCELERATOR))
+        assert await eventually(lambda: _admitted_on(admin, "pinned"), within=90.0) == [ROOMY]
+    finally:
+        for resource, name, namespace in reversed(created):
+            with contextlib.suppress(Exception):
+                await admin.delete(resource, name, namespace)
+
+
+async def _pinned_on_dry_run_at(served: Served, queue: str) -> bool:
+    """Whether a dry-run Workload at ``queue`` comes back pinned (the caches hold the new queue)."""
+    probe = _workload(f"probe-{uuid.uuid4().hex[:6]}", queue, SLICE)
+    try:
+        created = await served.admin.create(kinds.WORKLOAD, probe, namespace=NS)
+    except Exception:
+        return False
+    await served.admin.delete(kinds.WORKLOAD, probe["metadata"]["name"], NS)
+    return bool(_terms(created) == [{"matchExpressions": [SLICED_PIN]}])
