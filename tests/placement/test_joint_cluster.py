@@ -1,0 +1,361 @@
+"""The joint check end to end on the real control plane (reference §5.6): real Kueue, its Pod integration
+and kube-scheduler, the chain's queues, and the joint check's controllers.
+
+A two-role ModelDeployment (prefill on the T4 pool, decode on the single-A10G pool of the chain-4 scenario)
+whose A10G is taken by a foreign Workload: Kueue reserves the prefill group only; the check answers
+``Pending`` "1 of 2 groups reserved; waiting: <A10G type>" (never ``Retry``), nothing is admitted and no
+Pod is ungated or bound; the deployment reads ``QuotaReserved=False/Waiting`` and, once the injected
+clock has moved 30 minutes on, ``Parked``. Freeing the A10G lets decode reserve: both groups are ``Ready``
+and admitted, the deployment reads ``Reserved``.
+
+The role Pods are created here the way the deployments controller renders them (a controller reference to
+the deployment, its uid and role labels, a Kueue pod group of one with the role as role hash); Kueue
+builds each group's Workload from them, owned by the Pods — the grouping the check follows. The chain and
+topology controllers run as the controller's ServiceAccount (the agent as its own); the joint check runs
+with the admin client until the controller's RBAC grants its verbs (the lead's api/rbac.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from gpustack_worker.agent.controller import Agent
+from gpustack_worker.api import keys, kinds, rbac
+from gpustack_worker.chain.controller import Chain
+from gpustack_worker.cli.settings import WorkerSettings
+from gpustack_worker.devcluster.cluster import DevCluster
+from gpustack_worker.placement import joint
+from gpustack_worker.placement.joint_controller import JointCheck
+from gpustack_worker.runtime.client import Client
+from gpustack_worker.runtime.manager import Manager
+from gpustack_worker.runtime.registry import InformerRegistry
+from gpustack_worker.runtime.settings import SettingsSource
+from gpustack_worker.simulate.apply import apply_scenario
+from gpustack_worker.simulate.load import packaged_scenario
+from gpustack_worker.topology.controller import Topology
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable, Iterator
+
+pytestmark = pytest.mark.cluster
+
+TEAM = "team-joint"
+T4 = "gpustack--nvidia-tesla-t4-linux-amd64"
+A10G = "gpustack--nvidia-a10g-linux-amd64"
+KUEUE_GATE = "kueue.x-k8s.io/admission"
+DEPLOYMENT = "llm"
+
+
+async def eventually(check: Callable[[], Any], *, within: float = 90.0, every: float = 0.25) -> Any:
+    """Poll an async ``check`` until it returns a truthy value."""
+    deadline = time.monotonic() + within
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(every)
+    raise AssertionError(f"condition not met within {within}s; last value: {last!r}")
+
+
+def _cond(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or ():
+        if cond.get("type") == type_:
+            return dict(cond)
+    return {}
+
+
+class Wall:
+    """The injected wall clock: real time plus an offset the test moves."""
+
+    def __init__(self) -> None:
+        self.offset = dt.timedelta()
+
+    def __call__(self) -> dt.datetime:
+        return dt.datetime.now(dt.UTC) + self.offset
+
+
+class Running:
+    def __init__(self, admin: Client, check: JointCheck, wall: Wall) -> None:
+        self.admin = admin
+        self.check = check
+        self.wall = wall
+        #: Every state this check's entry was seen in, on any Workload.
+        self.states_seen: set[str] = set()
+
+
+@pytest.fixture(scope="module")
+def devcluster() -> Iterator[DevCluster]:
+    """A control plane for this module alone: the chain reads every Node (other modules add their own)."""
+    directory = Path(tempfile.mkdtemp(prefix="gpustack-joint-"))
+    cluster = DevCluster(directory, log=lambda msg: print(f"[joint devcluster] {msg}"))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+async def running(devcluster: DevCluster) -> AsyncIterator[Running]:
+    admin = await Client.connect(str(devcluster.kubeconfig))
+    await apply_scenario(admin, packaged_scenario("chain-4"))
+    await admin.create(kinds.NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": TEAM}})
+    agent_client = await Client.connect(str(devcluster.service_account_kubeconfig(rbac.AGENT.name)))
+    chain_client = await Client.connect(str(devcluster.service_account_kubeconfig(rbac.CONTROLLER.name)))
+    agent = Agent(agent_client, SettingsSource(agent_client, model=WorkerSettings, env={}), node_name=None)
+    settings = SettingsSource(chain_client, model=WorkerSettings, env={})
+    manager = Manager(settings=settings)
+    registry = manager.add_registry(InformerRegistry(chain_client))
+    chain = Chain(chain_client, settings, registry)
+    topology = Topology(chain_client, settings, registry)
+    wall = Wall()
+    check = JointCheck(admin, manager.add_registry(InformerRegistry(admin)), settings, clock=wall)
+    for controller in (*topology.controllers, *chain.controllers, *check.controllers):
+        manager.add_controller(controller)
+    chain.start_keys()
+    topology.start_keys()
+    check.start_keys()
+    stop = asyncio.Event()
+    tasks = [asyncio.create_task(agent.run(stop)), asyncio.create_task(manager.run(stop))]
+    try:
+        yield Running(admin, check, wall)
+    finally:
+        stop.set()
+        for task in tasks:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(task, 30)
+        for client in (agent_client, chain_client, admin):
+            await client.close()
+
+
+def _gpu_spec(gpus: int) -> dict[str, Any]:
+    return {
+        "restartPolicy": "Never",
+        "containers": [
+            {
+                "name": "c",
+                "image": "registry.invalid/x",
+                "resources": {
+                    "requests": {"cpu": "1", "nvidia.com/gpu": str(gpus)},
+                    "limits": {"nvidia.com/gpu": str(gpus)},
+                },
+            }
+        ],
+    }
+
+
+def _foreign_workload(name: str, queue: str) -> dict[str, Any]:
+    return {
+        "apiVersion": kinds.WORKLOAD.api_version,
+        "kind": "Workload",
+        "metadata": {"name": name, "namespace": TEAM},
+        "spec": {
+            "queueName": keys.local_queue_name(queue),
+            "podSets": [{"name": "main", "count": 1, "template": {"spec": _gpu_spec(1)}}],
+        },
+    }
+
+
+def _deployment() -> dict[str, Any]:
+    template = {"spec": _gpu_spec(1)}
+    return {
+        "apiVersion": kinds.MODEL_DEPLOYMENT.api_version,
+        "kind": kinds.MODEL_DEPLOYMENT.kind,
+        "metadata": {"name": DEPLOYMENT, "namespace": TEAM},
+        "spec": {
+            "roles": [
+                {"name": "prefill", "kind": "Prefill", "instanceType": T4, "template": template},
+                {"name": "decode", "kind": "Decode", "instanceType": A10G, "template": template},
+            ]
+        },
+    }
+
+
+def _group(role: str) -> str:
+    return f"{DEPLOYMENT}-{role}-0"
+
+
+def _role_pod(deployment: dict[str, Any], role: str, instance_type: str) -> dict[str, Any]:
+    """One member of a role replica's pod group, as the deployments controller renders it."""
+    meta = deployment["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{_group(role)}-0",
+            "namespace": TEAM,
+            "labels": {
+                keys.QUEUE_NAME: keys.local_queue_name(instance_type),
+                keys.POD_GROUP_NAME: _group(role),
+                keys.MODEL_DEPLOYMENT_UID: meta["uid"],
+                keys.MODEL_DEPLOYMENT_ROLE: role,
+            },
+            "annotations": {keys.POD_GROUP_TOTAL_COUNT: "1", keys.ROLE_HASH: role},
+            "ownerReferences": [
+                {
+                    "apiVersion": deployment["apiVersion"],
+                    "kind": deployment["kind"],
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": _gpu_spec(1),
+    }
+
+
+async def _workload(running: Running, name: str) -> dict[str, Any] | None:
+    wl = await running.admin.get(kinds.WORKLOAD, name, TEAM)
+    entry = joint.check_entry(wl) if wl else None
+    if entry is not None:
+        running.states_seen.add(str(entry.get("state")))
+    return wl
+
+
+def _entry(wl: dict[str, Any] | None) -> dict[str, Any]:
+    entry = joint.check_entry(wl) if wl else None
+    return dict(entry) if entry else {}
+
+
+async def _pods(admin: Client) -> list[dict[str, Any]]:
+    items, _ = await admin.list(kinds.POD, namespace=TEAM)
+    return items
+
+
+async def test_check_is_active_and_every_queue_references_it(running: Running) -> None:
+    admin = running.admin
+
+    async def active() -> dict[str, Any] | None:
+        check = await admin.get(kinds.ADMISSION_CHECK, keys.JOINT_CHECK)
+        return check if _cond(check, "Active").get("status") == "True" else None
+
+    check = await eventually(active)
+    assert _cond(check, "Active")["reason"] == "Ready"
+    assert check["spec"]["controllerName"] == keys.JOINT_CONTROLLER
+
+    for queue in (T4, A10G):
+
+        async def references(queue: str = queue) -> bool:
+            cq = await admin.get(kinds.CLUSTER_QUEUE, queue)
+            strategy = ((cq or {}).get("spec") or {}).get("admissionChecksStrategy") or {}
+            return keys.JOINT_CHECK in {c.get("name") for c in strategy.get("admissionChecks") or ()}
+
+        await eventually(references)
+
+
+async def test_set_waits_pending_parks_then_admits_together(running: Running) -> None:
+    admin = running.admin
+    await test_check_is_active_and_every_queue_references_it(running)
+
+    # A foreign Workload takes the only A10G: Ready at once, admitted.
+    await admin.create(kinds.WORKLOAD, _foreign_workload("blocker", A10G), namespace=TEAM)
+
+    async def blocker_admitted() -> dict[str, Any] | None:
+        wl = await _workload(running, "blocker")
+        return wl if _cond(wl, "Admitted").get("status") == "True" else None
+
+    blocker = await eventually(blocker_admitted)
+    assert _entry(blocker)["state"] == "Ready"
+    assert _entry(blocker)["message"] == joint.FOREIGN_MESSAGE
+
+    deployment = await admin.create(kinds.MODEL_DEPLOYMENT, _deployment(), namespace=TEAM)
+    for role, instance_type in (("prefill", T4), ("decode", A10G)):
+        await admin.create(kinds.POD, _role_pod(deployment, role, instance_type), namespace=TEAM)
+
+    # Prefill reserves and is held Pending "1 of 2"; decode cannot reserve (the A10G is taken).
+    async def prefill_pending() -> dict[str, Any] | None:
+        wl = await _workload(running, _group("prefill"))
+        return wl if _entry(wl).get("message", "").startswith("1 of 2") else None
+
+    prefill = await eventually(prefill_pending)
+    assert _entry(prefill)["state"] == "Pending"
+    assert _entry(prefill)["message"] == f"1 of 2 groups reserved; waiting: {A10G}"
+    assert _cond(prefill, "QuotaReserved").get("status") == "True"
+    assigned = prefill["status"]["admission"]["podSetAssignments"][0]
+    assert assigned["name"] == "prefill"  # the group's one PodSet is named after the role
+    assert "topologyAssignment" in assigned  # the group that fits keeps its domain while it waits
+
+    async def deployment_waiting() -> dict[str, Any] | None:
+        dep = await admin.get(kinds.MODEL_DEPLOYMENT, DEPLOYMENT, TEAM)
+        return dep if _cond(dep, joint.QUOTA_RESERVED).get("reason") == "Waiting" else None
+
+    dep = await eventually(deployment_waiting)
+    assert _cond(dep, joint.QUOTA_RESERVED)["status"] == "False"
+
+    # Held, not admitted, and not moving: a few seconds later still so; no Pod ungated or bound.
+    await asyncio.sleep(3)
+    prefill = await _workload(running, _group("prefill"))
+    decode = await _workload(running, _group("decode"))
+    assert _entry(prefill)["state"] == "Pending"
+    assert _cond(prefill, "Admitted").get("status") != "True"
+    assert decode is not None and _cond(decode, "QuotaReserved").get("status") != "True"
+    for pod in await _pods(admin):
+        assert KUEUE_GATE in {g["name"] for g in pod["spec"].get("schedulingGates") or ()}, pod["metadata"]
+        assert not pod["spec"].get("nodeName"), pod["metadata"]["name"]
+
+    # 30 minutes (the injected clock) after prefill started waiting, the set is parked.
+    running.wall.offset = joint.PARK_AFTER + dt.timedelta(minutes=1)
+    running.check.resync()
+
+    async def parked() -> dict[str, Any] | None:
+        dep = await admin.get(kinds.MODEL_DEPLOYMENT, DEPLOYMENT, TEAM)
+        return dep if _cond(dep, joint.QUOTA_RESERVED).get("reason") == "Parked" else None
+
+    dep = await eventually(parked)
+    assert _cond(dep, joint.QUOTA_RESERVED)["message"].startswith(f"1 of 2 groups reserved; waiting: {A10G}")
+    assert _entry(await _workload(running, _group("prefill")))["state"] == "Pending"
+
+    # Free the A10G: decode reserves, both groups are Ready and admitted together.
+    await admin.delete(kinds.WORKLOAD, "blocker", TEAM)
+
+    async def both_admitted() -> list[dict[str, Any]] | None:
+        wls = [await _workload(running, _group(role)) for role in ("prefill", "decode")]
+        ok = all(_cond(wl, "Admitted").get("status") == "True" for wl in wls)
+        return [w for w in wls if w] if ok else None
+
+    for wl in await eventually(both_admitted):
+        assert _entry(wl)["state"] == "Ready"
+        assert _entry(wl)["message"] == "2 of 2 groups reserved"
+
+    async def deployment_reserved() -> dict[str, Any] | None:
+        dep = await admin.get(kinds.MODEL_DEPLOYMENT, DEPLOYMENT, TEAM)
+        return dep if _cond(dep, joint.QUOTA_RESERVED).get("status") == "True" else None
+
+    dep = await eventually(deployment_reserved)
+    assert _cond(dep, joint.QUOTA_RESERVED)["reason"] == "Reserved"
+
+    # Admitted: Kueue ungates the role Pods.
+    async def ungated() -> bool:
+        pods = await _pods(admin)
+        return len(pods) == 2 and all(
+            KUEUE_GATE not in {g["name"] for g in p["spec"].get("schedulingGates") or ()} for p in pods
+        )
+
+    await eventually(ungated)
+
+    # kube-scheduler binds each to a node of its own pool (the node TAS assigned; nothing runs them).
+    async def bound() -> dict[str, str] | None:
+        nodes = {
+            p["metadata"]["labels"][keys.MODEL_DEPLOYMENT_ROLE]: p["spec"].get("nodeName")
+            for p in await _pods(admin)
+        }
+        return nodes if all(nodes.values()) else None
+
+    nodes = await eventually(bound)
+    assert nodes["decode"] == "a10g-a"
+    assert nodes["prefill"] in {"t4-a", "t4-b"}
+    assert running.states_seen <= {"Pending", "Ready"}, running.states_seen
+    assert "Retry" not in running.states_seen
