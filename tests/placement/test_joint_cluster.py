@@ -85,9 +85,10 @@ class Wall:
 
 
 class Running:
-    def __init__(self, admin: Client, check: JointCheck, wall: Wall) -> None:
+    def __init__(self, admin: Client, check: JointCheck, check_client: Client, wall: Wall) -> None:
         self.admin = admin
         self.check = check
+        self.check_client = check_client
         self.wall = wall
         #: Every state this check's entry was seen in, on any Workload.
         self.states_seen: set[str] = set()
@@ -120,7 +121,10 @@ async def running(devcluster: DevCluster) -> AsyncIterator[Running]:
     chain = Chain(chain_client, settings, registry)
     topology = Topology(chain_client, settings, registry)
     wall = Wall()
-    check = JointCheck(admin, manager.add_registry(InformerRegistry(admin)), settings, clock=wall)
+    check_client = await Client.connect(str(devcluster.kubeconfig))
+    check = JointCheck(
+        check_client, manager.add_registry(InformerRegistry(check_client)), settings, clock=wall
+    )
     for controller in (*topology.controllers, *chain.controllers, *check.controllers):
         manager.add_controller(controller)
     chain.start_keys()
@@ -129,13 +133,13 @@ async def running(devcluster: DevCluster) -> AsyncIterator[Running]:
     stop = asyncio.Event()
     tasks = [asyncio.create_task(agent.run(stop)), asyncio.create_task(manager.run(stop))]
     try:
-        yield Running(admin, check, wall)
+        yield Running(admin, check, check_client, wall)
     finally:
         stop.set()
         for task in tasks:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(task, 30)
-        for client in (agent_client, chain_client, admin):
+        for client in (agent_client, chain_client, check_client, admin):
             await client.close()
 
 
@@ -235,6 +239,20 @@ async def _pods(admin: Client) -> list[dict[str, Any]]:
     return items
 
 
+async def _no_writes_on_resync(running: Running) -> None:
+    """Resync every key of the check's controllers; once they are idle, nothing was written."""
+
+    async def idle() -> bool:
+        return all(len(c.queue) == 0 and not c.queue.processing for c in running.check.controllers)
+
+    await eventually(idle)
+    before = running.check_client.writes
+    running.check.resync()
+    await asyncio.sleep(0.5)
+    await eventually(idle)
+    assert running.check_client.writes == before
+
+
 async def test_check_is_active_and_every_queue_references_it(running: Running) -> None:
     admin = running.admin
 
@@ -306,6 +324,10 @@ async def test_set_waits_pending_parks_then_admits_together(running: Running) ->
         assert KUEUE_GATE in {g["name"] for g in pod["spec"].get("schedulingGates") or ()}, pod["metadata"]
         assert not pod["spec"].get("nodeName"), pod["metadata"]["name"]
 
+    # Held and converged: a full resync of the check's controllers writes nothing (Kueue re-applies the
+    # entries it co-owns; the no-op check still sees ours unchanged).
+    await _no_writes_on_resync(running)
+
     # 30 minutes (the injected clock) after prefill started waiting, the set is parked.
     running.wall.offset = joint.PARK_AFTER + dt.timedelta(minutes=1)
     running.check.resync()
@@ -359,3 +381,6 @@ async def test_set_waits_pending_parks_then_admits_together(running: Running) ->
     assert nodes["prefill"] in {"t4-a", "t4-b"}
     assert running.states_seen <= {"Pending", "Ready"}, running.states_seen
     assert "Retry" not in running.states_seen
+
+    # Converged again: nothing more to write.
+    await _no_writes_on_resync(running)
