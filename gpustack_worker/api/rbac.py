@@ -186,6 +186,49 @@ CONTROLLER: Final = Component(
             "LocalQueues in every namespace: server-side apply, prune with their queue",
         ),
         Rule(kinds.ADMISSION_CHECK, ("list", "watch", "create", "patch"), "the two AdmissionChecks"),
+        Rule(
+            kinds.ADMISSION_CHECK,
+            ("patch",),
+            "each check's controller marks its AdmissionCheck Active",
+            subresource="status",
+        ),
+        Rule(
+            kinds.MODEL_DEPLOYMENT,
+            ("list", "watch"),
+            "ModelDeployment informer: role replicas as pod groups, the joint check's sets",
+        ),
+        Rule(
+            kinds.MODEL_DEPLOYMENT,
+            ("patch",),
+            "status: role replicas and Kueue's message; the joint check's QuotaReserved condition",
+            subresource="status",
+        ),
+        Rule(
+            kinds.MODEL_DEPLOYMENT,
+            ("update",),
+            "controller ownerReferences with blockOwnerDeletion on the Pods (clusters that enforce the "
+            "OwnerReferencesPermissionEnforcement admission plugin check update on finalizers)",
+            subresource="finalizers",
+        ),
+        Rule(
+            kinds.POD,
+            ("list", "watch", "create", "delete"),
+            "role replica Pods (create-only: Pods are immutable), deleted when a replica goes or its "
+            "render changes; Gate 3 reads the Pods bound to a node",
+        ),
+        Rule(
+            kinds.WORKLOAD,
+            ("list", "watch"),
+            "the pod groups' Workloads: status messages, the joint set, Gate 3's inflight accounting",
+        ),
+        Rule(
+            kinds.WORKLOAD,
+            ("patch",),
+            "the joint check's and Gate 3's admissionChecks entries (server-side apply)",
+            subresource="status",
+        ),
+        Rule(kinds.NODE_MODEL_STORE, ("list", "watch"), "node-delivered model placement: who holds a digest"),
+        Rule(kinds.CSI_NODE, ("list", "watch"), "node-delivered placement: who mounts the model driver"),
     ),
     sometimes_exercised={
         ("", kinds.RESOURCE_FLAVOR.group, kinds.RESOURCE_FLAVOR.plural, "delete"): _PRUNE,
@@ -195,6 +238,14 @@ CONTROLLER: Final = Component(
     not_exercised={
         ("", kinds.CLUSTER_QUEUE.group, kinds.CLUSTER_QUEUE.plural, "delete"): (
             "InstanceType teardown deletes its queue; the RBAC test deletes no InstanceType"
+        ),
+        ("", kinds.MODEL_DEPLOYMENT.group, f"{kinds.MODEL_DEPLOYMENT.plural}/finalizers", "update"): (
+            "authorizes blockOwnerDeletion on the role Pods where OwnerReferencesPermissionEnforcement runs; "
+            "the local control plane does not enable that plugin, so no request is made for it"
+        ),
+        ("", kinds.POD.group, kinds.POD.plural, "delete"): (
+            "a replica scaled away or re-rendered; tests/placement cover it in the pure plan (no kubelet "
+            "and no garbage collector run locally, so the RBAC test creates no ModelDeployment to shrink)"
         ),
         (SYSTEM, kinds.NODE_FEATURE.group, kinds.NODE_FEATURE.plural, "update"): (
             "a topology NodeFeature someone edited by adding a key is replaced as a whole (server-side apply "

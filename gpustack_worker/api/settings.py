@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from gpustack_worker.runtime.settings import SettingsModel
+from gpustack_worker.runtime.settings import RuntimeSettings, SettingsModel
 
-__all__ = ("ChainSettings",)
+__all__ = ("ChainSettings", "ControllerSettings")
 
 
 class ChainSettings(SettingsModel):
@@ -37,3 +37,9 @@ class ChainSettings(SettingsModel):
     """Bound claims add PV node affinity so an instance lands where its volume is."""
     model_artifact_delivery_mode: Literal["Engine", "Node"] = "Engine"
     """``Node`` adds node-store preference terms; ``Engine`` lets the engine fetch artifacts itself."""
+
+
+class ControllerSettings(RuntimeSettings, ChainSettings):
+    """Everything the controller process's controllers (chain, topology, placement) read: the runtime's
+    tunables and the chain settings. The process validates the ConfigMap against the command line's
+    composed model (a subclass), so the controller accepts exactly the keys the agent accepts."""

@@ -3,10 +3,11 @@
 Runs a :class:`~gpustack_worker.runtime.manager.Manager` with leader election on the Lease
 ``worker.gpustack.ai`` in the system namespace (identity = hostname + pid unless given), the live
 settings ConfigMap, and the health/metrics endpoint, with the topology controllers
-(:class:`~gpustack_worker.topology.controller.Topology`: TopologySources, Node profiles, Kueue Topologies)
-and the stage-4 chain controllers (:class:`~gpustack_worker.chain.controller.Chain`) running while this
-replica leads; standbys keep
-warm caches. The elector fences the process's client: every write
+(:class:`~gpustack_worker.topology.controller.Topology`: TopologySources, Node profiles, Kueue Topologies),
+the stage-4 chain controllers (:class:`~gpustack_worker.chain.controller.Chain`) and the placement
+controllers (:class:`~gpustack_worker.placement.controller.Placement`: ModelDeployment pod groups, the
+joint check, Gate 3) running while this replica leads, and the admission webhooks on every replica;
+standbys keep warm caches. The elector fences the process's client: every write
 (controllers, Events, settings Events) passes only while this replica leads and its Lease is provably
 its own, so a standby or a replica that lost the Lease writes nothing but its own Lease attempts.
 SIGTERM/SIGINT stop it gracefully: queues drain while the Lease is still renewed, then the Lease is
@@ -27,6 +28,7 @@ from gpustack_worker.chain.controller import Chain
 from gpustack_worker.cli.process import running
 from gpustack_worker.cli.settings import open_settings
 from gpustack_worker.cli.webhook_serving import admission_webhooks
+from gpustack_worker.placement.controller import Placement
 from gpustack_worker.runtime.leader import LeaderElector
 from gpustack_worker.runtime.manager import Manager
 from gpustack_worker.runtime.registry import InformerRegistry
@@ -77,12 +79,14 @@ async def run(args: argparse.Namespace) -> int:
         registry = manager.add_registry(InformerRegistry(proc.client, options=proc.boot.informer_options()))
         chain = Chain(proc.client, settings, registry, system_namespace=namespace)
         topology = Topology(proc.client, settings, registry, system_namespace=namespace)
-        for controller in (*topology.controllers, *chain.controllers):
-            manager.add_controller(controller)
-        chain.start_keys()
-        topology.start_keys()
+        placement = Placement(proc.client, settings, registry, system_namespace=namespace)
+        for part in (topology, chain, placement):
+            for controller in part.controllers:
+                manager.add_controller(controller)
+            part.start_keys()
         _log.info("controller starting", identity=identity, namespace=namespace)
-        async with admission_webhooks(args, namespace=namespace):  # every replica, not only the leader
+        # every replica serves the webhooks, not only the leader
+        async with admission_webhooks(args, namespace=namespace, handlers=placement.handlers):
             code = await manager.run(proc.stop)
         _log.info("controller stopped", exit_code=code)
         return code

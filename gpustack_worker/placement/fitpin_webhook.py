@@ -51,6 +51,7 @@ class FitSettings(Protocol):
 class SettingsReader(Protocol):
     """The live settings (a :class:`~gpustack_worker.runtime.settings.SettingsSource` satisfies it)."""
 
+    @property
     def current(self) -> FitSettings:
         """The snapshot in force."""
 
@@ -90,7 +91,7 @@ class FitPinWebhook:
         """The decision for one ``AdmissionReview.request`` (raises only on a bug)."""
         return fitpin.decide(
             request,
-            enabled=bool(self.settings.current().workload_fit_affinity),
+            enabled=bool(self.settings.current.workload_fit_affinity),
             local_queues=self.local_queues,
             cluster_queues=self.cluster_queues,
             instance_types=self.instance_types,

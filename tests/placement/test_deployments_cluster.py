@@ -17,25 +17,24 @@ either (no kube-controller-manager), so the tests never rely on a Pod going away
 
 from __future__ import annotations
 
-import asyncio
-import time
+import functools
 from collections import Counter
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from gpustack_worker.api import keys, kinds, rbac
+from gpustack_worker.api import keys, kinds
 from gpustack_worker.placement.deployments import ModelDeployments
-from gpustack_worker.runtime.client import Client
-from gpustack_worker.runtime.resources import Resource
+from tests import stack as support
 from tests.stack import Stack, module_cluster, running_stack
 from tests.stack import condition as _cond
 from tests.topology.cluster_helpers import decode_topology_assignment
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+    from collections.abc import AsyncIterator, Iterator
 
     from gpustack_worker.devcluster.cluster import DevCluster
+    from gpustack_worker.runtime.client import Client
 
 pytestmark = pytest.mark.cluster
 
@@ -44,36 +43,8 @@ L4_TYPE = "gpustack--nvidia-l4-linux-amd64"
 CPU_TYPE = "gpustack--generic-linux-amd64"
 DIGEST = "sha256:" + "5" * 64
 HOT, LATER = "rack-node-5", "rack-node-6"
-CLUSTER_ROLE = Resource("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", namespaced=False)
-CLUSTER_ROLE_BINDING = Resource(
-    "rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", namespaced=False
-)
-#: What the ModelDeployment controller needs beyond the controller's generated ClusterRole (reported to the
-#: lead, who owns gpustack_worker/api/rbac.py; granted here so the controller runs as its ServiceAccount).
-PLACEMENT_RULES = [
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch", "create", "delete"]},
-    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["list", "watch"]},
-    {"apiGroups": ["worker.gpustack.ai"], "resources": ["modeldeployments"], "verbs": ["list", "watch"]},
-    {"apiGroups": ["worker.gpustack.ai"], "resources": ["modeldeployments/status"], "verbs": ["patch"]},
-    {"apiGroups": ["worker.gpustack.ai"], "resources": ["modeldeployments/finalizers"], "verbs": ["update"]},
-    {"apiGroups": ["worker.gpustack.ai"], "resources": ["nodemodelstores"], "verbs": ["list", "watch"]},
-    {"apiGroups": ["storage.k8s.io"], "resources": ["csinodes"], "verbs": ["list", "watch"]},
-]
-
-_T = TypeVar("_T")
-
-
-async def eventually(check: Callable[[], Awaitable[_T | None]]) -> _T:
-    """Poll until ``check`` returns a truthy value; a fresh CI machine is slower than a warm one, so the
-    bound is three minutes (never a measurement)."""
-    deadline = time.monotonic() + 180.0
-    last: _T | None = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.25)
-    raise AssertionError(f"condition not met within 180s; last value: {last!r}")
+#: A fresh CI machine is slower than a warm one: poll up to three minutes (never a measurement).
+eventually = functools.partial(support.eventually, within=180.0)
 
 
 def _labels(obj: dict[str, Any] | None) -> dict[str, str]:
@@ -101,31 +72,6 @@ def _role(name: str, instance_type: str, *, replicas: int, size: int, **extra: A
         "template": {"spec": {"containers": [{"name": "engine", "image": "registry.invalid/engine:1"}]}},
         **extra,
     }
-
-
-async def _grant(admin: Client) -> None:
-    name = "gpustack-worker-placement-test"
-    await admin.create(
-        CLUSTER_ROLE,
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": name},
-            "rules": PLACEMENT_RULES,
-        },
-    )
-    await admin.create(
-        CLUSTER_ROLE_BINDING,
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-            "subjects": [
-                {"kind": "ServiceAccount", "name": rbac.CONTROLLER.name, "namespace": kinds.SYSTEM_NAMESPACE}
-            ],
-        },
-    )
 
 
 class Running:
@@ -162,12 +108,6 @@ def devcluster() -> Iterator[DevCluster]:
 
 @pytest.fixture(scope="module")
 async def running(devcluster: DevCluster) -> AsyncIterator[Running]:
-    admin = await Client.connect(str(devcluster.kubeconfig))
-    try:
-        await _grant(admin)
-    finally:
-        await admin.close()
-
     def extra(client: Client, settings: Any, registry: Any) -> list[Any]:
         return [ModelDeployments(client, registry, settings)]
 

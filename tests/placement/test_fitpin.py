@@ -573,6 +573,7 @@ def test_frozen_cache_shapes_and_tuples_are_read() -> None:
 class _Settings:
     on: bool = True
 
+    @property
     def current(self) -> ChainSettings:
         return ChainSettings(workload_fit_affinity=self.on)
 

@@ -66,6 +66,7 @@ class Settings:
 
     on: bool = True
 
+    @property
     def current(self) -> ChainSettings:
         return ChainSettings(workload_fit_affinity=self.on)
 
