@@ -11,8 +11,8 @@ and admitted, the deployment reads ``Reserved``.
 The role Pods are created here the way the deployments controller renders them (a controller reference to
 the deployment, its uid and role labels, a Kueue pod group of one with the role as role hash); Kueue
 builds each group's Workload from them, owned by the Pods — the grouping the check follows. The chain and
-topology controllers run as the controller's ServiceAccount (the agent as its own); the joint check runs
-with the admin client until the controller's RBAC grants its verbs (the lead's api/rbac.py).
+topology controllers and the joint check run as the controller's ServiceAccount (the generated RBAC),
+the agent as its own.
 """
 
 from __future__ import annotations
@@ -121,10 +121,9 @@ async def running(devcluster: DevCluster) -> AsyncIterator[Running]:
     chain = Chain(chain_client, settings, registry)
     topology = Topology(chain_client, settings, registry)
     wall = Wall()
-    check_client = await Client.connect(str(devcluster.kubeconfig))
-    check = JointCheck(
-        check_client, manager.add_registry(InformerRegistry(check_client)), settings, clock=wall
-    )
+    # Its own client (same ServiceAccount) so that its writes are counted apart; the informers are shared.
+    check_client = await Client.connect(str(devcluster.service_account_kubeconfig(rbac.CONTROLLER.name)))
+    check = JointCheck(check_client, registry, settings, clock=wall)
     for controller in (*topology.controllers, *chain.controllers, *check.controllers):
         manager.add_controller(controller)
     chain.start_keys()
