@@ -214,10 +214,14 @@ def test_a_plain_pod_is_bound_by_kube_scheduler_and_never_starts(
     assert "nodeName" not in created["spec"]
     pod = _eventually(lambda: _get(api, _pods_path("plain")), lambda p: p.get("spec", {}).get("nodeName"))
     _bound_and_not_running(pod)
-    # The binding is the scheduler's: the Scheduled event names it and the Node.
-    events = _ok(api, "GET", f"/apis/events.k8s.io/v1/namespaces/{NS}/events")["items"]
-    scheduled = [e for e in events if e["regarding"]["name"] == "plain" and e["reason"] == "Scheduled"]
-    assert scheduled, events
+
+    # The binding is the scheduler's: its Scheduled event (recorded asynchronously, after the binding)
+    # names the Pod and the Node.
+    def scheduled_events() -> list[dict[str, Any]]:
+        events = _get(api, f"/apis/events.k8s.io/v1/namespaces/{NS}/events").get("items") or []
+        return [e for e in events if e["regarding"]["name"] == "plain" and e["reason"] == "Scheduled"]
+
+    scheduled = _eventually(scheduled_events, bool)
     assert scheduled[0]["reportingController"] == "default-scheduler"
     assert NODE in scheduled[0]["note"]
     # ... and made with the scheduler's own ServiceAccount (its RBAC is the built-in scheduler roles).
