@@ -57,6 +57,7 @@ __all__ = (
     "Cluster",
     "Domain",
     "Verdict",
+    "assigned_nodes",
     "check_state",
     "counts_inflight",
     "decode_topology_assignment",
@@ -545,6 +546,24 @@ def _judge_podset(ps: _PodSet, state: _State) -> list[str]:
                 )
                 break
     return starved
+
+
+def assigned_nodes(wl: Mapping[str, Any], nodes: Mapping[str, Mapping[str, str]]) -> list[str]:
+    """The existing Nodes a hostname-level ``topologyAssignment`` of ``wl`` names (for a fresh read of
+    their ledgers); unreadable assignments and vanished nodes are left out (:func:`judge` reports them)."""
+    state = _State(Cluster(nodes=nodes, devices={}))
+    out: set[str] = set()
+    for psa in ((wl.get("status") or {}).get("admission") or {}).get("podSetAssignments") or ():
+        ta = psa.get("topologyAssignment")
+        if not ta:
+            continue
+        try:
+            levels, domains = decode_topology_assignment(ta)
+        except (ValueError, TypeError):
+            continue
+        if _hostname_level(levels):
+            out.update(n for d in domains if (n := state.node(d.values[-1])) is not None)
+    return sorted(out)
 
 
 def _cut(text: str) -> str:

@@ -12,11 +12,14 @@ Two controllers over shared informers, both writing as the check's field owner `
   ``requeueAfterSeconds: 30`` — Kueue then evicts the Workload, resets every check to ``Pending`` and
   requeues it no sooner than 30 s later. Never ``Rejected``, never a preemption.
 
-Reads (all from informers): the Workloads (every namespace), the Nodes (labels: hostname → Node and the
+Reads from informers: the Workloads (every namespace), the Nodes (labels: hostname → Node and the
 flavors' pools), the ``Devices`` (checked by :func:`~gpustack_worker.api.devices_check.check_devices`
 and parsed once per resourceVersion), the operator's ResourceFlavors, and the Pods Kueue has tied to a
 PodSet (label ``kueue.x-k8s.io/podset``; indexed by ``namespace/<kueue.x-k8s.io/workload annotation>``)
-for the inflight accounting.
+for the inflight accounting. The ledgers of the nodes the Workload's hostname-level assignment names
+are read once more, uncached, right before judging (reference §5.2 "one uncached read"): the ledger
+must be at least as fresh as the Pod cache that says which Pods it already holds, or a Pod seen as
+held whose allocation the cached ledger does not show yet would leave its card looking free.
 
 One Workload is judged at a time (one worker): two verdicts computed side by side could each promise
 the same free card. After writing ``Ready`` the controller remembers it until the cache shows it, and
@@ -101,11 +104,23 @@ def _workload_view(obj: Any) -> Any:
 class _DevicesView(Mapping[str, DevicesFacts]):
     """Node name → its checked ``Devices`` view, parsed lazily (memoised per resourceVersion)."""
 
-    def __init__(self, informer: Informer, memo: dict[str, tuple[str, DevicesFacts]]) -> None:
+    def __init__(
+        self,
+        informer: Informer,
+        memo: dict[str, tuple[str, DevicesFacts]],
+        fresh: Mapping[str, Mapping[str, Any] | None] | None = None,
+    ) -> None:
         self._informer = informer
         self._memo = memo
+        #: Objects read uncached just now (None: the node has no Devices), preferred over the cache.
+        self._fresh = fresh or {}
 
     def __getitem__(self, name: str) -> DevicesFacts:
+        if name in self._fresh:
+            read = self._fresh[name]
+            if read is None:
+                raise KeyError(name)
+            return check_devices(devices_facts(read)).devices
         obj = self._informer.store.get(name)
         if obj is None:
             self._memo.pop(name, None)
@@ -157,6 +172,7 @@ class NodeDevicesCheck:
         *,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     ) -> None:
+        self.client = client
         self.clock = clock
         boot = settings.current
         self.workloads = registry.informer(kinds.WORKLOAD, field_manager=FIELD_MANAGER)
@@ -217,11 +233,27 @@ class NodeDevicesCheck:
 
     # -- reads -------------------------------------------------------------------------------------
 
-    def cluster(self) -> gate3.Cluster:
-        """What :func:`gate3.judge` reads, from the caches (Devices and Pods looked up lazily)."""
-        nodes = {
+    def nodes_labels(self) -> dict[str, dict[str, str]]:
+        """Every cached Node's labels, by name."""
+        return {
             str(_meta(n).get("name")): dict(_meta(n).get("labels") or {}) for n in self.nodes.store.list()
         }
+
+    async def fresh_devices(self, names: Iterable[str]) -> dict[str, Mapping[str, Any] | None]:
+        """The ``Devices`` of ``names`` read uncached (None for a node without one)."""
+        out: dict[str, Mapping[str, Any] | None] = {}
+        for name in names:
+            out[name] = await self.client.get(kinds.DEVICES, name)
+        return out
+
+    def cluster(
+        self,
+        nodes: dict[str, dict[str, str]] | None = None,
+        fresh: Mapping[str, Mapping[str, Any] | None] | None = None,
+    ) -> gate3.Cluster:
+        """What :func:`gate3.judge` reads, from the caches (Devices and Pods looked up lazily; ``fresh``
+        Devices objects, read uncached, take precedence)."""
+        nodes = self.nodes_labels() if nodes is None else nodes
         flavors = {
             str(_meta(f).get("name")): dict((f.get("spec") or {}).get("nodeLabels") or {})
             for f in self.flavors.store.list()
@@ -229,7 +261,7 @@ class NodeDevicesCheck:
         }
         return gate3.Cluster(
             nodes=nodes,
-            devices=_DevicesView(self.devices, self._devices_memo),
+            devices=_DevicesView(self.devices, self._devices_memo, fresh),
             flavors=flavors,
             pods=_PodsView(self.pods),
         )
@@ -282,8 +314,10 @@ class NodeDevicesCheck:
         rv = str(meta.get("resourceVersion", ""))
         if key in self._written:
             return Result.done()  # our own write is not cached yet: its watch event brings the next reconcile
+        nodes = self.nodes_labels()
+        fresh = await self.fresh_devices(gate3.assigned_nodes(workload, nodes))
         verdict = gate3.judge(
-            workload, self.cluster(), self.workloads.store.list(), remembered_ready=remembered
+            workload, self.cluster(nodes, fresh), self.workloads.store.list(), remembered_ready=remembered
         )
         body = {
             "apiVersion": kinds.WORKLOAD.api_version,

@@ -25,6 +25,7 @@ from gpustack_worker.placement.gate3 import (
     Cluster,
     Domain,
     Verdict,
+    assigned_nodes,
     counts_inflight,
     decode_topology_assignment,
     entry_for_apply,
@@ -719,3 +720,20 @@ def test_entry_for_apply() -> None:
     ready = entry_for_apply(wl, Verdict(READY, "fits"), "2026-01-03T00:00:00Z")
     assert ready["lastTransitionTime"] == "2026-01-01T00:00:00Z"  # same state: the transition time stays
     assert "requeueAfterSeconds" not in ready
+
+
+def test_assigned_nodes() -> None:
+    nodes = {"n1": node_labels("n1"), "obj": node_labels("host-2")}
+    wl = workload(
+        "wl",
+        podset("a", gpu(1), assignment=hosts({"n1": 1, "host-2": 1, "gone": 1})),
+        podset("b", gpu(1)),  # no assignment: not read
+    )
+    assert assigned_nodes(wl, nodes) == ["n1", "obj"]
+    rack = {
+        "levels": [keys.PRIVATE_RACK],
+        "slices": [
+            {"domainCount": 1, "valuesPerLevel": [{"universal": "r1"}], "podCounts": {"universal": 1}}
+        ],
+    }
+    assert assigned_nodes(workload("wl", podset("a", gpu(1), assignment=rack)), nodes) == []
