@@ -243,7 +243,10 @@ class NodeDevicesCheck:
         """The ``Devices`` of ``names`` read uncached (None for a node without one)."""
         out: dict[str, Mapping[str, Any] | None] = {}
         for name in names:
-            out[name] = await self.client.get(kinds.DEVICES, name)
+            # A consistent LIST narrowed to the one name: the same uncached read as a GET, under the
+            # list verb the Devices informer already needs.
+            items, _ = await self.client.list(kinds.DEVICES, field_selector=f"metadata.name={name}")
+            out[name] = items[0] if items else None
         return out
 
     def cluster(

@@ -10,13 +10,12 @@ Workload has no job to stop, so it stays evicted instead of being requeued; a Po
 once the ledger frees the cards, the same Workload submitted again is judged ``Ready`` and admitted on
 that node.
 
-The node-devices controllers run here with the admin client in a Manager of their own: the controller
-ServiceAccount's rules for Workloads, Pods and AdmissionCheck status are the lead's to add (api/rbac.py).
+The node-devices controllers run with the controller ServiceAccount's client, so the verbs they use are
+the ones the generated RBAC grants.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from typing import TYPE_CHECKING, Any
 
@@ -25,8 +24,6 @@ import pytest
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.api.crds.devices import AllocationMode
 from gpustack_worker.placement.node_devices import NodeDevicesCheck
-from gpustack_worker.runtime.manager import Manager
-from gpustack_worker.runtime.registry import InformerRegistry
 from tests.stack import Stack, condition, eventually, module_cluster, running_stack
 
 if TYPE_CHECKING:
@@ -34,6 +31,7 @@ if TYPE_CHECKING:
 
     from gpustack_worker.devcluster.cluster import DevCluster
     from gpustack_worker.runtime.client import Client
+    from gpustack_worker.runtime.registry import InformerRegistry
 
 pytestmark = pytest.mark.cluster
 
@@ -61,21 +59,14 @@ class Running:
 
 @pytest.fixture(scope="module")
 async def running(devcluster: DevCluster) -> AsyncIterator[Running]:
-    async with running_stack(devcluster, "chain-4", namespaces=(TEAM,)) as stack:
-        manager = Manager()
-        registry = manager.add_registry(InformerRegistry(stack.admin))
-        check = NodeDevicesCheck(stack.admin, registry, stack.settings)
-        for controller in check.controllers:
-            manager.add_controller(controller)
-        check.start_keys()
-        stop = asyncio.Event()
-        task = asyncio.create_task(manager.run(stop))
-        try:
-            yield Running(stack, check)
-        finally:
-            stop.set()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(task, 30)
+    built: list[NodeDevicesCheck] = []
+
+    def gate3(client: Client, settings: Any, registry: InformerRegistry) -> list[Any]:
+        built.append(NodeDevicesCheck(client, registry, settings))
+        return list(built)
+
+    async with running_stack(devcluster, "chain-4", namespaces=(TEAM,), extra=gate3) as stack:
+        yield Running(stack, built[0])
 
 
 def _workload(name: str, gpus: int) -> dict[str, Any]:
