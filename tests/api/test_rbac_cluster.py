@@ -281,7 +281,42 @@ async def test_roles_grant_exactly_what_the_processes_use(
         await eventually(lambda: nf_deleted in used(controller_user), within=90)
         await admin.delete(kinds.CONFIG_MAP, f"rbac-inventory-{run}", NS)
 
-        # 6. everything the roles grant and the run can reach, reached.
+        # 6. a ModelDeployment: its role Pods (Kueue gates and groups them into a Workload), the joint
+        # check's and Gate 3's verdicts on that Workload, the deployment's status.
+        team = f"rbac-md-{run}"
+        await admin.create(
+            kinds.NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": team}}
+        )
+        await admin.create(
+            kinds.MODEL_DEPLOYMENT,
+            {
+                "apiVersion": kinds.MODEL_DEPLOYMENT.api_version,
+                "kind": kinds.MODEL_DEPLOYMENT.kind,
+                "metadata": {"name": "rbac", "namespace": team},
+                "spec": {
+                    "roles": [
+                        {
+                            "name": "server",
+                            "instanceType": "gpustack--nvidia-a100-sxm4-80gb-linux-amd64",
+                            "resources": {"accelerator": "1"},
+                            "template": {
+                                "spec": {"containers": [{"name": "e", "image": "registry.invalid/e"}]}
+                            },
+                        }
+                    ]
+                },
+            },
+        )
+        verdicts = ("", kinds.WORKLOAD.group, f"{kinds.WORKLOAD.plural}/status", "patch")
+        pods = ("", kinds.POD.group, kinds.POD.plural, "create")
+        md_status = ("", kinds.MODEL_DEPLOYMENT.group, f"{kinds.MODEL_DEPLOYMENT.plural}/status", "patch")
+        # (namespaced uses of these cluster-wide grants count as the grants)
+        await eventually(
+            lambda: {verdicts, pods, md_status} <= _covered(used(controller_user), _granted(rbac.CONTROLLER)),
+            within=120,
+        )
+
+        # 7. everything the roles grant and the run can reach, reached.
         for component, user in ((rbac.AGENT, agent_user), (rbac.CONTROLLER, controller_user)):
             want = _granted(component) - _allowed_unused(component)
             with contextlib.suppress(TimeoutError):  # asserted below with the difference spelled out
