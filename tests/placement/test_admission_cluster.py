@@ -30,6 +30,7 @@ import contextlib
 import functools
 import shutil
 import time
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -396,6 +397,12 @@ async def test_two_roles_wait_together_then_bind_within_one_rack(running: Runnin
     for pod in pods:
         assert _gated(pod), pod["metadata"]["name"]
         assert not pod["spec"].get("nodeName"), pod["metadata"]["name"]
+    # Held, not moving: a few seconds on (a settling look, not a measurement) still so.
+    await asyncio.sleep(3)
+    assert _entry(await run.workload(groups["decode"]), keys.JOINT_CHECK)["state"] == "Pending"
+    assert condition(await run.workload(groups["prefill"]), "QuotaReserved").get("status") == "False"
+    for pod in await run.pods("disagg"):
+        assert _gated(pod) and not pod["spec"].get("nodeName"), pod["metadata"]["name"]
 
     # Free the racks: prefill reserves a whole rack, the set is complete, both are admitted.
     freed = time.monotonic()
@@ -407,7 +414,8 @@ async def test_two_roles_wait_together_then_bind_within_one_rack(running: Runnin
         ok = all(condition(wl, "Admitted").get("status") == "True" for wl in wls)
         return [w for w in wls if w] if ok else None
 
-    for wl in await eventually(both_admitted):
+    admitted = await eventually(both_admitted)
+    for wl in admitted:
         assert _entry(wl, keys.JOINT_CHECK)["state"] == "Ready"
         assert _entry(wl, keys.JOINT_CHECK)["message"] == "2 of 2 groups reserved"
         assert _entry(wl, keys.NODE_DEVICES_CHECK)["state"] == "Ready"
@@ -432,6 +440,10 @@ async def test_two_roles_wait_together_then_bind_within_one_rack(running: Runnin
         assert len(racks) == 1, (group, nodes, racks)
         used_racks.append(racks.pop())
     assert sorted(used_racks) == sorted(RACKS)  # prefill took the rack decode did not
+    for wl in admitted:  # kube-scheduler bound each Pod where Kueue's topology assignment says
+        ((levels, domains),) = topology_assignments(wl).values()
+        assigned = Counter({dict(zip(levels, d.values, strict=True))[keys.HOSTNAME]: d.pods for d in domains})
+        assert Counter(by_group[wl["metadata"]["name"]]) == assigned, (wl["metadata"]["name"], assigned)
 
     async def deployment_admitted() -> dict[str, Any] | None:
         md = await admin.get(kinds.MODEL_DEPLOYMENT, "disagg", TEAM)
@@ -569,3 +581,7 @@ async def test_fragmented_node_retry_then_the_pin_places_where_a_card_fits(runni
         return pods[0]["spec"].get("nodeName") if len(pods) == 1 else None
 
     assert await eventually(bound) == ROOMY
+    (pod,) = await run.pods("pinned")
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in (
+        (pod["spec"].get("affinity") or {}).get("nodeAffinity") or {}
+    )  # the pin stays on the Workload; the Pod only carries Kueue's node selector
