@@ -8,7 +8,10 @@ node (the ledger holds three of its four cards in other modes) a two-card Worklo
 quota and TAS gets ``Retry`` naming its role and Kueue evicts it with that message (a standalone
 Workload has no job to stop, so it stays evicted instead of being requeued; a Pod group's is requeued);
 once the ledger frees the cards, the same Workload submitted again is judged ``Ready`` and admitted on
-that node.
+that node. Inflight: with two of t4-b's cards held outside Kueue, a second two-card Workload that TAS and
+the ledger both think fits is answered ``Retry`` (0 free cards) while the first one's Pod is not held
+yet; once that Pod carries its allocation record and the ledger shows its cards, it is not charged
+twice and the resubmitted Workload is admitted.
 
 The node-devices controllers run with the controller ServiceAccount's client, so the verbs they use are
 the ones the generated RBAC grants.
@@ -261,3 +264,90 @@ def _ledger_free(running: Running) -> Any:
         return facts is not None and all(c.mode == AllocationMode.NONE for c in facts.card_ledgers().values())
 
     return check
+
+
+def _held_pod(workload: str, node: str) -> dict[str, Any]:
+    """A Pod as the Device Manager leaves it once it allocated the Pod's cards: tied to its Workload and
+    PodSet by Kueue's keys, bound to ``node``, its allocation record naming the claiming container. (No
+    kubelet runs here: the Pod stays bound and never starts.)"""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{workload}-0",
+            "namespace": TEAM,
+            "labels": {keys.KUEUE_PODSET_LABEL: "main"},
+            "annotations": {
+                # A topology request marks it a TAS Pod: Kueue counts it through its Workload's admission,
+                # not a second time as a foreign Pod's usage of the node.
+                keys.PODSET_REQUIRED_TOPOLOGY: keys.HOSTNAME,
+                keys.KUEUE_WORKLOAD_ANNOTATION: workload,
+                keys.ACCELERATOR_ALLOCATED: '{"c": {"ids": ["GPU-2", "GPU-3"]}}',
+            },
+        },
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "registry.invalid/x",
+                    "resources": {"requests": {"nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": "2"}},
+                }
+            ],
+        },
+    }
+
+
+async def test_inflight_admitted_workload_counts_until_its_pod_is_held(running: Running) -> None:
+    admin = running.admin
+    await test_check_is_active_and_referenced(running)
+    exclusive = {"mode": int(AllocationMode.EXCLUSIVE), "allocated": M, "remaining": 0}
+    # Cards 0 and 1 of t4-b are held by something outside Kueue; 2 and 3 are free.
+    await _set_ledger(admin, "t4-b", {0: exclusive, 1: exclusive})
+
+    async def ledger_cached() -> bool:
+        facts = running.check.cluster().devices.get("t4-b")
+        ledgers = facts.card_ledgers().values() if facts is not None else ()
+        return sum(c.mode == AllocationMode.EXCLUSIVE for c in ledgers) == 2
+
+    await eventually(ledger_cached)
+
+    async def state_of(name: str) -> str | None:
+        wl = await admin.get(kinds.WORKLOAD, name, TEAM)
+        if condition(wl, "Admitted").get("status") == "True":
+            return "Admitted"
+        evicted = condition(wl, "Evicted")
+        if evicted.get("status") == "True":
+            return "Evicted: " + str(evicted.get("message"))
+        return None
+
+    await admin.create(kinds.WORKLOAD, _workload("first", 2), namespace=TEAM)
+    assert await eventually(lambda: state_of("first"), within=120.0) == "Admitted"
+
+    # Kueue's TAS still sees two of t4-b's GPUs free (only "first" is admitted there), and so does the
+    # ledger: but "first"'s Pod is not held yet, so Gate 3 charges it inflight and answers Retry.
+    await admin.create(kinds.WORKLOAD, _workload("second", 2), namespace=TEAM)
+    second = await eventually(lambda: state_of("second"), within=WITHIN)
+    assert second is not None
+    print(f"\nsecond, while first is inflight: {second}")
+    assert second.startswith("Evicted") and "role main: node t4-b" in second
+    assert "0 free whole card(s)" in second
+    await admin.delete(kinds.WORKLOAD, "second", TEAM)
+
+    # The Device Manager allocates "first": its Pod carries the record and the ledger holds cards 2 and 3
+    # (the outside holder let 0 and 1 go). The held Pod is not charged twice: the resubmitted Workload fits.
+    await admin.create(kinds.POD, _held_pod("first", "t4-b"), namespace=TEAM)
+    await _set_ledger(admin, "t4-b", {2: exclusive, 3: exclusive})
+
+    async def pod_cached() -> bool:
+        return bool(running.check.cluster().pods.get((TEAM, "first")))
+
+    await eventually(pod_cached)
+    await admin.create(kinds.WORKLOAD, _workload("second-again", 2), namespace=TEAM)
+    assert await eventually(lambda: state_of("second-again"), within=WITHIN) == "Admitted"
+    for name in ("first", "second-again"):
+        with contextlib.suppress(Exception):
+            await admin.delete(kinds.WORKLOAD, name, TEAM)
+    with contextlib.suppress(Exception):
+        await admin.delete(kinds.POD, "first-0", TEAM)
