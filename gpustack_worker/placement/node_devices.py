@@ -191,7 +191,7 @@ class NodeDevicesCheck:
         #: Workload key → (resourceVersion judged, resourceVersion written, state written), until the cache
         #: moves past the version judged.
         self._written: dict[str, tuple[str, str, str]] = {}
-        #: Verdicts written (tests and the demo read them): Workload key → state.
+        #: The last verdict written per cached Workload (tests and the demo read them): key → state.
         self.verdicts: dict[str, str] = {}
 
         self.check_ctl = Controller(
@@ -311,7 +311,10 @@ class NodeDevicesCheck:
         """Judge one Workload and write this check's entry (nothing when it is not ours to judge now)."""
         remembered = self._remembered()
         workload = self.workloads.store.get(key)
-        if workload is None or not gate3.needs_verdict(workload):
+        if workload is None:
+            self.verdicts.pop(key, None)
+            return Result.done()
+        if not gate3.needs_verdict(workload):
             return Result.done()
         meta = _meta(workload)
         rv = str(meta.get("resourceVersion", ""))
