@@ -1,4 +1,4 @@
-"""Sessions: tests, lint, typecheck, crds, rbac, webhooks, kueue_config, demo, bench.
+"""Sessions: tests, lint, typecheck, crds, rbac, webhooks, kueue_config, settings_doc, demo, bench.
 
 ``nox -s lint typecheck tests`` is CI.
 """
@@ -62,6 +62,13 @@ def kueue_config(session: nox.Session) -> None:
     """Regenerate chart/files/kueue-manager-config.yaml from gpustack_worker/api/kueue_config.py."""
     session.install("-e", ".")
     session.run("python", "-m", "gpustack_worker.api.kueue_config", "chart/files/kueue-manager-config.yaml")
+
+
+@nox.session
+def settings_doc(session: nox.Session) -> None:
+    """Regenerate docs/settings.md (the settings reference) from the settings models."""
+    session.install("-e", ".")
+    session.run("python", "-m", "gpustack_worker.cli.settingsdoc", "docs/settings.md")
 
 
 @nox.session
