@@ -14,18 +14,32 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpustack_worker.devcluster import versions
+from gpustack_worker.devcluster.progress import BuildProgress
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ("COMPONENTS", "BuildError", "Component", "cache_dir", "ensure_all", "ensure_binary", "module_dir")
+__all__ = (
+    "COMPONENTS",
+    "OPTIONAL",
+    "BuildError",
+    "Component",
+    "cache_dir",
+    "ensure_all",
+    "ensure_binary",
+    "ensure_optional",
+    "module_dir",
+)
 
 CACHE_ENV = "GPUSTACK_WORKER_CACHE"
+#: Lines of go's output a BuildError quotes (the end of it: where go says what failed).
+_TAIL_LINES = 25
 
 
 class BuildError(RuntimeError):
@@ -149,6 +163,26 @@ COMPONENTS: dict[str, Component] = {
 }
 
 
+_JAEGER_VERSION_PKG = "github.com/jaegertracing/jaeger/internal/version"
+#: Components built only when a caller asks for them by name (:func:`ensure_optional`), never by
+#: :func:`ensure_all`: the default path (tests, ``devcluster up``) does not pay for them.
+OPTIONAL: dict[str, Component] = {
+    c.name: c
+    for c in (
+        # Jaeger v2 all-in-one (an OpenTelemetry Collector distribution): tracing in the demo, in
+        # ``devcluster up --jaeger`` and in the trace test. Its go.mod asks for go 1.24.6.
+        Component(
+            "jaeger",
+            versions.JAEGER,
+            "github.com/jaegertracing/jaeger/cmd/jaeger",
+            "github.com/jaegertracing/jaeger",
+            lambda: "module local/jaeger-build\n\ngo 1.25.0\n",
+            lambda: f"-s -w -X {_JAEGER_VERSION_PKG}.latestVersion={versions.JAEGER}",
+        ),
+    )
+}
+
+
 def _go_env() -> dict[str, str]:
     env = dict(os.environ)
     # local toolchain only (fail fast instead of downloading one), no stray go.work, static binaries,
@@ -157,14 +191,31 @@ def _go_env() -> dict[str, str]:
     return env
 
 
-def _run_go(args: list[str], cwd: Path, log: Callable[[str], None]) -> str:
+def _run_go(
+    args: list[str], cwd: Path, log: Callable[[str], None], progress: BuildProgress | None = None
+) -> str:
     if shutil.which("go") is None:
         raise BuildError("the Go toolchain ('go') is not on PATH; it is needed to build the control plane")
-    proc = subprocess.run(["go", *args], cwd=cwd, env=_go_env(), capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
-        raise BuildError(f"`go {' '.join(args)}` failed (exit {proc.returncode}):\n{tail}")
-    return proc.stdout
+    if progress is None:
+        proc = subprocess.run(
+            ["go", *args], cwd=cwd, env=_go_env(), capture_output=True, text=True, check=False
+        )
+        output, code = proc.stdout + proc.stderr, proc.returncode
+    else:
+        # go's output streams into the progress line (stderr merged: that is where go reports progress).
+        lines: deque[str] = deque(maxlen=_TAIL_LINES)
+        with subprocess.Popen(
+            ["go", *args], cwd=cwd, env=_go_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        ) as running:
+            assert running.stdout is not None
+            for line in running.stdout:
+                lines.append(line.rstrip("\n"))
+                progress.feed(line)
+        output, code = "\n".join(lines), running.returncode
+    if code != 0:
+        tail = "\n".join(output.strip().splitlines()[-_TAIL_LINES:])
+        raise BuildError(f"`go {' '.join(args)}` failed (exit {code}):\n{tail}")
+    return output if progress is not None else proc.stdout
 
 
 def ensure_binary(component: Component, log: Callable[[str], None] = print) -> Path:
@@ -178,13 +229,27 @@ def ensure_binary(component: Component, log: Callable[[str], None] = print) -> P
     with tempfile.TemporaryDirectory(prefix=f"gpustack-build-{component.name}-") as tmp:
         work = Path(tmp)
         (work / "go.mod").write_text(component.go_mod())
-        _run_go(["get", "-tool", f"{component.package}@{component.version}"], work, log)
-        partial = target.with_name(target.name + ".partial")
-        _run_go(
-            ["build", "-trimpath", "-ldflags", component.ldflags(), "-o", str(partial), component.package],
-            work,
-            log,
-        )
+        with BuildProgress(component.name, component.version, component.package) as progress:
+            _run_go(["get", "-tool", f"{component.package}@{component.version}"], work, log, progress)
+            progress.phase("listing")
+            deps = _run_go(["list", "-deps", component.package], work, log).split()
+            progress.phase("compiling", total=len(deps))
+            partial = target.with_name(target.name + ".partial")
+            _run_go(
+                [
+                    "build",
+                    "-v",
+                    "-trimpath",
+                    "-ldflags",
+                    component.ldflags(),
+                    "-o",
+                    str(partial),
+                    component.package,
+                ],
+                work,
+                log,
+                progress,
+            )
         partial.replace(target)
     log(f"built {component.name} in {time.monotonic() - started:.0f}s → {target}")
     return target
@@ -193,6 +258,13 @@ def ensure_binary(component: Component, log: Callable[[str], None] = print) -> P
 def ensure_all(log: Callable[[str], None] = print) -> dict[str, Path]:
     """Build (or reuse) every component; raises :class:`BuildError` naming the one that failed."""
     return {name: ensure_binary(c, log) for name, c in COMPONENTS.items()}
+
+
+def ensure_optional(name: str, log: Callable[[str], None] = print) -> Path:
+    """Build (or reuse) the optional component ``name`` (a key of :data:`OPTIONAL`)."""
+    if name not in OPTIONAL:
+        raise BuildError(f"unknown optional component {name!r}; known: {', '.join(sorted(OPTIONAL))}")
+    return ensure_binary(OPTIONAL[name], log)
 
 
 def module_dir(module: str, version: str) -> Path:
@@ -205,10 +277,19 @@ def module_dir(module: str, version: str) -> Path:
     return Path(info["Dir"])
 
 
-def main() -> int:
-    """Build (or reuse) every pinned component; exit 1 with go's own words when one cannot be built."""
+def main(argv: list[str] | None = None) -> int:
+    """Build (or reuse) every pinned component, plus each optional one named by ``--with NAME``; exit 1
+    with go's own words when one cannot be built."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="gpustack_worker.devcluster.build")
+    parser.add_argument(
+        "--with", dest="optional", action="append", default=[], choices=sorted(OPTIONAL), metavar="NAME"
+    )
+    args = parser.parse_args(argv)
     try:
         paths = ensure_all()
+        paths.update({name: ensure_optional(name) for name in args.optional})
     except BuildError as exc:
         print(f"control-plane build failed: {exc}", flush=True)
         return 1

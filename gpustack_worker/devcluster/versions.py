@@ -6,6 +6,8 @@ Why these (full reasoning in docs/devcluster.md):
 - etcd 3.6.16: the newest 3.6 patch; Kubernetes 1.34+ ships the etcd 3.6 client.
 - Kueue 0.19.2: the newest release the proxy serves (0.19.3/0.20.0 are refused); serves v1beta2 as storage.
 - NFD 0.19.0: the newest tag; the release GPUStack's chart deploys.
+- Jaeger 1.75.0 (optional, tracing only): the newest release approved here; its ``cmd/jaeger`` is the v2
+  all-in-one binary (an OpenTelemetry Collector distribution configured by YAML).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ KUEUE: Final = "v0.19.2"
 NFD: Final = "v0.19.0"
 #: NFD v0.19.0's own go.mod replaces the staging modules with this release.
 NFD_STAGING: Final = "v0.35.3"
+#: Optional: built only when tracing is asked for (``devcluster up --jaeger``, the demo, the trace test).
+JAEGER: Final = "v1.75.0"
 
 #: Every staging module of k8s.io/kubernetes 1.32–1.35 (control-plane notes §1.2). A replace line for a
 #: module outside the build graph is ignored, so listing all of them is safe.
