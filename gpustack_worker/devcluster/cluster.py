@@ -34,6 +34,7 @@ from gpustack_worker.api import kueue_config
 from gpustack_worker.devcluster import build, kueue_webhooks, versions
 from gpustack_worker.devcluster.audit import audit_policy
 from gpustack_worker.devcluster.bootstrap import ApiBootstrap, load_yaml_documents
+from gpustack_worker.devcluster.jaeger import Jaeger
 from gpustack_worker.devcluster.pki import Pki, make_pki
 from gpustack_worker.devcluster.procs import ManagedProcess, StartupError, free_port
 
@@ -88,6 +89,8 @@ class DevCluster:
     with_nfd: bool = True
     #: Start kube-scheduler (binds ungated Pods to Nodes; nothing runs them: there is no kubelet).
     with_scheduler: bool = True
+    #: Start Jaeger too (optional component, built on first use): :attr:`otlp_endpoint`, :attr:`jaeger_url`.
+    with_jaeger: bool = False
     log: Any = print
     #: Keep a kube-apiserver audit log here (JSON lines; policy in :mod:`gpustack_worker.devcluster.audit`).
     audit_log: Path | None = None
@@ -101,6 +104,7 @@ class DevCluster:
     pki: Pki | None = None
     procs: dict[str, ManagedProcess] = field(default_factory=dict)
     binaries: dict[str, Path] = field(default_factory=dict)
+    jaeger: Jaeger | None = None
 
     # --- public surface ----------------------------------------------------------------------------
     @property
@@ -111,6 +115,16 @@ class DevCluster:
     def server(self) -> str:
         return f"https://127.0.0.1:{self.apiserver_port}"
 
+    @property
+    def otlp_endpoint(self) -> str | None:
+        """Jaeger's OTLP/HTTP base URL (``OTEL_EXPORTER_OTLP_ENDPOINT``), when started ``with_jaeger``."""
+        return self.jaeger.otlp_endpoint if self.jaeger else None
+
+    @property
+    def jaeger_url(self) -> str | None:
+        """Jaeger's UI, with its HTTP API under ``/api``, when started ``with_jaeger``."""
+        return self.jaeger.ui_url if self.jaeger else None
+
     def start(self) -> DevCluster:
         """Build (or reuse) the binaries and start everything; on any failure stop what started and raise."""
         self.dir = self.dir.resolve()
@@ -120,6 +134,8 @@ class DevCluster:
             self.audit_log.parent.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         self.binaries = build.ensure_all(self.log)
+        if self.with_jaeger:
+            self.binaries["jaeger"] = build.ensure_optional("jaeger", self.log)
         built = time.monotonic()
         try:
             self._start_all()
@@ -218,6 +234,10 @@ class DevCluster:
             self._start_kueue()
         if self.with_nfd:
             self._start_nfd_master()
+        if self.with_jaeger:
+            self.jaeger = Jaeger(self.dir, log=self.log).start(self.binaries["jaeger"])
+            assert self.jaeger.proc is not None
+            self.procs["jaeger"] = self.jaeger.proc
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> ManagedProcess:
         proc = ManagedProcess(name, argv, self.dir / "logs" / f"{name}.log", env)
