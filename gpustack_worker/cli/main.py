@@ -51,6 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
                 metavar="FILE",
                 help="keep a kube-apiserver audit log of every write in FILE (JSON lines)",
             )
+            p.add_argument(
+                "--jaeger",
+                action="store_true",
+                help="also start Jaeger (built on first use) and print its UI/API and OTLP addresses",
+            )
 
     sim = sub.add_parser("simulate", help="simulate what stages 1-2 (NFD, Device Manager) would publish")
     sim_sub = sim.add_subparsers(dest="action", required=True)
@@ -86,6 +91,15 @@ def build_parser() -> argparse.ArgumentParser:
     cat.add_argument("--namespace", default=SYSTEM_NAMESPACE, help="system namespace (default: %(default)s)")
     cat.add_argument("--settings-configmap", default=SETTINGS_CONFIGMAP)
     cat.add_argument("-o", "--output", choices=("text", "json"), default="text")
+
+    plan = sub.add_parser("plan", help="the chain a scenario yields under given settings, with no cluster")
+    plan.add_argument("scenario", help="scenario file, or a packaged scenario's name (mixed-4)")
+    plan.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="a setting (a settings ConfigMap key)"
+    )
+    plan.add_argument("--topology-source", default=None, metavar="FILE", help="a TopologySource (YAML)")
+    plan.add_argument("--snapshot", default=None, metavar="FILE", help="the snapshot that source serves")
+    plan.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
 
     demo = sub.add_parser("demo", help="a dev cluster, a simulated mixed cluster and the agent, end to end")
     demo.add_argument("--dir", default=".devcluster", help="state directory (default: %(default)s)")
@@ -127,6 +141,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gpustack_worker.cli import agent_cmd
 
         return asyncio.run(agent_cmd.run(args))
+    if args.command == "plan":
+        from gpustack_worker.cli import plan_cmd
+
+        return plan_cmd.run(args)
     if args.command == "catalog":
         from gpustack_worker.cli import catalog_cmd
 

@@ -1,0 +1,453 @@
+"""The chain a scenario yields, computed with no cluster: the controllers' own pure functions, composed.
+
+What the live cluster does, step by step, and the pure function each step runs here:
+
+1. stages 1-2 (:mod:`gpustack_worker.simulate.render`): every scenario node's Node, the Device
+   Manager's NodeFeature and the ``Devices`` object with its ledger;
+2. stage 3 (:mod:`gpustack_worker.agent`): the inputs checked (``validate.check``), the worker
+   NodeFeature's labels (``nodefeature.desired_labels``) and the per-card fit labels (``fit.desired``);
+3. nfd-master's projection (:func:`project`): the union of a Node's NodeFeature labels onto the Node,
+   each projected key listed in ``nfd.node.kubernetes.io/feature-labels`` (the agent reads that list to
+   tell its own ``gpustack.ai/managed`` from an admin's);
+4. topology (:mod:`gpustack_worker.topology`): an optional TopologySource (its spec checked, its
+   snapshot decoded and validated by ``sources.decide`` exactly as the controller does, with the Nodes it
+   selects), its NodeFeatures projected, then every managed Node's hierarchy profile
+   (``profiles.node_assignment``) and the Kueue Topologies of those profiles;
+5. the chain (:mod:`gpustack_worker.chain`): flavors (``flavors.plan_flavors`` / ``flavor_body``), the
+   derived InstanceTypes (``pools.derived_instance_type``), each ClusterQueue (``queues.decide``), each
+   InstanceType's capacity status (``views``) and the LocalQueues (``localqueues``).
+
+Steps 2-4 feed each other (the agent reads the labels nfd-master projected, the TopologySource selects by
+them), so they are repeated until the Nodes stop changing, as the controllers converge. The result is the
+cluster's steady state right after the scenario is applied: no Workload holds quota yet, and — unless
+``checks_active`` is False — the placement controllers have marked both AdmissionChecks ``Active``, as
+the controller process does.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+from gpustack_worker.agent import fit, nodefeature, validate
+from gpustack_worker.agent.facts import node_facts
+from gpustack_worker.api import keys, kinds
+from gpustack_worker.api.devices_view import DevicesFacts, devices_facts
+from gpustack_worker.chain import flavors as chain_flavors
+from gpustack_worker.chain import instancetypes, localqueues, managers, pools, queues
+from gpustack_worker.chain.nodes import NodeHardware, node_hardware
+from gpustack_worker.chain.views import accelerator_views, column, cpu_view, pool_cards
+from gpustack_worker.runtime.prune import stamp
+from gpustack_worker.simulate import render
+from gpustack_worker.topology import levels as lv
+from gpustack_worker.topology import profiles, sources
+from gpustack_worker.topology.selector import compile_selector
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+    from gpustack_worker.cli.settings import WorkerSettings
+    from gpustack_worker.simulate.scenario import Scenario
+
+__all__ = ("PlanError", "PlannedChain", "plan_chain", "project")
+
+#: The namespace the plan's LocalQueues are shown in (every non-system namespace gets the same ones).
+PLAN_NAMESPACE: Final = "default"
+#: nfd-master lists the keys of its default namespace without it in the feature-labels annotation.
+_NFD_DEFAULT_NS: Final = "feature.node.kubernetes.io/"
+#: Rounds of agent → nfd-master → topology before the Nodes must have stopped changing.
+_MAX_ROUNDS: Final = 6
+#: ``Ready=True`` of a TopologySource (or ``Stale``): its hierarchy is in effect.
+_STALE: Final = sources.STALE
+#: A placeholder time for the rendered Node's Ready condition and the source's decision (never read).
+_EPOCH: Final = "1970-01-01T00:00:00Z"
+
+
+class PlanError(ValueError):
+    """The inputs cannot yield a chain (a TopologySource that is not in effect); ``str`` says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedChain:
+    """Everything the plan computed, as the API objects the controllers would write."""
+
+    #: Node name → the Node's labels once every writer has converged.
+    node_labels: dict[str, dict[str, str]]
+    #: Node name → its hierarchy profile ("" for a Node the chain does not read).
+    profiles: dict[str, str]
+    #: Kueue Topology name → body (the topology controller's).
+    topologies: dict[str, dict[str, Any]]
+    #: ResourceFlavor name → body (as applied, owner label included).
+    flavors: dict[str, dict[str, Any]]
+    #: InstanceType name → body, with the ``status`` the InstanceType controller writes.
+    instance_types: dict[str, dict[str, Any]]
+    #: ClusterQueue name → body (as applied; ``status.conditions`` holds ``TopologyReady``).
+    cluster_queues: dict[str, dict[str, Any]]
+    #: LocalQueue name → the ClusterQueue it fronts (the same in every non-system namespace).
+    local_queues: dict[str, str]
+    #: The TopologySource's decided status (None without one).
+    topology_source: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The plan as plain JSON values (``-o json`` / ``-o yaml``)."""
+        return {
+            "nodes": {
+                name: {"profile": self.profiles.get(name, ""), "labels": labels}
+                for name, labels in sorted(self.node_labels.items())
+            },
+            "topologySource": self.topology_source,
+            "topologies": sorted(self.topologies),
+            "resourceFlavors": list(self.flavors.values()),
+            "instanceTypes": list(self.instance_types.values()),
+            "clusterQueues": list(self.cluster_queues.values()),
+            "localQueues": [{"name": n, "clusterQueue": q} for n, q in sorted(self.local_queues.items())],
+            "notes": list(self.notes),
+        }
+
+
+def project(node: Mapping[str, Any], features: Iterable[Mapping[str, str]]) -> dict[str, Any]:
+    """The Node with the union of its NodeFeatures' labels projected, as nfd-master does: every key set
+    (a name without a namespace lands in ``feature.node.kubernetes.io/``), and the projected names
+    listed in the ``nfd.node.kubernetes.io/feature-labels`` annotation."""
+    meta = dict(node.get("metadata") or {})
+    labels = dict(meta.get("labels") or {})
+    projected: dict[str, str] = {}
+    for feature in features:
+        for key, value in feature.items():
+            projected[key if "/" in key else _NFD_DEFAULT_NS + key] = value
+    labels.update(projected)
+    annotations = dict(meta.get("annotations") or {})
+    if projected:
+        annotations[keys.NFD_FEATURE_LABELS_ANNOTATION] = ",".join(
+            sorted(k.removeprefix(_NFD_DEFAULT_NS) for k in projected)
+        )
+    else:
+        annotations.pop(keys.NFD_FEATURE_LABELS_ANNOTATION, None)
+    meta["labels"] = dict(sorted(labels.items()))
+    meta["annotations"] = annotations
+    return {**node, "metadata": meta}
+
+
+@dataclass(slots=True)
+class _Node:
+    """One scenario node as the cluster holds it: the rendered Node (no NodeFeature projected yet), the
+    Device Manager's labels and the ``Devices`` object with its ledger."""
+
+    base: dict[str, Any]
+    dm_labels: dict[str, str]
+    devices: dict[str, Any] | None
+    #: The Node as it stands (projections, the profile and the fit labels applied).
+    current: dict[str, Any]
+    #: What the worker NodeFeature carries now (its ``published`` labels).
+    worker: dict[str, str] = field(default_factory=dict)
+    topology: dict[str, str] = field(default_factory=dict)
+
+
+def _render(scenario: Scenario) -> dict[str, _Node]:
+    out: dict[str, _Node] = {}
+    for spec in scenario.nodes:
+        uid = f"plan-{spec.name}"
+        node = render.render_node(spec, _EPOCH)
+        node["metadata"]["uid"] = uid
+        feature = render.render_node_feature(spec, uid)
+        dm = dict((feature or {}).get("spec", {}).get("labels") or {})
+        devices = render.render_devices(spec, uid)
+        ledger = render.render_devices_status(spec)
+        if devices is not None and ledger is not None:
+            devices = {**devices, "status": ledger["status"]}
+        out[spec.name] = _Node(node, dm, devices, project(node, [dm]))
+    return out
+
+
+def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
+    return dict((obj.get("metadata") or {}).get("labels") or {})
+
+
+def _in_effect(conditions: Sequence[Any]) -> tuple[bool, str]:
+    for cond in conditions:
+        if cond.type == sources.READY:
+            return cond.status == "True" or cond.reason == _STALE, f"{cond.reason}: {cond.message}"
+    return False, "no Ready condition"
+
+
+def _source_round(
+    source: Mapping[str, Any], snapshot: bytes | str | None, nodes: dict[str, _Node], namespace: str
+) -> tuple[dict[str, dict[str, str]], sources.SourceDecision]:
+    """One decision of the TopologySource over the Nodes as they stand: its NodeFeature labels by Node."""
+    spec = source.get("spec") or {}
+    matches = compile_selector(spec.get("nodeSelector"))
+    selected = {name: _labels(n.current) for name, n in nodes.items() if matches(_labels(n.current))}
+    arm = sources.arm_of(spec)
+    read: sources.Fetched | None = None
+    if arm in ("ConfigMap", "Webhook") and snapshot is not None:
+        read = sources.Fetched(snapshot)
+    decision = sources.decide(
+        sources.SourceInputs(
+            source=source,
+            namespace=namespace,
+            selected=selected,
+            read=read,
+            owned={},
+            conflicts={},
+            now=dt.datetime(1970, 1, 1, tzinfo=dt.UTC),
+        )
+    )
+    by_node = {
+        str(body["metadata"]["labels"][keys.NFD_NODE_NAME]): dict(body["spec"]["labels"])
+        for body in decision.apply.values()
+    }
+    return by_node, decision
+
+
+def _ready_sources(source: Mapping[str, Any] | None) -> list[profiles.ReadySource]:
+    if source is None:
+        return []
+    spec = source.get("spec") or {}
+    levels = spec.get("levels")
+    return [
+        profiles.ReadySource(
+            str((source.get("metadata") or {}).get("name", "")),
+            compile_selector(spec.get("nodeSelector")),
+            lv.normalize_tiers([str(x) for x in levels] if isinstance(levels, list | tuple) else ()),
+        )
+    ]
+
+
+def _converge(
+    nodes: dict[str, _Node],
+    settings: WorkerSettings,
+    source: Mapping[str, Any] | None,
+    snapshot: bytes | str | None,
+    namespace: str,
+) -> tuple[dict[str, str], dict[str, tuple[str, ...]], sources.SourceDecision | None]:
+    """Agent, nfd-master and topology over every Node until nothing changes: (profiles, levels by
+    profile, the source's last decision)."""
+    decision: sources.SourceDecision | None = None
+    assigned: dict[str, str] = {}
+    levels_of: dict[str, tuple[str, ...]] = {}
+    for _round in range(_MAX_ROUNDS):
+        before = {name: _labels(n.current) for name, n in nodes.items()}
+        # Stage 3: the worker NodeFeature, from the Node as nfd-master left it.
+        for n in nodes.values():
+            checked = validate.check(node_facts(n.current), _facts(n.devices))
+            n.worker = nodefeature.desired_labels(
+                checked.node,
+                checked.devices,
+                manual=settings.node_management_manual,
+                mixed_on_node=settings.instance_type_mixed_on_node,
+                holds=checked.holds(),
+                published=n.worker,
+            )
+        _reproject(nodes, keep_own=True)
+        # The TopologySource's NodeFeatures, then every Node's profile.
+        if source is not None:
+            by_node, decision = _source_round(source, snapshot, nodes, namespace)
+            for name, n in nodes.items():
+                n.topology = by_node.get(name, {})
+            _reproject(nodes, keep_own=True)
+        in_effect = decision is not None and _in_effect(decision.conditions)[0]
+        ready = _ready_sources(source if in_effect else None)
+        assigned, levels_of = {}, {}
+        for name, n in nodes.items():
+            assignment = profiles.node_assignment(_labels(n.current), ready)
+            if assignment is not None:
+                assigned[name] = assignment.profile
+                levels_of[assignment.profile] = assignment.levels
+        # The profile label (the topology controller's) and the fit labels (the agent's), on the Node.
+        for name, n in nodes.items():
+            extra: dict[str, str] = {}
+            if name in assigned:
+                extra[keys.TOPOLOGY_PROFILE] = assigned[name]
+            checked = validate.check(node_facts(n.current), _facts(n.devices))
+            extra.update(
+                fit.desired(
+                    checked.node,
+                    checked.devices,
+                    manual=settings.node_management_manual,
+                    holds=checked.holds(),
+                    published=checked.node.labels,
+                )
+            )
+            _set_own(n, extra)
+        if {name: _labels(n.current) for name, n in nodes.items()} == before:
+            break
+    return assigned, levels_of, decision
+
+
+def _own_keys(labels: Mapping[str, str]) -> dict[str, str]:
+    """The labels written directly on the Node by our controllers: the profile and the fit labels."""
+    return {k: v for k, v in labels.items() if k == keys.TOPOLOGY_PROFILE or fit.is_fit_label(k)}
+
+
+def _set_own(n: _Node, own: Mapping[str, str]) -> None:
+    meta = dict(n.current["metadata"])
+    labels = {
+        k: v for k, v in (meta.get("labels") or {}).items() if k not in _own_keys(meta.get("labels") or {})
+    }
+    labels.update(own)
+    meta["labels"] = dict(sorted(labels.items()))
+    n.current = {**n.current, "metadata": meta}
+
+
+def _reproject(nodes: dict[str, _Node], *, keep_own: bool) -> None:
+    """Every Node re-projected from its base and its NodeFeatures (nfd-master removes a key no NodeFeature
+    carries any more); the labels our controllers write on the Node directly are kept."""
+    for n in nodes.values():
+        own = _own_keys(_labels(n.current)) if keep_own else {}
+        n.current = project(n.base, [n.dm_labels, n.worker, n.topology])
+        _set_own(n, own)
+
+
+def _facts(devices: Mapping[str, Any] | None) -> DevicesFacts | None:
+    return devices_facts(devices) if devices is not None else None
+
+
+def _capacity_status(
+    it: Mapping[str, Any],
+    flavor_bodies: Sequence[Mapping[str, Any]],
+    hardware: Sequence[NodeHardware],
+    facts: Mapping[str, DevicesFacts],
+    *,
+    aware: bool,
+) -> dict[str, Any]:
+    """The InstanceType status views, composed like the InstanceType controller composes them (no
+    Workload holds quota in a plan, so a CPU pool's ``remaining`` is its capacity)."""
+    pool = pools.identity_of(it)
+    labels = pools.schedule_labels(pool, aware=aware)
+    pool_flavors = pools.flavors_of(pools.flavor_selector(labels), flavor_bodies)
+    members: set[str] = set()
+    for flavor in pool_flavors:
+        members.update(chain_flavors.flavor_nodes(flavor, hardware))
+    out: dict[str, Any] = {}
+    if pool.acceleratable:
+        chosen = [facts[n] for n in sorted(members) if n in facts]
+        views = accelerator_views(pool_cards(pool.accelerator_group, chosen))
+        out.update(views)
+        out["acceleratorSummary"] = column(views)
+    else:
+        cores = {h.name: h.cpu.cores for h in hardware if h.name in members}
+        out["cpu"] = cpu_view(cores, 0)
+    if pool_flavors:
+        notes: Mapping[str, str] = (pool_flavors[0].get("metadata") or {}).get("annotations") or {}
+        detail = {
+            k: notes[f"{keys.NOTE_PREFIX}{k}"]
+            for k in ("manufacturer", "product", "family", "memory", "cores")
+            if notes.get(f"{keys.NOTE_PREFIX}{k}")
+        }
+        if detail:
+            out["detail"] = detail
+    return out
+
+
+def plan_chain(
+    scenario: Scenario,
+    settings: WorkerSettings,
+    *,
+    topology_source: Mapping[str, Any] | None = None,
+    snapshot: bytes | str | None = None,
+    checks_active: bool = True,
+    namespace: str = kinds.SYSTEM_NAMESPACE,
+) -> PlannedChain:
+    """The chain ``scenario`` (and ``topology_source`` with its ``snapshot``) yields under ``settings``.
+
+    Raises :class:`PlanError` when the TopologySource would not be in effect (an invalid spec, a snapshot
+    missing or refused): the controller would fall back to hostname-only profiles, which is never what
+    someone asking for a plan with that source means.
+    """
+    nodes = _render(scenario)
+    assigned, levels_of, decision = _converge(nodes, settings, topology_source, snapshot, namespace)
+    source_status: dict[str, Any] | None = None
+    notes: list[str] = []
+    if topology_source is not None and decision is not None:
+        in_effect, why = _in_effect(decision.conditions)
+        if not in_effect:
+            raise PlanError(f"the TopologySource is not in effect ({why})")
+        source_status = {
+            **decision.status,
+            "conditions": [
+                {"type": c.type, "status": c.status, "reason": c.reason, "message": c.message}
+                for c in decision.conditions
+            ],
+        }
+        source_status.pop("lastSuccessfulRefreshTime", None)
+
+    topologies = {
+        keys.topology_name(profile): profiles.topology_body(levels) for profile, levels in levels_of.items()
+    }
+    hardware = [h for n in nodes.values() if (h := node_hardware(n.current)) is not None]
+    aware = settings.instance_type_aware_cpu_manufacturer
+    mixed = settings.instance_type_mixed_on_node
+    plans = chain_flavors.plan_flavors(hardware, mixed_on_node=mixed)
+    flavor_bodies = {
+        p.name: stamp(chain_flavors.flavor_body(p, mixed_on_node=mixed, aware=aware), managers.OWNER_FLAVORS)
+        for p in plans
+    }
+    instance_types: dict[str, dict[str, Any]] = {}
+    if settings.instance_type_derived_from_node:
+        for p in plans:
+            body = pools.derived_instance_type(p, aware=aware)
+            instance_types.setdefault(body["metadata"]["name"], body)
+    else:
+        notes.append(
+            "instance-type-derived-from-node=false: no InstanceType is authored, so no ClusterQueue exists "
+            "until an admin creates InstanceTypes"
+        )
+    checks = frozenset({keys.JOINT_CHECK, keys.NODE_DEVICES_CHECK} if checks_active else set())
+    facts = {name: f for name, n in nodes.items() if (f := _facts(n.devices)) is not None}
+    cluster_queues: dict[str, dict[str, Any]] = {}
+    flavor_list = list(flavor_bodies.values())
+    for name, it in sorted(instance_types.items()):
+        decision_q = queues.decide(
+            queues.QueueInputs(
+                instance_type=it,
+                queue=None,
+                flavors=flavor_list,
+                nodes=hardware,
+                topologies=frozenset(topologies),
+                active_checks=checks,
+                aware=aware,
+                mixed_on_node=mixed,
+                derived_from_node=settings.instance_type_derived_from_node,
+                drain_when_no_flavors=settings.instance_type_drain_when_no_flavors,
+            )
+        )
+        if decision_q.body is None:
+            continue
+        body = dict(decision_q.body)
+        if decision_q.condition is not None:
+            c = decision_q.condition
+            body["status"] = {
+                "conditions": [
+                    {
+                        "type": keys.TOPOLOGY_READY,
+                        "status": c.status,
+                        "reason": c.reason,
+                        "message": c.message,
+                    }
+                ]
+            }
+        cluster_queues[name] = body
+        phase, message = instancetypes.phase_of(body, deleting=False)
+        status: dict[str, Any] = {
+            "entrance": keys.local_queue_name(name),
+            "phase": phase,
+            **({"phaseMessage": message} if message else {}),
+            **_capacity_status(it, flavor_list, hardware, facts, aware=aware),
+        }
+        instance_types[name] = {**it, "status": status}
+    placeholder = {"metadata": {"name": PLAN_NAMESPACE}}
+    with_uids = [{**q, "metadata": {**q["metadata"], "uid": f"plan-{n}"}} for n, q in cluster_queues.items()]
+    local = localqueues.desired_local_queues(placeholder, with_uids, system_namespace=namespace)
+    return PlannedChain(
+        node_labels={name: _labels(n.current) for name, n in sorted(nodes.items())},
+        profiles={name: assigned.get(name, "") for name in sorted(nodes)},
+        topologies=topologies,
+        flavors=flavor_bodies,
+        instance_types=dict(sorted(instance_types.items())),
+        cluster_queues=cluster_queues,
+        local_queues={n: str(b["spec"]["clusterQueue"]) for n, b in sorted(local.items())},
+        topology_source=source_status,
+        notes=notes,
+    )
