@@ -1,5 +1,8 @@
 """``gpustack-worker devcluster up|down --dir DIR``: a local control plane that outlives the command.
 
+``up --jaeger`` also starts Jaeger (an optional component, built on first use) and prints its UI/API
+address and the ``OTEL_EXPORTER_OTLP_ENDPOINT`` that sends spans to it.
+
 ``up --audit-log FILE`` makes kube-apiserver keep an audit log of every write (and of every request
 from the ``gpustack-system`` ServiceAccounts) in ``FILE``; read it with
 :class:`gpustack_worker.devcluster.audit.AuditLog`.
@@ -50,6 +53,8 @@ def up(args: argparse.Namespace) -> int:
     audit_log = getattr(args, "audit_log", None)
     if audit_log:
         argv += ["--audit-log", str(Path(audit_log).resolve())]
+    if getattr(args, "jaeger", False):
+        argv.append("--jaeger")
     proc = subprocess.Popen(
         argv,
         stdin=subprocess.DEVNULL,
@@ -64,6 +69,10 @@ def up(args: argparse.Namespace) -> int:
             print(f"devcluster ready: {state['server']}\nexport KUBECONFIG={state['kubeconfig']}")
             if state.get("audit_log"):
                 print(f"audit log: {state['audit_log']}")
+            if state.get("jaeger_url"):
+                url = state["jaeger_url"]
+                print(f"jaeger UI/API: {url} (traces: {url}/api/traces?service=NAME)")
+                print(f"export OTEL_EXPORTER_OTLP_ENDPOINT={state['otlp_endpoint']}")
             return 0
         if state.get("status") == "failed" or proc.poll() is not None:
             print(f"devcluster failed: {state.get('error', 'supervisor exited')}", file=sys.stderr)

@@ -41,10 +41,11 @@ def _write_state(directory: Path, **state: Any) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m gpustack_worker.devcluster.supervise DIR [--audit-log FILE]``."""
+    """``python -m gpustack_worker.devcluster.supervise DIR [--audit-log FILE] [--jaeger]``."""
     parser = argparse.ArgumentParser(prog="gpustack_worker.devcluster.supervise")
     parser.add_argument("dir")
     parser.add_argument("--audit-log", default=None)
+    parser.add_argument("--jaeger", action="store_true")
     args = parser.parse_args(argv)
     directory = Path(args.dir).resolve()
     directory.mkdir(parents=True, exist_ok=True)
@@ -52,7 +53,9 @@ def main(argv: list[str]) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    cluster = DevCluster(directory, log=lambda msg: print(msg, flush=True), audit_log=audit_log)
+    cluster = DevCluster(
+        directory, log=lambda msg: print(msg, flush=True), audit_log=audit_log, with_jaeger=args.jaeger
+    )
     _write_state(directory, status="starting")
     try:
         cluster.start()
@@ -66,6 +69,8 @@ def main(argv: list[str]) -> int:
         kubeconfig=str(cluster.kubeconfig),
         server=cluster.server,
         audit_log=str(cluster.audit_log) if cluster.audit_log else None,
+        jaeger_url=cluster.jaeger_url,
+        otlp_endpoint=cluster.otlp_endpoint,
         components={name: proc.pid for name, proc in cluster.procs.items()},
     )
     while not stop.wait(1.0):
