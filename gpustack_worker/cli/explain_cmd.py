@@ -1,0 +1,181 @@
+"""``gpustack-worker explain``: read what a diagnosis needs, hand it to :mod:`.explaining`, print it.
+
+``explain node NAME``, ``explain workload NS/NAME``, ``explain modeldeployment NS/NAME [--role ROLE]``.
+Plain text by default, ``-o json``. Read-only: only GET and LIST, as whoever the kubeconfig names.
+Exit 0 when the object exists, 1 when it does not (or the API server refuses a read), 2 on bad usage.
+The parser is built on every ``gpustack-worker`` run, so the heavy imports wait until ``explain`` runs.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+from gpustack_worker.api import keys, kinds
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Mapping
+
+    from gpustack_worker.cli import explaining
+    from gpustack_worker.runtime.client import Client
+    from gpustack_worker.runtime.resources import Resource
+
+__all__ = ("add_parser", "run")
+
+_KINDS = ("node", "workload", "modeldeployment")
+
+
+def add_parser(sub: Any) -> None:
+    """Add ``explain`` to the top-level subcommands."""
+    p = sub.add_parser(
+        "explain",
+        help="why a Node feeds what it feeds, and why a Workload or ModelDeployment waits",
+        description=(
+            "node NAME: its labels and capacities and who wrote each, the flavor(s) it feeds, their queue, "
+            "InstanceType and LocalQueues. workload NS/NAME, modeldeployment NS/NAME [--role ROLE]: the "
+            "queue, flavor, topology request and assignment, every admission check's state and message, "
+            "and Kueue's own message verbatim."
+        ),
+    )
+    p.add_argument("kind", choices=(*_KINDS, "md", "wl"), help="what to explain")
+    p.add_argument("name", help="NAME for a node, NS/NAME otherwise")
+    p.add_argument("--role", action="append", default=[], help="modeldeployment: only this role (repeatable)")
+    p.add_argument(
+        "--kubeconfig", default=None, help="kubeconfig path (default: $KUBECONFIG, else in-cluster)"
+    )
+    p.add_argument("-o", "--output", choices=("text", "json"), default="text")
+
+
+def _split(ref: str) -> tuple[str, str] | None:
+    ns, sep, name = ref.partition("/")
+    return (ns, name) if sep and ns and name and "/" not in name else None
+
+
+class _Reader:
+    """GETs remembered for one command (a deployment's groups share their queues)."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self._seen: dict[tuple[str, str, str], dict[str, Any] | None] = {}
+        self._flavors: list[dict[str, Any]] | None = None
+
+    async def get(self, kind: Resource, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        key = (kind.plural, namespace or "", name)
+        if key not in self._seen:
+            self._seen[key] = await self.client.get(kind, name, namespace) if name else None
+        return self._seen[key]
+
+    async def flavors(self) -> list[dict[str, Any]]:
+        if self._flavors is None:
+            self._flavors, _ = await self.client.list(kinds.RESOURCE_FLAVOR)
+        return self._flavors
+
+    async def workload(self, namespace: str, name: str) -> explaining.WorkloadExplanation:
+        from gpustack_worker.cli import explaining
+
+        wl = await self.get(kinds.WORKLOAD, name, namespace)
+        if wl is None:
+            return explaining.explain_workload(None, namespace=namespace, name=name)
+        queue_name = str((wl.get("spec") or {}).get("queueName") or "")
+        lq = await self.get(kinds.LOCAL_QUEUE, queue_name, namespace)
+        admission = (wl.get("status") or {}).get("admission") or {}
+        cq_name = str(
+            ((lq or {}).get("spec") or {}).get("clusterQueue") or admission.get("clusterQueue") or ""
+        )
+        cq = await self.get(kinds.CLUSTER_QUEUE, cq_name)
+        nodes = []
+        for host in _assigned_hosts(wl):
+            node = await self.get(kinds.NODE, host)
+            if node is not None:
+                nodes.append(node)
+        return explaining.explain_workload(
+            wl, local_queue=lq, cluster_queue=cq, flavors=await self.flavors(), nodes=nodes
+        )
+
+
+def _assigned_hosts(wl: Mapping[str, Any]) -> list[str]:
+    """Hostnames a Workload's topology assignments name (to show their value of the requested level)."""
+    from gpustack_worker.placement.gate3 import decode_topology_assignment
+
+    hosts: set[str] = set()
+    for psa in ((wl.get("status") or {}).get("admission") or {}).get("podSetAssignments") or ():
+        if not psa.get("topologyAssignment"):
+            continue
+        try:
+            levels, domains = decode_topology_assignment(psa["topologyAssignment"])
+        except (ValueError, TypeError):
+            continue
+        if keys.HOSTNAME in levels:
+            at = levels.index(keys.HOSTNAME)
+            hosts.update(d.values[at] for d in domains)
+    return sorted(hosts)
+
+
+async def explain(client: Client, kind: str, ref: str, roles: list[str]) -> explaining.Explanation:
+    """Read and explain one object (``kind`` is one of node / workload / modeldeployment)."""
+    from gpustack_worker.cli import explaining
+
+    reader = _Reader(client)
+    if kind == "node":
+        node = await client.get(kinds.NODE, ref)
+        if node is None:
+            return explaining.explain_node(None, name=ref)
+        features, _ = await client.list(kinds.NODE_FEATURE, label_selector=f"{keys.NFD_NODE_NAME}={ref}")
+        queues, _ = await client.list(kinds.CLUSTER_QUEUE)
+        types, _ = await client.list(kinds.INSTANCE_TYPE)
+        local_queues, _ = await client.list(kinds.LOCAL_QUEUE)
+        return explaining.explain_node(
+            node,
+            node_features=features,
+            flavors=await reader.flavors(),
+            cluster_queues=queues,
+            instance_types=types,
+            local_queues=local_queues,
+        )
+    parts = _split(ref)
+    assert parts is not None  # checked by run()
+    namespace, name = parts
+    if kind == "workload":
+        return await reader.workload(namespace, name)
+    md = await client.get(kinds.MODEL_DEPLOYMENT, name, namespace)
+    if md is None:
+        return explaining.explain_deployment(None, namespace=namespace, name=name)
+    uid = str((md.get("metadata") or {}).get("uid") or "")
+    pods, _ = await client.list(
+        kinds.POD, namespace=namespace, label_selector=f"{keys.MODEL_DEPLOYMENT_UID}={uid}"
+    )
+    groups = sorted(
+        {
+            str(((p.get("metadata") or {}).get("labels") or {}).get(keys.POD_GROUP_NAME) or "")
+            for p in pods
+            if not roles
+            or ((p.get("metadata") or {}).get("labels") or {}).get(keys.MODEL_DEPLOYMENT_ROLE) in roles
+        }
+        - {""}
+    )
+    workloads = {group: await reader.workload(namespace, group) for group in groups}
+    return explaining.explain_deployment(md, pods=pods, workloads=workloads, roles=roles)
+
+
+async def run(args: argparse.Namespace) -> int:
+    from gpustack_worker.cli import explaining
+    from gpustack_worker.runtime.client import ApiError, Client
+
+    kind = {"md": "modeldeployment", "wl": "workload"}.get(args.kind, args.kind)
+    if kind != "node" and _split(args.name) is None:
+        print(f"explain {kind}: expected NS/NAME, got {args.name!r}", file=sys.stderr)
+        return 2
+    if args.role and kind != "modeldeployment":
+        print("explain: --role applies to modeldeployment only", file=sys.stderr)
+        return 2
+    client = await Client.connect(args.kubeconfig, user_agent="gpustack-worker-explain")
+    try:
+        result = await explain(client, kind, args.name, list(args.role))
+    except ApiError as exc:
+        print(f"explain {kind} {args.name}: the API server refused a read: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        await client.close()
+    print(explaining.to_json(result) if args.output == "json" else explaining.render_text(result), end="")
+    return 0 if result.exists else 1
