@@ -112,8 +112,17 @@ def _print_chain(api: Any, started: float) -> None:
         )
 
 
+def _print_jaeger(url: str) -> None:
+    print(
+        f"\ntraces in Jaeger: UI {url} (services gpustack-worker-agent, gpustack-worker-controller)\n"
+        f"  API: {url}/api/traces?service=gpustack-worker-controller&limit=20"
+    )
+
+
 def _spawn(cluster: DevCluster, name: str, *args: str) -> ManagedProcess:
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+    if cluster.jaeger is not None:  # spans go to the demo's Jaeger over OTLP (runtime/telemetry.py)
+        env.update(cluster.jaeger.otel_env(f"gpustack-worker-{name}"))
     proc = ManagedProcess(
         name, [sys.executable, "-m", "gpustack_worker", *args], cluster.dir / "logs" / f"{name}.log", env
     )
@@ -134,7 +143,7 @@ def _webhook_certs(cluster: DevCluster) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    cluster = DevCluster(Path(args.dir))
+    cluster = DevCluster(Path(args.dir), with_jaeger=True)
     try:
         cluster.start()
         scenario = args.scenario or "mixed-4"
@@ -188,6 +197,8 @@ def run(args: argparse.Namespace) -> int:
         )
         if lease.is_success:
             print(f"\ncontroller leader: {lease.json()['spec'].get('holderIdentity')}")
+        if cluster.jaeger is not None:
+            _print_jaeger(cluster.jaeger.ui_url)
         api.close()
         if args.keep:
             print(f"\nrunning; export KUBECONFIG={cluster.kubeconfig} — Ctrl-C to stop")
