@@ -101,6 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--snapshot", default=None, metavar="FILE", help="the snapshot that source serves")
     plan.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
 
+    from gpustack_worker.cli import explain_cmd
+
+    explain_cmd.add_parser(sub)
+
     demo = sub.add_parser("demo", help="a dev cluster, a simulated mixed cluster and the agent, end to end")
     demo.add_argument("--dir", default=".devcluster", help="state directory (default: %(default)s)")
     demo.add_argument("--scenario", default=None, help="scenario file (default: the packaged mixed-4)")
@@ -145,6 +149,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gpustack_worker.cli import plan_cmd
 
         return plan_cmd.run(args)
+    if args.command == "explain":
+        from gpustack_worker.cli import explain_cmd
+
+        return asyncio.run(explain_cmd.run(args))
     if args.command == "catalog":
         from gpustack_worker.cli import catalog_cmd
 
