@@ -200,7 +200,7 @@ def _run_go(
         proc = subprocess.run(
             ["go", *args], cwd=cwd, env=_go_env(), capture_output=True, text=True, check=False
         )
-        output, code = proc.stdout + proc.stderr, proc.returncode
+        stdout, output, code = proc.stdout, proc.stdout + proc.stderr, proc.returncode
     else:
         # go's output streams into the progress line (stderr merged: that is where go reports progress).
         lines: deque[str] = deque(maxlen=_TAIL_LINES)
@@ -211,11 +211,13 @@ def _run_go(
             for line in running.stdout:
                 lines.append(line.rstrip("\n"))
                 progress.feed(line)
-        output, code = "\n".join(lines), running.returncode
+        # only the end of the output is kept: the callers that pass a progress read none of it
+        stdout = output = "\n".join(lines)
+        code = running.returncode
     if code != 0:
         tail = "\n".join(output.strip().splitlines()[-_TAIL_LINES:])
         raise BuildError(f"`go {' '.join(args)}` failed (exit {code}):\n{tail}")
-    return output if progress is not None else proc.stdout
+    return stdout
 
 
 def ensure_binary(component: Component, log: Callable[[str], None] = print) -> Path:
