@@ -1,0 +1,309 @@
+"""``gpustack-worker explain`` end to end: the real control plane (etcd, kube-apiserver, kube-scheduler,
+Kueue, nfd-master), the node agent, the topology, chain and placement controllers (``Placement``: the
+ModelDeployment controller, the joint check, Gate 3), on the ``placement-racks`` scenario with a ConfigMap
+TopologySource placing the four L4 nodes into two racks.
+
+1. ``explain node rack-node-2`` (the real CLI in a subprocess, and ``-o json``): every label with who
+   wrote it — ``gpustack.ai/managed`` projected by nfd-master from the worker NodeFeature the node agent
+   wrote, the rack from the TopologySource's NodeFeature, the profile from the topology controller, the
+   fit labels and counting capacities from the agent — and the chain it feeds: the L4 flavor, its
+   ClusterQueue, InstanceType and the team's LocalQueue.
+2. A two-role ModelDeployment that waits (one L4 of every rack taken by a foreign Workload: decode fits a
+   rack and reserves, prefill needs a whole rack): ``explain modeldeployment`` shows the joint check's
+   ``1 of 2`` on decode and Kueue's own ``QuotaReserved`` message on prefill, verbatim; ``explain
+   workload`` the same for one group; missing objects exit 1, a malformed reference exits 2.
+
+The outputs are printed (docs/troubleshooting.md shows a run's). Nothing is timed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from gpustack_worker.agent import capacity, fit, nodefeature
+from gpustack_worker.api import keys, kinds
+from gpustack_worker.placement.controller import Placement
+from gpustack_worker.topology import managers as topology_managers
+from tests import stack as support
+from tests.stack import condition, module_cluster, running_stack
+from tests.topology.cluster_helpers import snapshot_config_map, topology_source
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator
+
+    from gpustack_worker.devcluster.cluster import DevCluster
+    from tests.stack import Stack
+
+pytestmark = pytest.mark.cluster
+
+TEAM = "team-explain"
+L4 = "gpustack--nvidia-l4-linux-amd64"
+NODE = "rack-node-2"
+REGION, ZONE, RACK = keys.PRIVATE_REGION, keys.PRIVATE_ZONE, keys.PRIVATE_RACK
+LEVELS = (REGION, ZONE, RACK)
+PROFILE = keys.topology_profile([*LEVELS, keys.HOSTNAME])
+RACK_OF = {f"rack-node-{i}": f"rack-{(i - 1) // 2 + 1}" for i in range(1, 5)}
+RACKS = ("rack-1", "rack-2")
+#: A fresh CI machine is slower than a warm one: poll up to three minutes (never a measurement).
+eventually = functools.partial(support.eventually, within=180.0)
+
+
+@pytest.fixture(scope="module")
+def devcluster() -> Iterator[DevCluster]:
+    with module_cluster("explain") as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+async def running(devcluster: DevCluster) -> AsyncIterator[tuple[Stack, str]]:
+    def extra(client: Any, settings: Any, registry: Any) -> list[Any]:
+        return [Placement(client, settings, registry)]
+
+    async with running_stack(devcluster, "placement-racks", namespaces=(TEAM,), extra=extra) as stack:
+        await _racks(stack)
+        yield stack, str(devcluster.kubeconfig)
+
+
+async def _racks(stack: Stack) -> None:
+    """The racks TopologySource, and the L4 queue on that hierarchy with both checks referenced."""
+    admin = stack.admin
+    placements = {node: {REGION: "region-1", ZONE: "zone-a", RACK: rack} for node, rack in RACK_OF.items()}
+    await admin.create(kinds.CONFIG_MAP, snapshot_config_map("racks", "inventory-1", placements))
+    await admin.create(
+        kinds.TOPOLOGY_SOURCE,
+        topology_source("racks", LEVELS, config_map="racks", match_labels={"example.com/inventory": "racks"}),
+    )
+
+    async def ready() -> bool:
+        for node, rack in RACK_OF.items():
+            labels = ((await admin.get(kinds.NODE, node)) or {}).get("metadata", {}).get("labels") or {}
+            if labels.get(RACK) != rack or labels.get(keys.TOPOLOGY_PROFILE) != PROFILE:
+                return False
+        cq = await admin.get(kinds.CLUSTER_QUEUE, L4)
+        strategy = ((cq or {}).get("spec") or {}).get("admissionChecksStrategy") or {}
+        checks = {c.get("name") for c in strategy.get("admissionChecks") or ()}
+        flavors = [
+            f for g in ((cq or {}).get("spec") or {}).get("resourceGroups") or () for f in g["flavors"]
+        ]
+        return (
+            bool(flavors)
+            and condition(cq, "TopologyReady").get("status") == "True"
+            and {keys.JOINT_CHECK, keys.NODE_DEVICES_CHECK} <= checks
+            and await admin.get(kinds.LOCAL_QUEUE, keys.local_queue_name(L4), TEAM) is not None
+        )
+
+    await eventually(ready)
+
+
+async def _cli(kubeconfig: str, *args: str) -> tuple[int, str, str]:
+    """``gpustack-worker explain ARGS`` in a subprocess (the event loop keeps running the controllers)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gpustack_worker",
+        "explain",
+        *args,
+        "--kubeconfig",
+        kubeconfig,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+def _by_key(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {line["key"]: line for line in doc["labels"]}
+
+
+def _managers(writers: list[dict[str, Any]]) -> list[str]:
+    return [w["manager"] for w in writers]
+
+
+async def test_explain_node(running: tuple[Stack, str]) -> None:
+    stack, kubeconfig = running
+
+    async def fit_labelled() -> bool:  # the agent's last writes on the node are in
+        labels = ((await stack.admin.get(kinds.NODE, NODE)) or {}).get("metadata", {}).get("labels") or {}
+        return keys.sliced_max_free_units_key("nvidia-l4") in labels
+
+    await eventually(fit_labelled)
+    code, text, err = await _cli(kubeconfig, "node", NODE)
+    print(f"\n$ gpustack-worker explain node {NODE}\n{text}")
+    assert code == 0, err
+    code, out, err = await _cli(kubeconfig, "node", NODE, "-o", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    labels = _by_key(doc)
+
+    managed = labels[keys.MANAGED]
+    assert managed["projected"] and _managers(managed["writers"]) == ["nfd-master"]
+    (carrier,) = managed["carriers"]
+    assert carrier["nodefeature"] == f"{kinds.SYSTEM_NAMESPACE}/{keys.worker_nodefeature_name(NODE)}"
+    assert _managers(carrier["writers"]) == [nodefeature.FIELD_MANAGER]
+    (carrier,) = labels[RACK]["carriers"]
+    assert carrier["value"] == "rack-1"
+    assert _managers(carrier["writers"]) == [topology_managers.SOURCE]
+    assert _managers(labels[keys.TOPOLOGY_PROFILE]["writers"]) == [topology_managers.NODE_TOPOLOGY]
+    assert _managers(labels[keys.sliced_max_free_units_key("nvidia-l4")]["writers"]) == [fit.FIELD_MANAGER]
+    caps = {c["resource"]: c for c in doc["capacities"]}
+    assert _managers(caps["nvidia.com/gpu.sliced.units"]["writers"]) == [capacity.FIELD_MANAGER]
+
+    (l4,) = [f for f in doc["flavors"] if f["queues"] and f["queues"][0]["name"] == L4]
+    assert l4["topology_name"] == keys.topology_name(PROFILE)
+    (queue,) = l4["queues"]
+    assert queue["topology_ready"]["status"] == "True"
+    assert set(queue["admission_checks"]) == {keys.JOINT_CHECK, keys.NODE_DEVICES_CHECK}
+    (itype,) = l4["instance_types"]
+    assert itype["exists"] and itype["entrance"] == keys.local_queue_name(L4)
+    assert f"{TEAM}/{keys.local_queue_name(L4)}" in l4["local_queues"]
+
+    assert f"Feeds ResourceFlavor {l4['name']}" in text
+    assert f"NodeFeature {kinds.SYSTEM_NAMESPACE}/{keys.worker_nodefeature_name(NODE)}" in text
+    assert f"InstanceType {L4}: phase Active" in text
+
+    code, out, err = await _cli(kubeconfig, "node", "no-such-node")
+    assert code == 1 and "does not exist" in out
+
+
+def _blocker(rack: str) -> dict[str, Any]:
+    """A foreign Workload taking one L4 of ``rack``."""
+    container = {
+        "name": "c",
+        "image": "registry.invalid/x",
+        "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}},
+    }
+    return {
+        "apiVersion": kinds.WORKLOAD.api_version,
+        "kind": "Workload",
+        "metadata": {"name": f"blocker-{rack}", "namespace": TEAM},
+        "spec": {
+            "queueName": keys.local_queue_name(L4),
+            "podSets": [
+                {
+                    "name": "main",
+                    "count": 1,
+                    "template": {
+                        "spec": {
+                            "restartPolicy": "Never",
+                            "nodeSelector": {RACK: rack},
+                            "containers": [container],
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def _role(name: str, kind: str, size: int) -> dict[str, Any]:
+    return {
+        "name": name,
+        "kind": kind,
+        "size": size,
+        "instanceType": L4,
+        "resources": {"accelerator": "1"},
+        "topology": {"requiredLevel": RACK},
+        "template": {"spec": {"containers": [{"name": "engine", "image": "registry.invalid/engine:1"}]}},
+    }
+
+
+def _entry(wl: dict[str, Any] | None, check: str) -> dict[str, Any]:
+    return next(
+        (
+            dict(e)
+            for e in ((wl or {}).get("status") or {}).get("admissionChecks") or ()
+            if e.get("name") == check
+        ),
+        {},
+    )
+
+
+async def test_explain_waiting_two_role_deployment(running: tuple[Stack, str]) -> None:
+    stack, kubeconfig = running
+    admin = stack.admin
+    for rack in RACKS:
+        await admin.create(kinds.WORKLOAD, _blocker(rack), namespace=TEAM)
+
+    async def blockers_admitted() -> bool:
+        wls = [await admin.get(kinds.WORKLOAD, f"blocker-{rack}", TEAM) for rack in RACKS]
+        return all(condition(wl, "Admitted").get("status") == "True" for wl in wls)
+
+    await eventually(blockers_admitted)
+    body = {
+        "apiVersion": kinds.MODEL_DEPLOYMENT.api_version,
+        "kind": kinds.MODEL_DEPLOYMENT.kind,
+        "metadata": {"name": "disagg", "namespace": TEAM},
+        "spec": {"roles": [_role("prefill", "Prefill", 4), _role("decode", "Decode", 2)]},
+    }
+    md = await admin.create(kinds.MODEL_DEPLOYMENT, body, namespace=TEAM)
+
+    async def groups() -> dict[str, str] | None:
+        pods, _ = await admin.list(
+            kinds.POD, namespace=TEAM, label_selector=f"{keys.MODEL_DEPLOYMENT_UID}={md['metadata']['uid']}"
+        )
+        out = {
+            p["metadata"]["labels"][keys.MODEL_DEPLOYMENT_ROLE]: p["metadata"]["labels"][keys.POD_GROUP_NAME]
+            for p in pods
+        }
+        return out if len(pods) == 6 and len(out) == 2 else None
+
+    group = await eventually(groups)
+
+    async def waiting() -> bool:
+        prefill = await admin.get(kinds.WORKLOAD, group["prefill"], TEAM)
+        decode = await admin.get(kinds.WORKLOAD, group["decode"], TEAM)
+        reserved = condition(prefill, "QuotaReserved")
+        return (
+            reserved.get("status") == "False"
+            and bool(reserved.get("message"))
+            and condition(decode, "QuotaReserved").get("status") == "True"
+            and _entry(decode, keys.JOINT_CHECK).get("state") == "Pending"
+        )
+
+    await eventually(waiting)
+
+    async def kueue_message() -> str:
+        prefill = await admin.get(kinds.WORKLOAD, group["prefill"], TEAM)
+        return str(condition(prefill, "QuotaReserved").get("message"))
+
+    before = await kueue_message()
+    code, text, err = await _cli(kubeconfig, "modeldeployment", f"{TEAM}/disagg")
+    after = await kueue_message()
+    print(f"\n$ gpustack-worker explain modeldeployment {TEAM}/disagg\n{text}")
+    assert code == 0, err
+    assert before in text or after in text  # Kueue's own message, verbatim
+    assert f"{keys.JOINT_CHECK}: Pending: 1 of 2 groups reserved; waiting: {L4}" in text
+    assert f"replica 0: pod group {group['prefill']} (4 of 4 Pods)" in text
+    assert f"podSet decode: 2 Pods, topology request: required {RACK}" in text
+
+    code, out, err = await _cli(
+        kubeconfig, "modeldeployment", f"{TEAM}/disagg", "--role", "decode", "-o", "json"
+    )
+    assert code == 0, err
+    doc = json.loads(out)
+    (decode,) = doc["roles"]
+    (replica,) = decode["replica_views"]
+    wl = replica["workload"]
+    assert wl["name"] == group["decode"] and "1 of 2" in wl["verdict"]
+    (ps,) = wl["podsets"]
+    (domain,) = ps["domains"]  # decode holds one rack: both Pods on one node of it
+    assert domain["pods"] == 2 and domain["requested_level_value"] in RACKS
+
+    code, text, err = await _cli(kubeconfig, "workload", f"{TEAM}/{group['prefill']}")
+    print(f"\n$ gpustack-worker explain workload {TEAM}/{group['prefill']}\n{text}")
+    assert code == 0, err
+    assert "Kueue's message (verbatim):" in text
+    assert (await kueue_message()) in text or before in text
+
+    code, _, err = await _cli(kubeconfig, "workload", "no-slash")
+    assert code == 2 and "NS/NAME" in err
+    code, out, _ = await _cli(kubeconfig, "modeldeployment", f"{TEAM}/ghost")
+    assert code == 1 and "does not exist" in out
