@@ -80,7 +80,7 @@ def _queue_view(queues: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     out = {}
     for q in queues:
         spec = q.get("spec") or {}
-        ready = next(
+        ready: Mapping[str, Any] = next(
             (
                 c
                 for c in (q.get("status") or {}).get("conditions") or ()
