@@ -263,6 +263,8 @@ class WorkloadExplanation:
     checks: tuple[CheckView, ...] = ()
     #: Kueue's ``QuotaReserved=False`` message, verbatim ("" when quota is reserved).
     kueue_message: str = ""
+    #: The ClusterQueue's flavors (Kueue's candidates) → their ``spec.topologyName``.
+    queue_flavors: dict[str, str] = field(default_factory=dict)
     kind: str = "Workload"
 
 
@@ -451,6 +453,11 @@ def _local_queues_of(queue: str, local_queues: Iterable[Mapping[str, Any]]) -> l
     return sorted(out)
 
 
+def _topology_name(flavor: Mapping[str, Any] | None) -> str:
+    """A ResourceFlavor's ``spec.topologyName`` ("" when absent or unknown)."""
+    return str(((flavor or {}).get("spec") or {}).get("topologyName") or "")
+
+
 def _by_name(objs: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
     return {_name(o): o for o in objs}
 
@@ -561,10 +568,7 @@ def _podset_views(
         level = required or preferred
         psa = assignments.get(name) or {}
         assigned = {str(k): str(v) for k, v in (psa.get("flavors") or {}).items()}
-        topo_names = {
-            f: str(((flavors.get(f) or {}).get("spec") or {}).get("topologyName") or "")
-            for f in sorted(set(assigned.values()))
-        }
+        topo_names = {f: _topology_name(flavors.get(f)) for f in sorted(set(assigned.values()))}
         levels: tuple[str, ...] = ()
         domains: list[DomainView] = []
         error = ""
@@ -663,6 +667,11 @@ def explain_workload(
     )
     reserved = _condition(wl, _QUOTA_RESERVED)
     node_labels = {_name(n): dict(_labels(n)) for n in nodes}
+    known = _by_name(flavors)
+    queue_flavors = {
+        str(f.get("name") or ""): _topology_name(known.get(str(f.get("name") or "")))
+        for f in (_queue_flavors(cluster_queue) if cluster_queue is not None else ())
+    }
     return WorkloadExplanation(
         namespace=ns,
         name=_name(wl),
@@ -674,9 +683,10 @@ def explain_workload(
         queue=_queue_view(cluster_queue, cq_name) if cq_name else None,
         active=(wl.get("spec") or {}).get("active") is not False,
         conditions=_conditions(wl),
-        podsets=_podset_views(wl, _by_name(flavors), node_labels),
+        podsets=_podset_views(wl, known, node_labels),
         checks=checks,
         kueue_message=reserved.message if reserved is not None and reserved.status != "True" else "",
+        queue_flavors=queue_flavors,
     )
 
 
@@ -851,6 +861,8 @@ def _workload_text(e: WorkloadExplanation) -> list[str]:
     body.append(f"LocalQueue {lq}")
     if e.queue is not None:
         body.extend(_queue_lines(e.queue))
+        for flavor, topo in e.queue_flavors.items():
+            body.append(f"  flavor {flavor} (topology {topo or '(none)'})")
     else:
         body.append("ClusterQueue: unknown (the LocalQueue does not exist and no quota is reserved)")
     body.append("conditions:")

@@ -292,6 +292,7 @@ def test_waiting_workload_reflects_kueue_verbatim(objs: dict[str, list[dict[str,
     (ps,) = e.podsets
     assert (ps.name, ps.count, ps.required) == ("prefill", 4, keys.PRIVATE_RACK)
     assert ps.flavors == {} and ps.domains == ()
+    assert e.queue_flavors == {L4_FLAVOR: TOPOLOGY}  # Kueue's candidates, though none is assigned yet
     assert [(c.name, c.state) for c in e.checks] == [
         (keys.JOINT_CHECK, "Pending"),
         (keys.NODE_DEVICES_CHECK, "Pending"),
@@ -299,6 +300,7 @@ def test_waiting_workload_reflects_kueue_verbatim(objs: dict[str, list[dict[str,
     text = x.render_text(e)
     assert kueue["message"] in text
     assert "Kueue's message (verbatim):" in text
+    assert f"flavor {L4_FLAVOR} (topology {TOPOLOGY})" in text
 
 
 def test_reserved_workload_held_by_the_joint_check(objs: dict[str, list[dict[str, Any]]]) -> None:
