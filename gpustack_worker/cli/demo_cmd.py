@@ -1,38 +1,65 @@
-"""``gpustack-worker demo``: the main job, end to end on a real local control plane.
+"""``gpustack-worker demo``: the whole product, end to end on a real local control plane.
 
-1. start etcd, kube-apiserver, Kueue and nfd-master on 127.0.0.1 (built from Go modules on first use);
-2. publish a simulated mixed GPU cluster (what NFD and the Device Manager would, stages 1–2);
-3. run the node agent (``--all-nodes``) and the leader-elected controller as real processes, the
-   controller serving its admission webhook, registered in the API server as the chart registers it;
-4. wait until every simulated node carries what stage 3 publishes — the worker NodeFeature labels projected
-   by nfd-master, the counting capacities, the fit labels — and print it;
-5. wait until every queue of the stage-4 chain is Active in Kueue and TopologyReady, and print the
-   flavors and queues with their stop policy, phase and capacity views.
+1. start etcd, kube-apiserver, kube-scheduler, Kueue and nfd-master on 127.0.0.1 (built from their Go
+   modules on first use, with a live progress line);
+2. publish the simulated cluster of the packaged ``demo`` scenario — sliced H100s, MIG-partitioned A100s,
+   Ascend 910B2s, T4s and CPU-only nodes (what NFD and the Device Manager would, stages 1–2);
+3. run the node agent (``--all-nodes``) and the leader-elected controller as real processes, each as its
+   own ServiceAccount (so with exactly the RBAC the chart grants), the controller serving its admission
+   webhooks, registered in the API server as the chart registers them; wait until every node carries what
+   stage 3 publishes;
+4. as a platform engineer would, describe the racks: a snapshot ConfigMap and a configMap TopologySource
+   placing the nodes into 2 zones × 2 racks; wait until every queue of the chain is Active and
+   ``TopologyReady`` on that hierarchy, with its admission checks referenced;
+5. create two ModelDeployments (:mod:`gpustack_worker.cli.demo_scene`): ``chat`` fits and is admitted,
+   ``disagg`` (prefill + decode, each within one rack) waits for capacity — decode reserved and held by
+   the joint check (``1 of 2``), prefill with Kueue's own message;
+6. print the summary: topology, nodes, pools with their four-view, flavors per profile, queues with their
+   stop policy and ``TopologyReady``, deployments, and every Workload admitted or pending with its reason.
 
-With ``--keep`` everything stays up until Ctrl-C (the kubeconfig is printed for kubectl).
+With ``--keep`` everything stays up until Ctrl-C, and the demo prints how to explore it with kubectl. With
+another ``--scenario`` the demo stops after the chain (the racks and the deployments are the demo
+scenario's).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import shutil
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from gpustack_worker.api import keys
-from gpustack_worker.cli import simulate_cmd
+from gpustack_worker.api import keys, kinds, rbac
+from gpustack_worker.cli import demo_scene, simulate_cmd
 from gpustack_worker.devcluster import worker_webhooks
 from gpustack_worker.devcluster.cluster import NFD_MASTER_NODE, DevCluster
 from gpustack_worker.devcluster.procs import ManagedProcess, free_port
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from gpustack_worker.devcluster.bootstrap import ApiBootstrap
+    from gpustack_worker.runtime.resources import Resource
+
 __all__ = ("run",)
 
-CONVERGE_TIMEOUT_SECONDS = 120
-_COUNTING = (".sliced.", ".partitioned.")
+#: How long each step may take to converge before the demo gives up and points at the logs: generous,
+#: a loaded two-core machine is slow (never a measurement).
+CONVERGE_TIMEOUT_SECONDS = 300
+_T = TypeVar("_T")
+#: The profile every demo node gets from the TopologySource: region > zone > rack > hostname.
+PROFILE = keys.topology_profile([*demo_scene.LEVELS, keys.HOSTNAME])
+
+
+class DemoError(RuntimeError):
+    """A step did not converge or a process died; the message says which and where the logs are."""
 
 
 def _stage3_done(node: dict[str, Any]) -> bool:
@@ -55,61 +82,147 @@ def _stage3_done(node: dict[str, Any]) -> bool:
     return counted and fitted
 
 
-def _summary(node: dict[str, Any]) -> list[str]:
-    labels = node["metadata"].get("labels") or {}
-    capacity = (node.get("status") or {}).get("capacity") or {}
-    shown = (keys.GENERAL_PREFIX, keys.FEATURE_PREFIX, keys.MANAGED, *keys.FIT_LABEL_DOMAINS)
-    return [
-        f"node {node['metadata']['name']}",
-        *(f"  label    {k}={labels[k]}" for k in sorted(labels) if k.startswith(shown)),
-        *(f"  capacity {k}={capacity[k]}" for k in sorted(capacity) if any(p in k for p in _COUNTING)),
-    ]
+class _Demo:
+    """The running demo: the cluster, an admin client, and the clock the step lines are measured on."""
 
+    def __init__(self, cluster: DevCluster, api: ApiBootstrap) -> None:
+        self.cluster = cluster
+        self.api = api
+        self.started = time.monotonic()
 
-_KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
-_WORKER = "/apis/worker.gpustack.ai/v1alpha1"
+    def step(self, text: str) -> None:
+        print(f"[{time.monotonic() - self.started:6.1f}s] {text}", flush=True)
 
+    def items(
+        self, resource: Resource, namespace: str | None = None, selector: str = ""
+    ) -> list[dict[str, Any]]:
+        path = resource.collection_path(namespace)
+        if selector:
+            path += f"?labelSelector={selector}"
+        resp = self.api.request("GET", path)
+        return list(resp.json().get("items") or ()) if resp.is_success else []
 
-def _condition(obj: dict[str, Any], type_: str) -> str:
-    for cond in (obj.get("status") or {}).get("conditions") or ():
-        if cond.get("type") == type_:
-            return str(cond.get("status"))
-    return "?"
+    def nodes(self) -> list[dict[str, Any]]:
+        return [n for n in self.items(kinds.NODE) if n["metadata"]["name"] != NFD_MASTER_NODE]
 
+    def queues(self) -> list[dict[str, Any]]:
+        return self.items(kinds.CLUSTER_QUEUE, selector=f"{keys.RESOURCE_TYPE}%3D{keys.TYPE_INSTANCE_TYPES}")
 
-def _print_chain(api: Any, started: float) -> None:
-    """Stage 4: wait until every operator queue is Active in Kueue and TopologyReady, then print the chain."""
-    queues: list[dict[str, Any]] = []
-    while time.monotonic() - started < CONVERGE_TIMEOUT_SECONDS:
-        queues = api.request(
-            "GET", f"{_KUEUE}/clusterqueues?labelSelector={keys.RESOURCE_TYPE}%3D{keys.TYPE_INSTANCE_TYPES}"
-        ).json()["items"]
-        ready = [q for q in queues if _condition(q, "Active") == _condition(q, keys.TOPOLOGY_READY) == "True"]
-        if queues and len(ready) == len(queues):
-            break
-        time.sleep(1)
-    print(f"\nstage 4 ({time.monotonic() - started:.1f}s): {len(queues)} queue(s)")
-    flavors = api.request(
-        "GET", f"{_KUEUE}/resourceflavors?labelSelector={keys.RESOURCE_TYPE}%3D{keys.TYPE_NODES}"
-    ).json()["items"]
-    for flavor in sorted(flavors, key=lambda f: f["metadata"]["name"]):
-        labels = flavor["metadata"].get("labels") or {}
-        capacity = next((v for k, v in labels.items() if k.endswith(".capacity")), "?")
-        print(f"  flavor        {flavor['metadata']['name']}  capacity={capacity}")
-    types = {t["metadata"]["name"]: t for t in api.request("GET", f"{_WORKER}/instancetypes").json()["items"]}
-    for queue in sorted(queues, key=lambda q: q["metadata"]["name"]):
-        name = queue["metadata"]["name"]
-        status = (types.get(name) or {}).get("status") or {}
-        cpu = status.get("cpu") or {}
-        view = (
-            status.get("acceleratorSummary")
-            or f"cpu {cpu.get('onceMaxRequest', '?')}/{cpu.get('remaining', '?')}"
+    def flavors(self) -> list[dict[str, Any]]:
+        return self.items(kinds.RESOURCE_FLAVOR, selector=f"{keys.RESOURCE_TYPE}%3D{keys.TYPE_NODES}")
+
+    def wait(self, what: str, check: Callable[[], _T | None]) -> _T:
+        """Poll ``check`` until it returns a value (not ``None``/``False``); fail if a process dies or it
+        takes longer than :data:`CONVERGE_TIMEOUT_SECONDS`."""
+        deadline = time.monotonic() + CONVERGE_TIMEOUT_SECONDS
+        while True:
+            got = check()
+            if got is not None and got is not False:
+                return got
+            for name in ("agent", "controller"):
+                proc = self.cluster.procs.get(name)
+                if proc is not None and not proc.alive():
+                    raise DemoError(f"{name} exited while waiting for {what}:\n{proc.log_tail()}")
+            if time.monotonic() > deadline:
+                raise DemoError(
+                    f"{what}: not within {CONVERGE_TIMEOUT_SECONDS}s; logs in {self.cluster.dir / 'logs'}"
+                )
+            time.sleep(1)
+
+    def observe(self) -> demo_scene.Observed:
+        ns = demo_scene.NAMESPACE
+        return demo_scene.Observed(
+            nodes=self.nodes(),
+            sources=self.items(kinds.TOPOLOGY_SOURCE),
+            topologies=self.items(kinds.TOPOLOGY),
+            instance_types=self.items(kinds.INSTANCE_TYPE),
+            flavors=self.flavors(),
+            queues=self.queues(),
+            deployments=self.items(kinds.MODEL_DEPLOYMENT, ns),
+            workloads=self.items(kinds.WORKLOAD, ns),
+            pods=self.items(kinds.POD, ns),
         )
-        print(
-            f"  queue         {name}  stopPolicy={queue['spec'].get('stopPolicy')} "
-            f"Active={_condition(queue, 'Active')} TopologyReady={_condition(queue, keys.TOPOLOGY_READY)} "
-            f"phase={status.get('phase')} EX/SH/SL/PT={view} entrance={status.get('entrance')}"
-        )
+
+
+def _stage3(demo: _Demo) -> None:
+    def done() -> list[dict[str, Any]] | None:
+        nodes = demo.nodes()
+        return nodes if nodes and all(_stage3_done(n) for n in nodes) else None
+
+    nodes = demo.wait("stage 3 (every node labelled and counted by the agent)", done)
+    demo.step(f"stage 3: the agent labelled and counted all {len(nodes)} nodes")
+
+
+def _racks(demo: _Demo) -> None:
+    """The snapshot ConfigMap and the TopologySource; wait until every demo node is placed."""
+    demo.api.create(
+        kinds.CONFIG_MAP.collection_path(kinds.SYSTEM_NAMESPACE), demo_scene.snapshot_config_map()
+    )
+    demo.api.create(kinds.TOPOLOGY_SOURCE.collection_path(), demo_scene.topology_source())
+    demo.step(
+        f"TopologySource {demo_scene.SOURCE_NAME}: 2 zones x 2 racks from ConfigMap {demo_scene.SOURCE_NAME}"
+    )
+
+    def placed() -> bool:
+        for node in demo.nodes():
+            labels = node["metadata"].get("labels") or {}
+            zone, rack = demo_scene.RACK_OF.get(node["metadata"]["name"], ("", ""))
+            wanted = (zone, rack, PROFILE)
+            if (
+                labels.get(keys.PRIVATE_ZONE),
+                labels.get(keys.PRIVATE_RACK),
+                labels.get(keys.TOPOLOGY_PROFILE),
+            ) != wanted:
+                return False
+        return True
+
+    demo.wait("every node placed in its zone and rack", placed)
+    demo.step("every node carries its zone, rack and topology profile")
+
+
+def _chain(demo: _Demo, *, racks: bool) -> None:
+    """Every queue Active and TopologyReady (on the racks' Topology when ``racks``), the joint check
+    referenced from every queue."""
+    topology = keys.topology_name(PROFILE)
+
+    def ready() -> list[dict[str, Any]] | None:
+        queues = demo.queues()
+        if not queues:
+            return None
+        for q in queues:
+            if demo_scene.condition(q, "Active").get("status") != "True":
+                return None
+            if demo_scene.condition(q, keys.TOPOLOGY_READY).get("status") != "True":
+                return None
+            checks = ((q["spec"].get("admissionChecksStrategy") or {}).get("admissionChecks")) or ()
+            if racks and keys.JOINT_CHECK not in {c.get("name") for c in checks}:
+                return None
+        if racks and any((f.get("spec") or {}).get("topologyName") != topology for f in demo.flavors()):
+            return None
+        return queues
+
+    queues = demo.wait("every queue Active and TopologyReady", ready)
+    on = f" on Topology {topology}" if racks else ""
+    demo.step(f"stage 4: {len(queues)} queues Active and TopologyReady{on}")
+
+
+def _deployments(demo: _Demo) -> None:
+    its = demo.items(kinds.INSTANCE_TYPE)
+    h100 = demo_scene.instance_type_for(demo_scene.H100, its)
+    t4 = demo_scene.instance_type_for(demo_scene.T4, its)
+    if h100 is None or t4 is None:
+        names = ", ".join(sorted(t["metadata"]["name"] for t in its))
+        raise DemoError(f"no H100 or T4 InstanceType among: {names}")
+    demo.api.ensure_namespace(demo_scene.NAMESPACE)
+    for md in demo_scene.deployments(h100, t4):
+        demo.api.create(kinds.MODEL_DEPLOYMENT.collection_path(demo_scene.NAMESPACE), md)
+    demo.step(f"ModelDeployments chat ({h100}) and disagg ({t4}) created in namespace {demo_scene.NAMESPACE}")
+
+    def settled() -> bool:
+        return demo_scene.deployments_settled(demo.observe())
+
+    demo.wait("chat admitted and bound, disagg held with its reasons", settled)
+    demo.step("chat admitted and bound; disagg waits for capacity (decode held 1 of 2, prefill fits no rack)")
 
 
 def _print_jaeger(url: str) -> None:
@@ -119,8 +232,8 @@ def _print_jaeger(url: str) -> None:
     )
 
 
-def _spawn(cluster: DevCluster, name: str, *args: str) -> ManagedProcess:
-    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+def _spawn(cluster: DevCluster, name: str, kubeconfig: Path, *args: str) -> ManagedProcess:
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
     if cluster.jaeger is not None:  # spans go to the demo's Jaeger over OTLP (runtime/telemetry.py)
         env.update(cluster.jaeger.otel_env(f"gpustack-worker-{name}"))
     proc = ManagedProcess(
@@ -142,70 +255,86 @@ def _webhook_certs(cluster: DevCluster) -> Path:
     return directory
 
 
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def run(args: argparse.Namespace) -> int:
+    if threading.current_thread() is threading.main_thread():
+        # `kill` stops the demo as Ctrl-C does: every process it started is stopped on the way out (and
+        # Ctrl-C works even when the demo was started in the background, where SIGINT is ignored).
+        signal.signal(signal.SIGTERM, _interrupted)
+        signal.signal(signal.SIGINT, _interrupted)
     cluster = DevCluster(Path(args.dir), with_jaeger=True)
+    api: ApiBootstrap | None = None
     try:
         cluster.start()
-        scenario = args.scenario or "mixed-4"
+        scenario = args.scenario or demo_scene.DEMO_SCENARIO
+        full = scenario == demo_scene.DEMO_SCENARIO
         sim = argparse.Namespace(file=scenario, kubeconfig=str(cluster.kubeconfig))
         if asyncio.run(simulate_cmd.run(sim)) != 0:
             return 1
-        _spawn(cluster, "agent", "agent", "--all-nodes", "--metrics-bind=127.0.0.1:0")
+        api = cluster.bootstrap()
+        demo = _Demo(cluster, api)
+        # Each process as its own ServiceAccount: it holds exactly the RBAC manifests/rbac (the chart) grant.
+        _spawn(
+            cluster,
+            "agent",
+            cluster.service_account_kubeconfig(rbac.AGENT.name),
+            "agent",
+            "--all-nodes",
+            "--metrics-bind=127.0.0.1:0",
+        )
         certs = _webhook_certs(cluster)
         port = free_port()
         _spawn(
             cluster,
             "controller",
+            cluster.service_account_kubeconfig(rbac.CONTROLLER.name),
             "controller",
             "--metrics-bind=127.0.0.1:0",
             "--identity=demo",
             f"--webhook-bind=127.0.0.1:{port}",
             f"--webhook-cert-dir={certs}",
         )
-        api = cluster.bootstrap()
+        demo.step(
+            f"agent and controller running as ServiceAccounts {rbac.AGENT.name}, {rbac.CONTROLLER.name}"
+        )
         # As the chart does: TopologySources are validated by the controller's webhook (failurePolicy Fail).
         assert cluster.pki is not None
         worker_webhooks.register(api, f"https://127.0.0.1:{port}", cluster.pki.ca_cert.read_bytes())
         worker_webhooks.wait_served(api, timeout=CONVERGE_TIMEOUT_SECONDS)
-        started = time.monotonic()
-        nodes: list[dict[str, Any]] = []
-        while time.monotonic() - started < CONVERGE_TIMEOUT_SECONDS:
-            nodes = [
-                n
-                for n in api.request("GET", "/api/v1/nodes").json()["items"]
-                if n["metadata"]["name"] != NFD_MASTER_NODE
-            ]
-            if nodes and all(_stage3_done(n) for n in nodes):
-                break
-            for name in ("agent", "controller"):
-                if not cluster.procs[name].alive():
-                    print(f"{name} exited:\n{cluster.procs[name].log_tail()}", file=sys.stderr)
-                    return 1
-            time.sleep(1)
-        else:
-            print(
-                f"stage 3 did not converge in {CONVERGE_TIMEOUT_SECONDS}s; logs in {cluster.dir / 'logs'}",
-                file=sys.stderr,
-            )
-            return 1
-        print(f"stage 3 converged on {len(nodes)} nodes in {time.monotonic() - started:.1f}s\n")
-        for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
-            print("\n".join(_summary(node)))
-        _print_chain(api, started)
+        demo.step("the controller serves its admission webhooks")
+        _stage3(demo)
+        if full:
+            _racks(demo)
+        _chain(demo, racks=full)
+        if full:
+            _deployments(demo)
+        observed = demo.observe()
         lease = api.request(
             "GET", "/apis/coordination.k8s.io/v1/namespaces/gpustack-system/leases/worker.gpustack.ai"
         )
-        if lease.is_success:
-            print(f"\ncontroller leader: {lease.json()['spec'].get('holderIdentity')}")
+        leader = lease.json()["spec"].get("holderIdentity") if lease.is_success else None
+        extra = {"controller leader": str(leader)} if leader else {}
+        print()
+        print(demo_scene.summary(dataclasses.replace(observed, extra=extra)))
         if cluster.jaeger is not None:
             _print_jaeger(cluster.jaeger.ui_url)
-        api.close()
+        demo.step("summary printed")
         if args.keep:
-            print(f"\nrunning; export KUBECONFIG={cluster.kubeconfig} — Ctrl-C to stop")
+            print("\nrunning — explore it (Ctrl-C stops everything):")
+            print("\n".join(f"  {line}" for line in demo_scene.explore_commands(str(cluster.kubeconfig))))
+            print(f"  logs: {cluster.dir / 'logs'}", flush=True)
             while all(p.alive() for p in cluster.procs.values()):
                 time.sleep(1)
         return 0
+    except DemoError as exc:
+        print(f"demo failed: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 0
     finally:
+        if api is not None:
+            api.close()
         cluster.stop()
