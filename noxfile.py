@@ -1,4 +1,5 @@
-"""Sessions: tests, lint, typecheck, crds, rbac, webhooks, kueue_config, settings_doc, demo, bench.
+"""Sessions: tests, lint, typecheck, crds, rbac, webhooks, kueue_config, settings_doc, demo, bench,
+lock, lock_check.
 
 ``nox -s lint typecheck tests`` is CI.
 """
@@ -85,3 +86,88 @@ def bench(session: nox.Session) -> None:
     session.run("python", "-m", "gpustack_worker.devcluster.build")
     for script in ("bench/runtime_bench.py", "bench/agent_bench.py", "bench/chain_bench.py"):
         session.run("python", script, *session.posargs)
+
+
+# The image's locks: the Containerfile installs only from these files (pip --require-hashes), and
+# tests/test_containerfile.py (run by `tests`, so by CI, offline) fails when pyproject's requirements
+# change without `nox -s lock`. LOCK_PYTHON is the Containerfile's base image interpreter (the test checks
+# they agree). The lock is resolved for linux x86_64 and re-resolved for aarch64, which must give the same
+# pins; each pin carries the hashes of every file of its release, so both architectures install from it.
+LOCK_UV = "uv==0.13.8"
+LOCK_PYTHON = "3.11.14"
+LOCK_PLATFORMS = ("x86_64-manylinux_2_28", "aarch64-manylinux_2_28")
+LOCK_HEADER = """\
+# The image's pinned requirements with hashes; regenerate with `nox -s lock`, never edit by hand.
+#    uv pip compile --generate-hashes --python-version {python} --python-platform {platforms} (same pins)
+# input-sha256: {fingerprint}  (pyproject.toml {origin})
+"""
+
+
+def _write_locks(session: nox.Session, outdir: str) -> None:
+    import hashlib
+    import pathlib
+    import tomllib
+
+    pyproject = tomllib.loads(pathlib.Path("pyproject.toml").read_text())
+    tmp = pathlib.Path(session.create_tmp())
+    build_in = tmp / "build-requires.in"
+    # name: (requirements, where they come from, uv's input, extra uv flags)
+    inputs = {
+        "requirements.lock": (
+            pyproject["project"]["dependencies"],
+            "[project].dependencies",
+            "pyproject.toml",
+            [],
+        ),
+        # --no-annotate: the input is a temporary file whose path would show in the annotations.
+        "requirements-build.lock": (
+            pyproject["build-system"]["requires"],
+            "[build-system].requires",
+            str(build_in),
+            ["--no-annotate"],
+        ),
+    }
+    build_in.write_text("".join(r + "\n" for r in pyproject["build-system"]["requires"]))
+    for name, (requirements, origin, source, flags) in inputs.items():
+        bodies = []
+        for platform in LOCK_PLATFORMS:
+            out = tmp / f"{name}.{platform}"
+            pins = ["--generate-hashes", "--python-version", LOCK_PYTHON, "--python-platform", platform]
+            session.run("uv", "pip", "compile", source, *pins, *flags, "--no-header", "-q", "-o", str(out))
+            bodies.append(out.read_text())
+        if len(set(bodies)) != 1:
+            session.error(f"{name}: the pins differ between {LOCK_PLATFORMS}; the image needs one lock")
+        # The fingerprint formula is repeated in tests/test_containerfile.py (input_fingerprint).
+        fingerprint = hashlib.sha256("\n".join(requirements).encode()).hexdigest()
+        platforms = " / ".join(LOCK_PLATFORMS)
+        header = LOCK_HEADER.format(
+            python=LOCK_PYTHON, platforms=platforms, fingerprint=fingerprint, origin=origin
+        )
+        (pathlib.Path(outdir) / name).write_text(header + bodies[0])
+
+
+@nox.session
+def lock(session: nox.Session) -> None:
+    """Regenerate requirements.lock and requirements-build.lock (the image's pins, with hashes)."""
+    session.install(LOCK_UV)
+    _write_locks(session, ".")
+
+
+@nox.session
+def lock_check(session: nox.Session) -> None:
+    """Needs the package index: re-resolve the locks and compare, install the image's way, `pip check`."""
+    import filecmp
+    import pathlib
+
+    session.install(LOCK_UV)
+    fresh = pathlib.Path(session.create_tmp()) / "fresh"
+    fresh.mkdir(exist_ok=True)
+    _write_locks(session, str(fresh))
+    for name in ("requirements.lock", "requirements-build.lock"):
+        if not filecmp.cmp(name, fresh / name, shallow=False):
+            session.error(f"{name} is stale: a fresh resolution differs (run `nox -s lock`)")
+    binary = ("--require-hashes", "--no-deps", "--only-binary=:all:")
+    session.run("python", "-m", "pip", "install", "-q", *binary, "-r", "requirements.lock")
+    session.run("python", "-m", "pip", "install", "-q", "--no-deps", ".")
+    session.run("python", "-m", "pip", "check")
+    session.run("gpustack-worker", "--help", silent=True)
