@@ -138,6 +138,8 @@ class _Node:
     base: dict[str, Any]
     dm_labels: dict[str, str]
     devices: dict[str, Any] | None
+    #: The parsed ``Devices`` (what the agent and the chain read), None without one.
+    facts: DevicesFacts | None
     #: The Node as it stands (projections, the profile and the fit labels applied).
     current: dict[str, Any]
     #: What the worker NodeFeature carries now (its ``published`` labels).
@@ -157,7 +159,7 @@ def _render(scenario: Scenario) -> dict[str, _Node]:
         ledger = render.render_devices_status(spec)
         if devices is not None and ledger is not None:
             devices = {**devices, "status": ledger["status"]}
-        out[spec.name] = _Node(node, dm, devices, project(node, [dm]))
+        out[spec.name] = _Node(node, dm, devices, _facts(devices), project(node, [dm]))
     return out
 
 
@@ -231,7 +233,7 @@ def _converge(
         before = {name: _labels(n.current) for name, n in nodes.items()}
         # Stage 3: the worker NodeFeature, from the Node as nfd-master left it.
         for n in nodes.values():
-            checked = validate.check(node_facts(n.current), _facts(n.devices))
+            checked = validate.check(node_facts(n.current), n.facts)
             n.worker = nodefeature.desired_labels(
                 checked.node,
                 checked.devices,
@@ -240,13 +242,13 @@ def _converge(
                 holds=checked.holds(),
                 published=n.worker,
             )
-        _reproject(nodes, keep_own=True)
+        _reproject(nodes)
         # The TopologySource's NodeFeatures, then every Node's profile.
         if source is not None:
             by_node, decision = _source_round(source, snapshot, nodes, namespace)
             for name, n in nodes.items():
                 n.topology = by_node.get(name, {})
-            _reproject(nodes, keep_own=True)
+            _reproject(nodes)
         in_effect = decision is not None and _in_effect(decision.conditions)[0]
         ready = _ready_sources(source if in_effect else None)
         assigned, levels_of = {}, {}
@@ -260,7 +262,7 @@ def _converge(
             extra: dict[str, str] = {}
             if name in assigned:
                 extra[keys.TOPOLOGY_PROFILE] = assigned[name]
-            checked = validate.check(node_facts(n.current), _facts(n.devices))
+            checked = validate.check(node_facts(n.current), n.facts)
             extra.update(
                 fit.desired(
                     checked.node,
@@ -282,20 +284,21 @@ def _own_keys(labels: Mapping[str, str]) -> dict[str, str]:
 
 
 def _set_own(n: _Node, own: Mapping[str, str]) -> None:
+    """The Node's profile and fit labels replaced by ``own``."""
     meta = dict(n.current["metadata"])
-    labels = {
-        k: v for k, v in (meta.get("labels") or {}).items() if k not in _own_keys(meta.get("labels") or {})
-    }
+    current: Mapping[str, str] = meta.get("labels") or {}
+    drop = _own_keys(current)
+    labels = {k: v for k, v in current.items() if k not in drop}
     labels.update(own)
     meta["labels"] = dict(sorted(labels.items()))
     n.current = {**n.current, "metadata": meta}
 
 
-def _reproject(nodes: dict[str, _Node], *, keep_own: bool) -> None:
+def _reproject(nodes: dict[str, _Node]) -> None:
     """Every Node re-projected from its base and its NodeFeatures (nfd-master removes a key no NodeFeature
     carries any more); the labels our controllers write on the Node directly are kept."""
     for n in nodes.values():
-        own = _own_keys(_labels(n.current)) if keep_own else {}
+        own = _own_keys(_labels(n.current))
         n.current = project(n.base, [n.dm_labels, n.worker, n.topology])
         _set_own(n, own)
 
@@ -395,7 +398,7 @@ def plan_chain(
             "until an admin creates InstanceTypes"
         )
     checks = frozenset({keys.JOINT_CHECK, keys.NODE_DEVICES_CHECK} if checks_active else set())
-    facts = {name: f for name, n in nodes.items() if (f := _facts(n.devices)) is not None}
+    facts = {name: f for name, n in nodes.items() if (f := n.facts) is not None}
     cluster_queues: dict[str, dict[str, Any]] = {}
     flavor_list = list(flavor_bodies.values())
     for name, it in sorted(instance_types.items()):
