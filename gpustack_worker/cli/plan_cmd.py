@@ -123,12 +123,12 @@ def load_inputs(
     snapshot = _read(args.snapshot, MAX_SNAPSHOT_BYTES, "--snapshot") if args.snapshot else None
     if snapshot is not None and source is None:
         raise InputError("--snapshot needs --topology-source (the source it is validated against)")
-    if (
-        source is not None
-        and snapshot is None
-        and ("configMap" in source["spec"] or "webhook" in source["spec"])
-    ):
-        raise InputError("--topology-source has a configMap or webhook arm: give its --snapshot FILE")
+    if source is not None:
+        writing = "configMap" in source["spec"] or "webhook" in source["spec"]
+        if writing and snapshot is None:
+            raise InputError("--topology-source has a configMap or webhook arm: give its --snapshot FILE")
+        if not writing and snapshot is not None:
+            raise InputError("--snapshot: the --topology-source has no configMap or webhook arm to serve it")
     return scenario, settings, source, snapshot
 
 

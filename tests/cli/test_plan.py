@@ -289,3 +289,36 @@ def test_project_lists_projected_keys_like_nfd_master() -> None:
     }
     assert out["metadata"]["annotations"][keys.NFD_FEATURE_LABELS_ANNOTATION] == "example.com/x,plain"
     assert node["metadata"]["labels"] == {"a": "1"}  # the input is not modified
+
+
+def test_node_labels_source_needs_no_snapshot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    levels = [keys.STANDARD_REGION, keys.STANDARD_ZONE]
+    source = tmp_path / "cloud.yaml"
+    source.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": kinds.TOPOLOGY_SOURCE.api_version,
+                "kind": kinds.TOPOLOGY_SOURCE.kind,
+                "metadata": {"name": "cloud"},
+                "spec": {
+                    "nodeSelector": {"matchLabels": {"example.com/inventory": "cloud"}},
+                    "levels": levels,
+                    "nodeLabels": {},
+                },
+            }
+        )
+    )
+    plan = _json(capsys, "topology-8", "--topology-source", str(source))
+    cloud = keys.topology_profile([*levels, keys.HOSTNAME])
+    profiles = {name: n["profile"] for name, n in plan["nodes"].items()}
+    assert profiles["cloud-a"] == profiles["cloud-b"] == cloud
+    assert profiles["rack-node-1"] == profiles["hook-a"] == P
+    cpu_flavors = [
+        f["metadata"]["name"] for f in plan["resourceFlavors"] if f["metadata"]["name"].endswith(cloud)
+    ]
+    assert cpu_flavors == [f"gpustack--amd-epyc-7r13-linux-amd64-4c-{cloud}"]
+    # A nodeLabels source reads no snapshot: one given is a mistake, said so.
+    snap = tmp_path / "snapshot.yaml"
+    snap.write_text(rack_snapshot())
+    assert main(["plan", "topology-8", "--topology-source", str(source), "--snapshot", str(snap)]) == 2
+    assert "no configMap or webhook arm" in capsys.readouterr().err
