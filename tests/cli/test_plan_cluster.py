@@ -1,4 +1,4 @@
-"""A plan and a live cluster never disagree: for packaged scenarios (one with a rack TopologySource, one
+"""A plan and a live cluster never disagree: for packaged scenarios (two with a rack TopologySource, one
 under non-default settings), the chain ``gpustack-worker plan`` prints equals the chain the agent, the
 topology and the chain controllers build on a real control plane — flavors (name, ``spec.nodeLabels``,
 ``topologyName``, capacity label), ClusterQueues (name, resource groups with nominal quotas, stop policy,
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from gpustack_worker.api import keys, kinds
+from gpustack_worker.cli import demo_scene
 from gpustack_worker.cli.plan_cmd import parse_sets
 from gpustack_worker.cli.planning import PlannedChain, plan_chain
 from gpustack_worker.runtime.client import Client
@@ -25,7 +26,7 @@ from tests.cli.test_plan import rack_snapshot, rack_source
 from tests.stack import Stack, eventually, module_cluster, running_stack
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
     from decimal import Decimal
 
 pytestmark = pytest.mark.cluster
@@ -36,23 +37,50 @@ CONVERGE_S = 300.0
 _VIEWS = ("accelerator", "acceleratorShared", "acceleratorSliced", "acceleratorPartitioned")
 
 
+def _racks() -> tuple[dict[str, Any], dict[str, Any]]:
+    """topology-8's rack TopologySource and its snapshot ConfigMap."""
+    source = rack_source()
+    arm = source["spec"]["configMap"]
+    config_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": arm["configMapRef"]["name"], "namespace": arm["configMapRef"]["namespace"]},
+        "data": {arm["key"]: rack_snapshot()},
+    }
+    return source, config_map
+
+
+def _demo_racks() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The demo's own TopologySource (2 zones x 2 racks) and snapshot ConfigMap."""
+    return demo_scene.topology_source(), demo_scene.snapshot_config_map()
+
+
 @dataclass(frozen=True)
 class Case:
     scenario: str
     settings: Mapping[str, str] = field(default_factory=dict)
-    racks: bool = False
+    #: The TopologySource and its snapshot ConfigMap, applied before the controllers start.
+    topology: Callable[[], tuple[dict[str, Any], dict[str, Any]]] | None = None
 
     @property
     def id(self) -> str:
-        extra = "-racks" if self.racks else ""
+        extra = "-source" if self.topology is not None else ""
         return self.scenario + extra + "".join(f"-{k}={v}" for k, v in sorted(self.settings.items()))
+
+    def snapshot(self) -> tuple[dict[str, Any] | None, str | None]:
+        """The source and the snapshot text, as ``plan --topology-source --snapshot`` reads them."""
+        if self.topology is None:
+            return None, None
+        source, config_map = self.topology()
+        return source, str(config_map["data"][source["spec"]["configMap"]["key"]])
 
 
 CASES = (
     Case("chain-4"),
     Case("mixed-4"),
     Case("families"),
-    Case("topology-8", racks=True),
+    Case("topology-8", topology=_racks),
+    Case("demo", topology=_demo_racks),
     Case(
         "chain-4",
         settings={"instance-type-aware-cpu-manufacturer": "true", "instance-type-mixed-on-node": "false"},
@@ -171,18 +199,9 @@ async def _prepare(kubeconfig: str, case: Case) -> None:
                     "data": dict(case.settings),
                 },
             )
-        if case.racks:
-            source = rack_source()
-            ref = source["spec"]["configMap"]["configMapRef"]
-            await admin.create(
-                kinds.CONFIG_MAP,
-                {
-                    "apiVersion": "v1",
-                    "kind": "ConfigMap",
-                    "metadata": {"name": ref["name"], "namespace": ref["namespace"]},
-                    "data": {source["spec"]["configMap"]["key"]: rack_snapshot()},
-                },
-            )
+        if case.topology is not None:
+            source, config_map = case.topology()
+            await admin.create(kinds.CONFIG_MAP, config_map)
             await admin.create(kinds.TOPOLOGY_SOURCE, source)
     finally:
         await admin.close()
@@ -191,11 +210,12 @@ async def _prepare(kubeconfig: str, case: Case) -> None:
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 async def test_plan_equals_the_live_chain(case: Case) -> None:
     settings = parse_sets([f"{k}={v}" for k, v in case.settings.items()])
+    source, snapshot = case.snapshot()
     plan = plan_chain(
         packaged_scenario(case.scenario),
         settings,
-        topology_source=rack_source() if case.racks else None,
-        snapshot=rack_snapshot() if case.racks else None,
+        topology_source=source,
+        snapshot=snapshot,
         # The in-process stack runs no placement controller: no check is marked Active.
         checks_active=False,
     )
