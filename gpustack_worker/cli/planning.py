@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
     from gpustack_worker.cli.settings import WorkerSettings
+    from gpustack_worker.runtime.conditions import Condition
     from gpustack_worker.simulate.scenario import Scenario
 
 __all__ = ("PlanError", "PlannedChain", "plan_chain", "project")
@@ -167,7 +168,7 @@ def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
     return dict((obj.get("metadata") or {}).get("labels") or {})
 
 
-def _in_effect(conditions: Sequence[Any]) -> tuple[bool, str]:
+def _in_effect(conditions: Sequence[Condition]) -> tuple[bool, str]:
     for cond in conditions:
         if cond.type == sources.READY:
             return cond.status == "True" or cond.reason == _STALE, f"{cond.reason}: {cond.message}"
@@ -274,8 +275,10 @@ def _converge(
             )
             _set_own(n, extra)
         if {name: _labels(n.current) for name, n in nodes.items()} == before:
-            break
-    return assigned, levels_of, decision
+            return assigned, levels_of, decision
+    # The writers feed each other a bounded number of times (agent → NodeFeature → source → profile →
+    # fit); a plan still changing after that is a bug to report, never a plan to print.
+    raise PlanError(f"the Nodes' labels still changed after {_MAX_ROUNDS} rounds of agent, NFD and topology")
 
 
 def _own_keys(labels: Mapping[str, str]) -> dict[str, str]:
