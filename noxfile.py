@@ -166,8 +166,18 @@ def lock_check(session: nox.Session) -> None:
     for name in ("requirements.lock", "requirements-build.lock"):
         if not filecmp.cmp(name, fresh / name, shallow=False):
             session.error(f"{name} is stale: a fresh resolution differs (run `nox -s lock`)")
+    pip = ("python", "-m", "pip")
     binary = ("--require-hashes", "--no-deps", "--only-binary=:all:")
-    session.run("python", "-m", "pip", "install", "-q", *binary, "-r", "requirements.lock")
-    session.run("python", "-m", "pip", "install", "-q", "--no-deps", ".")
-    session.run("python", "-m", "pip", "check")
+    # Each pin has a hashed wheel for both of the image's machines (there is no compiler in the image).
+    abi = ("--implementation=cp", "--abi=cp311", "--abi=abi3", "--abi=none", "--python-version", LOCK_PYTHON)
+    manylinux = ("manylinux_2_28", "manylinux_2_17", "manylinux2014")
+    for machine in ("x86_64", "aarch64"):
+        tags = [f"--platform={tag}_{machine}" for tag in manylinux]
+        wheels = str(pathlib.Path(session.create_tmp()) / f"wheels-{machine}")
+        session.run(*pip, "download", "-q", *binary, *tags, *abi, "-r", "requirements.lock", "-d", wheels)
+    # Then the Containerfile's steps: build lock, runtime lock, our package without isolation or index.
+    session.run(*pip, "install", "-q", *binary, "-r", "requirements-build.lock")
+    session.run(*pip, "install", "-q", *binary, "-r", "requirements.lock")
+    session.run(*pip, "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", ".")
+    session.run(*pip, "check")
     session.run("gpustack-worker", "--help", silent=True)
