@@ -34,7 +34,7 @@ from gpustack_worker.chain import (
     queues,
 )
 from gpustack_worker.chain.nodes import NodeHardware, node_hardware
-from gpustack_worker.chain.views import accelerator_views, column, cpu_view, pool_cards
+from gpustack_worker.chain.views import pool_status
 from gpustack_worker.runtime import conditions
 from gpustack_worker.runtime.apply import Applier, owned_fields
 from gpustack_worker.runtime.client import ApiError, Conflict, NotFound
@@ -445,25 +445,12 @@ class Steps:
         for flavor in pool_flavors:
             selector: Mapping[str, str] = (flavor.get("spec") or {}).get("nodeLabels") or {}
             members.update(flavors.flavor_nodes(flavor, self._candidates([selector])))
-        out: dict[str, Any] = {}
+        facts = []
         if pool.acceleratable:
             facts = [f for n in sorted(members) if (f := self.devices_facts(n)) is not None]
-            views = accelerator_views(pool_cards(pool.accelerator_group, facts))
-            out.update(views)
-            out["acceleratorSummary"] = column(views)
-        else:
-            cores = {n: self._hardware[n].cpu.cores for n in members if n in self._hardware}
-            out["cpu"] = cpu_view(cores, _cpu_used(queue))
-        if pool_flavors:
-            notes: Mapping[str, str] = _meta(pool_flavors[0]).get("annotations") or {}
-            detail = {
-                k: notes[f"{keys.NOTE_PREFIX}{k}"]
-                for k in ("manufacturer", "product", "family", "memory", "cores")
-                if notes.get(f"{keys.NOTE_PREFIX}{k}")
-            }
-            if detail:
-                out["detail"] = detail
-        return out
+        cores = {n: self._hardware[n].cpu.cores for n in members if n in self._hardware}
+        group = pool.accelerator_group if pool.acceleratable else None
+        return pool_status(group, pool_flavors, facts, cores, _cpu_used(queue))
 
     # -- LocalQueues ---------------------------------------------------------------------------------
 

@@ -33,9 +33,9 @@ from gpustack_worker.api.crds.devices import AllocationMode
 from gpustack_worker.api.devices_view import Card, CardLedger, DevicesFacts, fresh_ledger
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable, Mapping, Sequence
 
-__all__ = ("PoolCard", "accelerator_views", "column", "cpu_view", "pool_cards")
+__all__ = ("PoolCard", "accelerator_views", "column", "cpu_view", "pool_cards", "pool_status")
 
 _FREE: Final = AllocationMode.NONE
 
@@ -149,3 +149,35 @@ def column(status: Mapping[str, Any]) -> str:
         v = status.get(view) or {}
         pairs.append(f"{v.get('onceMaxRequest', '0')}/{v.get('remaining', '0')}")
     return " ".join(pairs)
+
+
+def pool_status(
+    accelerator_group: str | None,
+    pool_flavors: Sequence[Mapping[str, Any]],
+    facts: Sequence[DevicesFacts],
+    cores: Mapping[str, int],
+    cpu_used: int,
+) -> dict[str, Any]:
+    """An InstanceType's capacity status: the four-view and its column for an accelerated pool
+    (``accelerator_group``), the CPU view for a CPU pool, plus the descriptors of the pool's first flavor.
+
+    ``facts`` are the pool nodes' ledgers, ``cores`` their CPU cores, ``cpu_used`` the cores Kueue reports
+    in use on the queue. The InstanceType controller and ``gpustack-worker plan`` both call this, so a
+    plan and a live cluster show the same views."""
+    out: dict[str, Any] = {}
+    if accelerator_group is not None:
+        views = accelerator_views(pool_cards(accelerator_group, facts))
+        out.update(views)
+        out["acceleratorSummary"] = column(views)
+    else:
+        out["cpu"] = cpu_view(cores, cpu_used)
+    if pool_flavors:
+        notes: Mapping[str, str] = (pool_flavors[0].get("metadata") or {}).get("annotations") or {}
+        detail = {
+            k: notes[f"{keys.NOTE_PREFIX}{k}"]
+            for k in ("manufacturer", "product", "family", "memory", "cores")
+            if notes.get(f"{keys.NOTE_PREFIX}{k}")
+        }
+        if detail:
+            out["detail"] = detail
+    return out

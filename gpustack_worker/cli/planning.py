@@ -37,7 +37,7 @@ from gpustack_worker.api.devices_view import DevicesFacts, devices_facts
 from gpustack_worker.chain import flavors as chain_flavors
 from gpustack_worker.chain import instancetypes, localqueues, managers, pools, queues
 from gpustack_worker.chain.nodes import NodeHardware, node_hardware
-from gpustack_worker.chain.views import accelerator_views, column, cpu_view, pool_cards
+from gpustack_worker.chain.views import pool_status
 from gpustack_worker.runtime.prune import stamp
 from gpustack_worker.simulate import render
 from gpustack_worker.topology import levels as lv
@@ -326,25 +326,9 @@ def _capacity_status(
     members: set[str] = set()
     for flavor in pool_flavors:
         members.update(chain_flavors.flavor_nodes(flavor, hardware))
-    out: dict[str, Any] = {}
-    if pool.acceleratable:
-        chosen = [facts[n] for n in sorted(members) if n in facts]
-        views = accelerator_views(pool_cards(pool.accelerator_group, chosen))
-        out.update(views)
-        out["acceleratorSummary"] = column(views)
-    else:
-        cores = {h.name: h.cpu.cores for h in hardware if h.name in members}
-        out["cpu"] = cpu_view(cores, 0)
-    if pool_flavors:
-        notes: Mapping[str, str] = (pool_flavors[0].get("metadata") or {}).get("annotations") or {}
-        detail = {
-            k: notes[f"{keys.NOTE_PREFIX}{k}"]
-            for k in ("manufacturer", "product", "family", "memory", "cores")
-            if notes.get(f"{keys.NOTE_PREFIX}{k}")
-        }
-        if detail:
-            out["detail"] = detail
-    return out
+    chosen = [facts[n] for n in sorted(members) if n in facts] if pool.acceleratable else []
+    cores = {h.name: h.cpu.cores for h in hardware if h.name in members}
+    return pool_status(pool.accelerator_group if pool.acceleratable else None, pool_flavors, chosen, cores, 0)
 
 
 def plan_chain(
