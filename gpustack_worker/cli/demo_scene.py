@@ -487,7 +487,8 @@ def summary(o: Observed) -> str:
     out: list[str] = []
     for title, lines in sections:
         out += ["", f"== {title}", *lines]
-    out += [f"{k}: {v}" for k, v in o.extra.items()]
+    if o.extra:
+        out += ["", *(f"{k}: {v}" for k, v in o.extra.items())]
     return "\n".join(out).lstrip("\n")
 
 
