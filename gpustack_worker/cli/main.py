@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     explain_cmd.add_parser(sub)
 
-    demo = sub.add_parser("demo", help="a dev cluster, a simulated mixed cluster and the agent, end to end")
+    demo = sub.add_parser("demo", help="the whole product on a local control plane (docs/demo.md)")
     demo.add_argument("--dir", default=".devcluster", help="state directory (default: %(default)s)")
     demo.add_argument("--scenario", default=None, help="scenario file (default: the packaged demo)")
     demo.add_argument("--keep", action="store_true", help="keep running until Ctrl-C")
