@@ -1,7 +1,8 @@
 """``gpustack-worker demo``: the whole product, end to end on a real local control plane.
 
-1. start etcd, kube-apiserver, kube-scheduler, Kueue and nfd-master on 127.0.0.1 (built from their Go
-   modules on first use, with a live progress line);
+1. start etcd, kube-apiserver, kube-scheduler, Kueue, nfd-master and Jaeger on 127.0.0.1 (built from their
+   Go modules on first use, with a live progress line); the agent and the controller send their spans to
+   Jaeger, whose UI/API address is printed after the summary;
 2. publish the simulated cluster of the packaged ``demo`` scenario — sliced H100s, MIG-partitioned A100s,
    Ascend 910B2s, T4s and CPU-only nodes (what NFD and the Device Manager would, stages 1–2);
 3. run the node agent (``--all-nodes``) and the leader-elected controller as real processes, each as its
