@@ -10,8 +10,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 app.kubernetes.io/name: gpustack-worker
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
+{{- /* repository@digest when a digest is set (what a production install pins), else repository:tag. */ -}}
 {{- define "gpustack-worker.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
 {{- end -}}
 {{- define "gpustack-worker.otelEnv" -}}
 {{- if .Values.otel.endpoint }}

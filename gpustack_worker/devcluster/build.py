@@ -179,6 +179,15 @@ OPTIONAL: dict[str, Component] = {
             lambda: "module local/jaeger-build\n\ngo 1.25.0\n",
             lambda: f"-s -w -X {_JAEGER_VERSION_PKG}.latestVersion={versions.JAEGER}",
         ),
+        # helm renders and lints the chart in tests/chart (`helm template`, `helm lint`); never installs.
+        Component(
+            "helm",
+            versions.HELM,
+            "helm.sh/helm/v4/cmd/helm",
+            "helm.sh/helm/v4",
+            lambda: "module local/helm-build\n\ngo 1.26.0\n",
+            lambda: f"-s -w -X helm.sh/helm/v4/internal/version.version={versions.HELM}",
+        ),
     )
 }
 

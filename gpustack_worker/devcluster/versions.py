@@ -24,6 +24,9 @@ NFD: Final = "v0.19.0"
 NFD_STAGING: Final = "v0.35.3"
 #: Optional: built only when tracing is asked for (``devcluster up --jaeger``, the demo, the trace test).
 JAEGER: Final = "v1.75.0"
+#: Optional: built only when the chart tests need it (tests/chart: `helm template`, `helm lint`); its
+#: go.mod asks for go 1.26.0 and brings client-go v0.37.2.
+HELM: Final = "v4.3.2"
 
 #: Every staging module of k8s.io/kubernetes 1.32–1.35 (control-plane notes §1.2). A replace line for a
 #: module outside the build graph is ignored, so listing all of them is safe.
