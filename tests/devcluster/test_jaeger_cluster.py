@@ -152,6 +152,9 @@ async def test_reconcile_trace_has_its_api_calls_as_children(traced_cluster: Dev
         await asyncio.to_thread(agent.stop)
 
     assert service in await asyncio.to_thread(jaeger.services)
+    for root, children in found:  # for the record (pytest -s)
+        calls = ", ".join(f"{c['operationName']} {_tags(c)['url.path']}" for c in children)
+        print(f"{root['operationName']} key={_tags(root)['key']}: {calls}")
     for root, children in found:
         attrs = _tags(root)
         assert attrs["controller"] in AGENT_CONTROLLERS
