@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from gpustack_worker.api import rbac
+from gpustack_worker.devcluster import build
 from gpustack_worker.devcluster.cluster import DevCluster
 from gpustack_worker.devcluster.jaeger import STORE, jaeger_config
 from gpustack_worker.devcluster.procs import ManagedProcess
@@ -57,6 +58,19 @@ def test_config_listens_on_loopback_only_and_stores_in_memory() -> None:
     assert config["service"]["pipelines"]["traces"]["receivers"] == ["otlp"]
     # the Collector's own metrics endpoint would bind a fixed port: off
     assert config["service"]["telemetry"]["metrics"] == {"level": "none"}
+
+
+def test_jaeger_is_optional_never_on_the_default_build_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert "jaeger" in build.OPTIONAL
+    assert "jaeger" not in build.COMPONENTS  # ensure_all() builds COMPONENTS only
+    jaeger = build.OPTIONAL["jaeger"]
+    assert (jaeger.package, jaeger.version) == ("github.com/jaegertracing/jaeger/cmd/jaeger", "v1.75.0")
+    with pytest.raises(build.BuildError, match="unknown optional component 'nope'"):
+        build.ensure_optional("nope")
+    built: list[str] = []
+    monkeypatch.setattr(build, "ensure_binary", lambda component, log=print: built.append(component.name))
+    build.ensure_all()
+    assert "jaeger" not in built and built == list(build.COMPONENTS)
 
 
 @pytest.fixture(scope="module")
