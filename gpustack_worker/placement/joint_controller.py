@@ -42,9 +42,10 @@ import structlog
 
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.placement import joint
+from gpustack_worker.placement.checks import CONFLICT_RETRY_S, mark_active
 from gpustack_worker.runtime.apply import Applier
 from gpustack_worker.runtime.client import Conflict, NotFound
-from gpustack_worker.runtime.conditions import TRUE, Condition, for_apply
+from gpustack_worker.runtime.conditions import for_apply
 from gpustack_worker.runtime.controller import Controller, Result, generation_changed, semantic_changed
 from gpustack_worker.runtime.indexers import BY_OWNER_UID, owner_uids
 from gpustack_worker.runtime.queue import settings_queue
@@ -68,10 +69,6 @@ CHECK_KEY: Final = keys.JOINT_CHECK
 POD_SELECTOR: Final = keys.MODEL_DEPLOYMENT_UID
 #: Pod index: the uid of the ModelDeployment that controls the Pod.
 BY_DEPLOYMENT_UID: Final = "joint-deployment-uid"
-#: After a 409 (the cached Workload was stale) retry this soon; the fresh object is usually cached by then.
-CONFLICT_RETRY_S: Final = 1.0
-ACTIVE: Final = "Active"
-ACTIVE_REASON: Final = "Ready"
 ACTIVE_MESSAGE: Final = "the joint check controller gives verdicts"
 
 _log = structlog.get_logger("gpustack_worker.placement.joint")
@@ -232,29 +229,7 @@ class JointCheck:
 
     async def reconcile_check(self, key: str) -> Result:
         """Mark the AdmissionCheck Active (once the chain has applied it)."""
-        check = self.checks.store.get(key)
-        if check is None:
-            return Result.done()
-        meta = check.get("metadata") or {}
-        generation = meta.get("generation")
-        active = Condition(
-            ACTIVE,
-            TRUE,
-            ACTIVE_REASON,
-            ACTIVE_MESSAGE,
-            generation if isinstance(generation, int) else None,
-        )
-        current = (check.get("status") or {}).get("conditions")
-        body = {
-            "apiVersion": kinds.ADMISSION_CHECK.api_version,
-            "kind": kinds.ADMISSION_CHECK.kind,
-            "metadata": {"name": key},
-            "status": {"conditions": for_apply(current, [active], now=self.clock())},
-        }
-        try:
-            await self.check_applier.apply_status(kinds.ADMISSION_CHECK, body, check)
-        except NotFound:
-            return Result.done()  # deleted meanwhile; the chain re-applies it and its event wakes us
+        await mark_active(self.check_applier, self.checks.store.get(key), ACTIVE_MESSAGE, self.clock())
         return Result.done()
 
     async def reconcile_workload(self, key: str) -> Result:

@@ -45,9 +45,10 @@ from gpustack_worker.api import keys, kinds
 from gpustack_worker.api.devices_check import check_devices
 from gpustack_worker.api.devices_view import DevicesFacts, devices_facts
 from gpustack_worker.placement import gate3
+from gpustack_worker.placement.checks import CONFLICT_RETRY_S, mark_active
 from gpustack_worker.runtime.apply import Applier
 from gpustack_worker.runtime.client import Conflict, NotFound
-from gpustack_worker.runtime.conditions import TRUE, Condition, for_apply, format_time
+from gpustack_worker.runtime.conditions import format_time
 from gpustack_worker.runtime.controller import Controller, Result, semantic_changed
 from gpustack_worker.runtime.queue import settings_queue
 
@@ -69,10 +70,6 @@ CHECK_KEY: Final = keys.NODE_DEVICES_CHECK
 POD_SELECTOR: Final = keys.KUEUE_PODSET_LABEL
 #: Pod index: ``namespace/<Workload name>`` from the ``kueue.x-k8s.io/workload`` annotation.
 BY_WORKLOAD: Final = "gate3-workload"
-#: After a 409 (the cached Workload was stale) retry this soon; the fresh object is usually cached by then.
-CONFLICT_RETRY_S: Final = 1.0
-ACTIVE: Final = "Active"
-ACTIVE_REASON: Final = "Ready"
 ACTIVE_MESSAGE: Final = "the node-devices controller judges Workloads against the Devices ledgers"
 
 _log = structlog.get_logger("gpustack_worker.placement.node_devices")
@@ -284,27 +281,7 @@ class NodeDevicesCheck:
 
     async def reconcile_check(self, key: str) -> Result:
         """Mark the AdmissionCheck Active (once the chain has applied it)."""
-        check = self.checks.store.get(key)
-        if check is None:
-            return Result.done()
-        generation = _meta(check).get("generation")
-        active = Condition(
-            ACTIVE, TRUE, ACTIVE_REASON, ACTIVE_MESSAGE, generation if isinstance(generation, int) else None
-        )
-        body = {
-            "apiVersion": kinds.ADMISSION_CHECK.api_version,
-            "kind": kinds.ADMISSION_CHECK.kind,
-            "metadata": {"name": key},
-            "status": {
-                "conditions": for_apply(
-                    (check.get("status") or {}).get("conditions"), [active], now=self.clock()
-                )
-            },
-        }
-        try:
-            await self.check_applier.apply_status(kinds.ADMISSION_CHECK, body, check)
-        except NotFound:
-            return Result.done()  # deleted meanwhile; the chain re-applies it and its event wakes us
+        await mark_active(self.check_applier, self.checks.store.get(key), ACTIVE_MESSAGE, self.clock())
         return Result.done()
 
     async def reconcile_workload(self, key: str) -> Result:
