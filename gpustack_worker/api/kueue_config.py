@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import argparse
 import copy
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import yaml
 
 from gpustack_worker.api import keys, kinds
+from gpustack_worker.api.generated import report, stale, write_files
 from gpustack_worker.api.manufacturers import MANUFACTURERS
 
 if TYPE_CHECKING:
@@ -201,18 +201,13 @@ def render(config: Mapping[str, Any] | None = None) -> str:
 
 def write(path: Path) -> Path:
     """Write :func:`render` to ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render(), encoding="utf-8")
+    write_files({path: render()})
     return path
 
 
 def check(path: Path) -> list[str]:
     """Problems with ``path`` compared to a fresh generation (empty when up to date)."""
-    if not path.exists():
-        return [f"missing: {path}"]
-    if path.read_text(encoding="utf-8") != render():
-        return [f"stale: {path}"]
-    return []
+    return stale({path: render()})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -225,12 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="do not write; exit 1 if the file is stale")
     args = parser.parse_args(argv)
     if args.check:
-        problems = check(args.out)
-        for problem in problems:
-            print(problem, file=sys.stderr)
-        if problems:
-            print(f"regenerate with: python -m gpustack_worker.api.kueue_config {args.out}", file=sys.stderr)
-        return 1 if problems else 0
+        return report(check(args.out), f"python -m gpustack_worker.api.kueue_config {args.out}")
     print(write(args.out))
     return 0
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 import yaml
 
 from gpustack_worker.api import keys, kinds
+from gpustack_worker.api.generated import report, stale, write_files
 from gpustack_worker.api.rbac import COMPONENTS, SYSTEM, Component, Rule
 
 if TYPE_CHECKING:
@@ -163,27 +164,13 @@ def _outputs(manifests: Path, chart: Path) -> dict[Path, str]:
 
 def write(manifests: Path, chart: Path) -> list[Path]:
     """Write every file; returns the paths written."""
-    manifests.mkdir(parents=True, exist_ok=True)
-    chart.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for path, text in _outputs(manifests, chart).items():
-        path.write_text(text, encoding="utf-8")
-        paths.append(path)
-    return paths
+    return write_files(_outputs(manifests, chart))
 
 
 def check(manifests: Path, chart: Path) -> list[str]:
     """Problems compared to a fresh generation (empty when up to date)."""
-    outputs = _outputs(manifests, chart)
-    problems = []
-    for path, text in outputs.items():
-        if not path.exists():
-            problems.append(f"missing: {path}")
-        elif path.read_text(encoding="utf-8") != text:
-            problems.append(f"stale: {path}")
     present = [*manifests.glob("*.yaml"), *chart.glob("rbac-*.yaml")]
-    problems.extend(f"unexpected: {p}" for p in sorted(present) if p not in outputs)
-    return problems
+    return stale(_outputs(manifests, chart), present)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -194,12 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     manifests, chart = Path(args.manifests), Path(args.chart)
     if args.check:
-        problems = check(manifests, chart)
-        for problem in problems:
-            print(problem, file=sys.stderr)
-        if problems:
-            print("regenerate: python -m gpustack_worker.api.rbacgen", file=sys.stderr)
-        return 1 if problems else 0
+        return report(check(manifests, chart), "python -m gpustack_worker.api.rbacgen")
     for path in write(manifests, chart):
         print(path)
     return 0

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 import yaml
 
 from gpustack_worker.api import webhooks
+from gpustack_worker.api.generated import report, stale, write_files
 from gpustack_worker.api.rbacgen import CHART_LABELS, CHART_NAMESPACE
 
 if TYPE_CHECKING:
@@ -75,23 +76,12 @@ def _outputs(chart: Path) -> dict[Path, str]:
 
 def write(chart: Path) -> list[Path]:
     """Write every file; returns the paths written."""
-    chart.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for path, text in _outputs(chart).items():
-        path.write_text(text, encoding="utf-8")
-        paths.append(path)
-    return paths
+    return write_files(_outputs(chart))
 
 
 def check(chart: Path) -> list[str]:
     """Problems compared to a fresh generation (empty when up to date)."""
-    problems = []
-    for path, text in _outputs(chart).items():
-        if not path.exists():
-            problems.append(f"missing: {path}")
-        elif path.read_text(encoding="utf-8") != text:
-            problems.append(f"stale: {path}")
-    return problems
+    return stale(_outputs(chart))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -101,12 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     chart = Path(args.chart)
     if args.check:
-        problems = check(chart)
-        for problem in problems:
-            print(problem, file=sys.stderr)
-        if problems:
-            print("regenerate: python -m gpustack_worker.api.webhookgen", file=sys.stderr)
-        return 1 if problems else 0
+        return report(check(chart), "python -m gpustack_worker.api.webhookgen")
     for path in write(chart):
         print(path)
     return 0

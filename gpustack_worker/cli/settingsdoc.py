@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from gpustack_worker.api.generated import report, stale, write_files
 from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.runtime.settings import (
     DEFAULT_CONFIGMAP,
@@ -178,18 +178,13 @@ def render(model: type[SettingsModel] = WorkerSettings) -> str:
 
 def write(path: Path = DOC_FILE) -> Path:
     """Write :func:`render` to ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render(), encoding="utf-8")
+    write_files({path: render()})
     return path
 
 
 def check(path: Path = DOC_FILE) -> list[str]:
     """Problems with ``path`` compared to a fresh render (empty when up to date)."""
-    if not path.exists():
-        return [f"missing: {path}"]
-    if path.read_text(encoding="utf-8") != render():
-        return [f"stale: {path}"]
-    return []
+    return stale({path: render()})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -202,12 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="do not write; exit 1 if the file is stale")
     args = parser.parse_args(argv)
     if args.check:
-        problems = check(args.out)
-        for problem in problems:
-            print(problem, file=sys.stderr)
-        if problems:
-            print(f"regenerate with: python -m gpustack_worker.cli.settingsdoc {args.out}", file=sys.stderr)
-        return 1 if problems else 0
+        return report(check(args.out), f"python -m gpustack_worker.cli.settingsdoc {args.out}")
     print(write(args.out))
     return 0
 
