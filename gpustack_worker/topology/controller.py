@@ -125,7 +125,7 @@ class Topology:
         self.retire_ctl = self._controller("topology-retire", self.steps.retire_topologies, boot)
 
         every_source = all_keys(self.sources.store)
-        self.source_ctl.watch(self.sources, predicates=[semantic_changed(_source_view)])
+        # Any source's spec or deletion wakes every source (its own key included): conflicts are pairwise.
         self.source_ctl.watch(self.sources, mapper=every_source, predicates=[semantic_changed(_source_view)])
         self.source_ctl.watch(
             self.nodefeatures,
