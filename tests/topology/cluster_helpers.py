@@ -4,11 +4,14 @@ TopologySource) and a decoder of Kueue's ``topologyAssignment`` into plain (doma
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from gpustack_worker.api import keys, kinds
+
+# Kueue's topologyAssignment decoder is Gate 3's own (what the tests read is what the check reads).
+from gpustack_worker.placement.gate3 import Domain, decode_topology_assignment
 from tests.stack import condition, eventually
 
 if TYPE_CHECKING:
@@ -145,56 +148,6 @@ def topology_source(
             },
         },
     }
-
-
-class Domain(NamedTuple):
-    """One assigned topology domain: its value at each level of the assignment, and its Pod count."""
-
-    values: tuple[str, ...]
-    pods: int
-
-
-def _level_values(entry: Mapping[str, Any], count: int, where: str) -> list[str]:
-    if "universal" in entry and entry.get("universal") is not None:
-        return [str(entry["universal"])] * count
-    individual = entry.get("individual")
-    if not isinstance(individual, dict):
-        raise ValueError(f"{where}: neither universal nor individual")
-    roots = [str(r) for r in individual.get("roots") or ()]
-    if len(roots) != count:
-        raise ValueError(f"{where}: {len(roots)} roots for domainCount {count}")
-    prefix = individual.get("prefix") or ""
-    suffix = individual.get("suffix") or ""
-    return [f"{prefix}{root}{suffix}" for root in roots]
-
-
-def _pod_counts(counts: Mapping[str, Any], count: int, where: str) -> list[int]:
-    if counts.get("universal") is not None:
-        return [int(counts["universal"])] * count
-    individual = counts.get("individual")
-    if not isinstance(individual, list) or len(individual) != count:
-        raise ValueError(f"{where}: podCounts do not cover domainCount {count}")
-    return [int(c) for c in individual]
-
-
-def decode_topology_assignment(assignment: Mapping[str, Any]) -> tuple[tuple[str, ...], list[Domain]]:
-    """Kueue v1beta2 ``topologyAssignment`` → (its levels, every domain with its Pod count).
-
-    Each slice covers ``domainCount`` domains; per level a value is either ``universal`` (the same for
-    every domain of the slice) or ``individual`` (``prefix`` + root + ``suffix``, one root per domain);
-    Pod counts likewise. The full assignment is the union of the slices, in order."""
-    levels = tuple(str(level) for level in assignment.get("levels") or ())
-    domains: list[Domain] = []
-    for i, piece in enumerate(assignment.get("slices") or ()):
-        where = f"slices[{i}]"
-        count = int(piece.get("domainCount") or 0)
-        per_level = piece.get("valuesPerLevel") or []
-        if count < 1 or len(per_level) != len(levels):
-            raise ValueError(f"{where}: domainCount {count}, {len(per_level)} levels for {len(levels)}")
-        columns = [_level_values(e, count, f"{where}.valuesPerLevel[{j}]") for j, e in enumerate(per_level)]
-        pods = _pod_counts(piece.get("podCounts") or {}, count, f"{where}.podCounts")
-        domains.extend(Domain(tuple(col[d] for col in columns), pods[d]) for d in range(count))
-    return levels, domains
 
 
 def topology_assignments(wl: Mapping[str, Any]) -> dict[str, tuple[tuple[str, ...], list[Domain]]]:
