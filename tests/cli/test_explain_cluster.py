@@ -31,8 +31,8 @@ from gpustack_worker.api import keys, kinds
 from gpustack_worker.placement.controller import Placement
 from gpustack_worker.topology import managers as topology_managers
 from tests import stack as support
+from tests.placement.racks import L4, PROFILE, RACKS, apply_racks, blocker, check_entry
 from tests.stack import condition, module_cluster, running_stack
-from tests.topology.cluster_helpers import snapshot_config_map, topology_source
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -43,13 +43,8 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.cluster
 
 TEAM = "team-explain"
-L4 = "gpustack--nvidia-l4-linux-amd64"
 NODE = "rack-node-2"
-REGION, ZONE, RACK = keys.PRIVATE_REGION, keys.PRIVATE_ZONE, keys.PRIVATE_RACK
-LEVELS = (REGION, ZONE, RACK)
-PROFILE = keys.topology_profile([*LEVELS, keys.HOSTNAME])
-RACK_OF = {f"rack-node-{i}": f"rack-{(i - 1) // 2 + 1}" for i in range(1, 5)}
-RACKS = ("rack-1", "rack-2")
+RACK = keys.PRIVATE_RACK
 #: A fresh CI machine is slower than a warm one: poll up to three minutes (never a measurement).
 eventually = functools.partial(support.eventually, within=180.0)
 
@@ -66,39 +61,8 @@ async def running(devcluster: DevCluster) -> AsyncIterator[tuple[Stack, str]]:
         return [Placement(client, settings, registry)]
 
     async with running_stack(devcluster, "placement-racks", namespaces=(TEAM,), extra=extra) as stack:
-        await _racks(stack)
+        await apply_racks(stack.admin, TEAM, eventually)
         yield stack, str(devcluster.kubeconfig)
-
-
-async def _racks(stack: Stack) -> None:
-    """The racks TopologySource, and the L4 queue on that hierarchy with both checks referenced."""
-    admin = stack.admin
-    placements = {node: {REGION: "region-1", ZONE: "zone-a", RACK: rack} for node, rack in RACK_OF.items()}
-    await admin.create(kinds.CONFIG_MAP, snapshot_config_map("racks", "inventory-1", placements))
-    await admin.create(
-        kinds.TOPOLOGY_SOURCE,
-        topology_source("racks", LEVELS, config_map="racks", match_labels={"example.com/inventory": "racks"}),
-    )
-
-    async def ready() -> bool:
-        for node, rack in RACK_OF.items():
-            labels = ((await admin.get(kinds.NODE, node)) or {}).get("metadata", {}).get("labels") or {}
-            if labels.get(RACK) != rack or labels.get(keys.TOPOLOGY_PROFILE) != PROFILE:
-                return False
-        cq = await admin.get(kinds.CLUSTER_QUEUE, L4)
-        strategy = ((cq or {}).get("spec") or {}).get("admissionChecksStrategy") or {}
-        checks = {c.get("name") for c in strategy.get("admissionChecks") or ()}
-        flavors = [
-            f for g in ((cq or {}).get("spec") or {}).get("resourceGroups") or () for f in g["flavors"]
-        ]
-        return (
-            bool(flavors)
-            and condition(cq, "TopologyReady").get("status") == "True"
-            and {keys.JOINT_CHECK, keys.NODE_DEVICES_CHECK} <= checks
-            and await admin.get(kinds.LOCAL_QUEUE, keys.local_queue_name(L4), TEAM) is not None
-        )
-
-    await eventually(ready)
 
 
 async def _cli(kubeconfig: str, *args: str) -> tuple[int, str, str]:
@@ -173,36 +137,6 @@ async def test_explain_node(running: tuple[Stack, str]) -> None:
     assert code == 1 and "does not exist" in out
 
 
-def _blocker(rack: str) -> dict[str, Any]:
-    """A foreign Workload taking one L4 of ``rack``."""
-    container = {
-        "name": "c",
-        "image": "registry.invalid/x",
-        "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}},
-    }
-    return {
-        "apiVersion": kinds.WORKLOAD.api_version,
-        "kind": "Workload",
-        "metadata": {"name": f"blocker-{rack}", "namespace": TEAM},
-        "spec": {
-            "queueName": keys.local_queue_name(L4),
-            "podSets": [
-                {
-                    "name": "main",
-                    "count": 1,
-                    "template": {
-                        "spec": {
-                            "restartPolicy": "Never",
-                            "nodeSelector": {RACK: rack},
-                            "containers": [container],
-                        }
-                    },
-                }
-            ],
-        },
-    }
-
-
 def _role(name: str, kind: str, size: int) -> dict[str, Any]:
     return {
         "name": name,
@@ -215,22 +149,11 @@ def _role(name: str, kind: str, size: int) -> dict[str, Any]:
     }
 
 
-def _entry(wl: dict[str, Any] | None, check: str) -> dict[str, Any]:
-    return next(
-        (
-            dict(e)
-            for e in ((wl or {}).get("status") or {}).get("admissionChecks") or ()
-            if e.get("name") == check
-        ),
-        {},
-    )
-
-
 async def test_explain_waiting_two_role_deployment(running: tuple[Stack, str]) -> None:
     stack, kubeconfig = running
     admin = stack.admin
     for rack in RACKS:
-        await admin.create(kinds.WORKLOAD, _blocker(rack), namespace=TEAM)
+        await admin.create(kinds.WORKLOAD, blocker(rack, TEAM), namespace=TEAM)
 
     async def blockers_admitted() -> bool:
         wls = [await admin.get(kinds.WORKLOAD, f"blocker-{rack}", TEAM) for rack in RACKS]
@@ -265,7 +188,7 @@ async def test_explain_waiting_two_role_deployment(running: tuple[Stack, str]) -
             reserved.get("status") == "False"
             and bool(reserved.get("message"))
             and condition(decode, "QuotaReserved").get("status") == "True"
-            and _entry(decode, keys.JOINT_CHECK).get("state") == "Pending"
+            and check_entry(decode, keys.JOINT_CHECK).get("state") == "Pending"
         )
 
     await eventually(waiting)

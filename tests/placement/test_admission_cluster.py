@@ -42,8 +42,9 @@ from gpustack_worker.placement import joint
 from gpustack_worker.placement.controller import Placement
 from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP, DEFAULT_NAMESPACE
 from tests import stack as support
+from tests.placement.racks import L4, RACK_OF, RACKS, apply_racks, blocker, check_entry
 from tests.stack import Stack, condition, module_cluster, running_stack
-from tests.topology.cluster_helpers import snapshot_config_map, topology_assignments, topology_source
+from tests.topology.cluster_helpers import topology_assignments
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -54,14 +55,8 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.cluster
 
 TEAM = "team-admission"
-L4 = "gpustack--nvidia-l4-linux-amd64"
 A10G = "gpustack--nvidia-a10g-linux-amd64"
-REGION, ZONE, RACK = keys.PRIVATE_REGION, keys.PRIVATE_ZONE, keys.PRIVATE_RACK
-LEVELS = (REGION, ZONE, RACK)
-PROFILE = keys.topology_profile([*LEVELS, keys.HOSTNAME])
-#: rack-node-1, 2 → rack-1; rack-node-3, 4 → rack-2 (two L4s per node: four per rack).
-RACK_OF = {f"rack-node-{i}": f"rack-{(i - 1) // 2 + 1}" for i in range(1, 5)}
-RACKS = ("rack-1", "rack-2")
+RACK = keys.PRIVATE_RACK
 FRAGMENTED, ROOMY = "a10g-fragmented", "a10g-roomy"
 M = keys.UNITS_PER_ACCELERATOR
 #: The slice every test-2 Pod asks for: 30 % of a card; each fragmented card has 25 % free.
@@ -74,13 +69,6 @@ eventually = functools.partial(support.eventually, within=180.0)
 
 def _labels(obj: dict[str, Any] | None) -> dict[str, str]:
     return dict(((obj or {}).get("metadata") or {}).get("labels") or {})
-
-
-def _entry(wl: dict[str, Any] | None, check: str) -> dict[str, Any]:
-    for entry in ((wl or {}).get("status") or {}).get("admissionChecks") or ():
-        if entry.get("name") == check:
-            return dict(entry)
-    return {}
 
 
 def _gated(pod: dict[str, Any]) -> bool:
@@ -222,77 +210,10 @@ async def _checks_referenced(run: Running, queue: str, checks: tuple[str, ...]) 
 
 async def _racks(run: Running) -> None:
     """A configMap TopologySource places the L4 nodes into racks; the L4 queue places on that hierarchy."""
-    admin = run.admin
-    placements = {node: {REGION: "region-1", ZONE: "zone-a", RACK: rack} for node, rack in RACK_OF.items()}
-    await admin.create(kinds.CONFIG_MAP, snapshot_config_map("racks", "inventory-1", placements))
-    await admin.create(
-        kinds.TOPOLOGY_SOURCE,
-        topology_source("racks", LEVELS, config_map="racks", match_labels={"example.com/inventory": "racks"}),
-    )
-
-    async def labelled() -> bool:
-        for node, rack in RACK_OF.items():
-            labels = _labels(await admin.get(kinds.NODE, node))
-            if labels.get(RACK) != rack or labels.get(keys.TOPOLOGY_PROFILE) != PROFILE:
-                return False
-        return True
-
-    await eventually(labelled)
-
-    async def on_racks() -> bool:
-        cq = await admin.get(kinds.CLUSTER_QUEUE, L4)
-        names = [
-            f["name"]
-            for g in ((cq or {}).get("spec") or {}).get("resourceGroups") or ()
-            for f in g["flavors"]
-        ]
-        if not names or condition(cq, "TopologyReady").get("status") != "True":
-            return False
-        for name in names:
-            flavor = await admin.get(kinds.RESOURCE_FLAVOR, name)
-            if ((flavor or {}).get("spec") or {}).get("topologyName") != keys.topology_name(PROFILE):
-                return False
-        return True
-
-    await eventually(on_racks)
-    await _checks_referenced(run, L4, (keys.JOINT_CHECK, keys.NODE_DEVICES_CHECK))
+    await apply_racks(run.admin, TEAM, eventually)
 
 
 # --- 1. a two-role set where only one role fits -------------------------------------------------------
-
-
-def _blocker(rack: str) -> dict[str, Any]:
-    """A foreign Workload taking one L4 of ``rack`` (its template selects the rack)."""
-    return {
-        "apiVersion": kinds.WORKLOAD.api_version,
-        "kind": "Workload",
-        "metadata": {"name": f"blocker-{rack}", "namespace": TEAM},
-        "spec": {
-            "queueName": keys.local_queue_name(L4),
-            "podSets": [
-                {
-                    "name": "main",
-                    "count": 1,
-                    "template": {
-                        "spec": {
-                            "restartPolicy": "Never",
-                            "nodeSelector": {RACK: rack},
-                            "containers": [
-                                {
-                                    "name": "c",
-                                    "image": "registry.invalid/x",
-                                    "resources": {
-                                        "requests": {"cpu": "1", "nvidia.com/gpu": "1"},
-                                        "limits": {"nvidia.com/gpu": "1"},
-                                    },
-                                }
-                            ],
-                        }
-                    },
-                }
-            ],
-        },
-    }
 
 
 def _role(name: str, kind: str, instance_type: str, size: int, **extra: Any) -> dict[str, Any]:
@@ -324,7 +245,7 @@ async def test_two_roles_wait_together_then_bind_within_one_rack(running: Runnin
 
     # One L4 of each rack taken: every rack has three free, decode (2) fits one, prefill (4) none.
     for rack in RACKS:
-        await admin.create(kinds.WORKLOAD, _blocker(rack), namespace=TEAM)
+        await admin.create(kinds.WORKLOAD, blocker(rack, TEAM), namespace=TEAM)
 
     async def blockers_admitted() -> bool:
         wls = [await run.workload(f"blocker-{rack}") for rack in RACKS]
@@ -355,7 +276,7 @@ async def test_two_roles_wait_together_then_bind_within_one_rack(running: Runnin
         decode = await run.workload(groups["decode"])
         md = await admin.get(kinds.MODEL_DEPLOYMENT, "disagg", TEAM)
         waiting = condition(prefill, "QuotaReserved")
-        held = _entry(decode, keys.JOINT_CHECK)
+        held = check_entry(decode, keys.JOINT_CHECK)
         roles = {r["name"]: r for r in ((md or {}).get("status") or {}).get("roles") or ()}
         if waiting.get("status") != "False" or not waiting.get("message"):
             return None
@@ -369,7 +290,7 @@ async def test_two_roles_wait_together_then_bind_within_one_rack(running: Runnin
         return prefill, decode, md
 
     prefill, decode, md = await eventually(both_pending)
-    held = _entry(decode, keys.JOINT_CHECK)
+    held = check_entry(decode, keys.JOINT_CHECK)
     roles = {r["name"]: r for r in md["status"]["roles"]}
     print(f"held after {time.monotonic() - started:.1f}s")
     print(f"prefill status: {roles['prefill']['message']}")
@@ -399,7 +320,7 @@ async def test_two_roles_wait_together_then_bind_within_one_rack(running: Runnin
         assert not pod["spec"].get("nodeName"), pod["metadata"]["name"]
     # Held, not moving: a few seconds on (a settling look, not a measurement) still so.
     await asyncio.sleep(3)
-    assert _entry(await run.workload(groups["decode"]), keys.JOINT_CHECK)["state"] == "Pending"
+    assert check_entry(await run.workload(groups["decode"]), keys.JOINT_CHECK)["state"] == "Pending"
     assert condition(await run.workload(groups["prefill"]), "QuotaReserved").get("status") == "False"
     for pod in await run.pods("disagg"):
         assert _gated(pod) and not pod["spec"].get("nodeName"), pod["metadata"]["name"]
@@ -416,9 +337,9 @@ async def test_two_roles_wait_together_then_bind_within_one_rack(running: Runnin
 
     admitted = await eventually(both_admitted)
     for wl in admitted:
-        assert _entry(wl, keys.JOINT_CHECK)["state"] == "Ready"
-        assert _entry(wl, keys.JOINT_CHECK)["message"] == "2 of 2 groups reserved"
-        assert _entry(wl, keys.NODE_DEVICES_CHECK)["state"] == "Ready"
+        assert check_entry(wl, keys.JOINT_CHECK)["state"] == "Ready"
+        assert check_entry(wl, keys.JOINT_CHECK)["message"] == "2 of 2 groups reserved"
+        assert check_entry(wl, keys.NODE_DEVICES_CHECK)["state"] == "Ready"
     print(f"both admitted {time.monotonic() - freed:.1f}s after the blockers were deleted")
 
     # kube-scheduler binds every Pod (nothing runs them: no kubelet), each replica within one rack.
@@ -521,7 +442,7 @@ async def test_fragmented_node_retry_then_the_pin_places_where_a_card_fits(runni
 
     async def retried() -> str | None:
         wl = await run.workload(group)
-        entry = _entry(wl, keys.NODE_DEVICES_CHECK)
+        entry = check_entry(wl, keys.NODE_DEVICES_CHECK)
         if entry.get("state") == "Retry":
             return str(entry.get("message"))
         evicted = condition(wl, "Evicted")
@@ -554,7 +475,7 @@ async def test_fragmented_node_retry_then_the_pin_places_where_a_card_fits(runni
 
     async def admitted() -> dict[str, Any] | None:
         wl = await run.workload(group)
-        state = _entry(wl, keys.NODE_DEVICES_CHECK).get("state")
+        state = check_entry(wl, keys.NODE_DEVICES_CHECK).get("state")
         if state:
             seen.add(str(state))
         return wl if condition(wl, "Admitted").get("status") == "True" else None
@@ -566,7 +487,7 @@ async def test_fragmented_node_retry_then_the_pin_places_where_a_card_fits(runni
     pin = {"key": fit_key, "operator": "Gt", "values": [str(SLICE_UNITS - 1)]}
     assert _required_terms(wl) == [{"matchExpressions": [pin]}]
     assert "Retry" not in seen
-    entry = _entry(wl, keys.NODE_DEVICES_CHECK)
+    entry = check_entry(wl, keys.NODE_DEVICES_CHECK)
     assert entry["state"] == "Ready", entry
     print(f"Gate 3 on the pinned slice: {entry['message']}")
     hosts = [
