@@ -20,10 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import shutil
-import tempfile
-import time
-from pathlib import Path
+import functools
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -32,7 +29,6 @@ from gpustack_worker.agent.controller import Agent
 from gpustack_worker.api import keys, kinds, rbac
 from gpustack_worker.chain.controller import Chain
 from gpustack_worker.cli.settings import WorkerSettings
-from gpustack_worker.devcluster.cluster import DevCluster
 from gpustack_worker.placement import joint
 from gpustack_worker.placement.joint_controller import JointCheck
 from gpustack_worker.runtime.client import Client
@@ -42,9 +38,13 @@ from gpustack_worker.runtime.settings import SettingsSource
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario
 from gpustack_worker.topology.controller import Topology
+from tests import stack as support
+from tests.stack import condition, module_cluster
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Iterator
+    from collections.abc import AsyncIterator, Iterator
+
+    from gpustack_worker.devcluster.cluster import DevCluster
 
 pytestmark = pytest.mark.cluster
 
@@ -55,23 +55,8 @@ KUEUE_GATE = "kueue.x-k8s.io/admission"
 DEPLOYMENT = "llm"
 
 
-async def eventually(check: Callable[[], Any], *, within: float = 90.0, every: float = 0.25) -> Any:
-    """Poll an async ``check`` until it returns a truthy value."""
-    deadline = time.monotonic() + within
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(every)
-    raise AssertionError(f"condition not met within {within}s; last value: {last!r}")
-
-
-def _cond(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
-    for cond in ((obj or {}).get("status") or {}).get("conditions") or ():
-        if cond.get("type") == type_:
-            return dict(cond)
-    return {}
+#: Poll up to 90 s (a generous bound, never a measurement).
+eventually = functools.partial(support.eventually, within=90.0)
 
 
 class Wall:
@@ -97,14 +82,8 @@ class Running:
 @pytest.fixture(scope="module")
 def devcluster() -> Iterator[DevCluster]:
     """A control plane for this module alone: the chain reads every Node (other modules add their own)."""
-    directory = Path(tempfile.mkdtemp(prefix="gpustack-joint-"))
-    cluster = DevCluster(directory, log=lambda msg: print(f"[joint devcluster] {msg}"))
-    cluster.start()
-    try:
+    with module_cluster("joint") as cluster:
         yield cluster
-    finally:
-        cluster.stop()
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -257,10 +236,10 @@ async def test_check_is_active_and_every_queue_references_it(running: Running) -
 
     async def active() -> dict[str, Any] | None:
         check = await admin.get(kinds.ADMISSION_CHECK, keys.JOINT_CHECK)
-        return check if _cond(check, "Active").get("status") == "True" else None
+        return check if condition(check, "Active").get("status") == "True" else None
 
     check = await eventually(active)
-    assert _cond(check, "Active")["reason"] == "Ready"
+    assert condition(check, "Active")["reason"] == "Ready"
     assert check["spec"]["controllerName"] == keys.JOINT_CONTROLLER
 
     for queue in (T4, A10G):
@@ -282,7 +261,7 @@ async def test_set_waits_pending_parks_then_admits_together(running: Running) ->
 
     async def blocker_admitted() -> dict[str, Any] | None:
         wl = await _workload(running, "blocker")
-        return wl if _cond(wl, "Admitted").get("status") == "True" else None
+        return wl if condition(wl, "Admitted").get("status") == "True" else None
 
     blocker = await eventually(blocker_admitted)
     assert _entry(blocker)["state"] == "Ready"
@@ -300,25 +279,25 @@ async def test_set_waits_pending_parks_then_admits_together(running: Running) ->
     prefill = await eventually(prefill_pending)
     assert _entry(prefill)["state"] == "Pending"
     assert _entry(prefill)["message"] == f"1 of 2 groups reserved; waiting: {A10G}"
-    assert _cond(prefill, "QuotaReserved").get("status") == "True"
+    assert condition(prefill, "QuotaReserved").get("status") == "True"
     assigned = prefill["status"]["admission"]["podSetAssignments"][0]
     assert assigned["name"] == "prefill"  # the group's one PodSet is named after the role
     assert "topologyAssignment" in assigned  # the group that fits keeps its domain while it waits
 
     async def deployment_waiting() -> dict[str, Any] | None:
         dep = await admin.get(kinds.MODEL_DEPLOYMENT, DEPLOYMENT, TEAM)
-        return dep if _cond(dep, joint.QUOTA_RESERVED).get("reason") == "Waiting" else None
+        return dep if condition(dep, joint.QUOTA_RESERVED).get("reason") == "Waiting" else None
 
     dep = await eventually(deployment_waiting)
-    assert _cond(dep, joint.QUOTA_RESERVED)["status"] == "False"
+    assert condition(dep, joint.QUOTA_RESERVED)["status"] == "False"
 
     # Held, not admitted, and not moving: a few seconds later still so; no Pod ungated or bound.
     await asyncio.sleep(3)
     prefill = await _workload(running, _group("prefill"))
     decode = await _workload(running, _group("decode"))
     assert _entry(prefill)["state"] == "Pending"
-    assert _cond(prefill, "Admitted").get("status") != "True"
-    assert decode is not None and _cond(decode, "QuotaReserved").get("status") != "True"
+    assert condition(prefill, "Admitted").get("status") != "True"
+    assert decode is not None and condition(decode, "QuotaReserved").get("status") != "True"
     for pod in await _pods(admin):
         assert KUEUE_GATE in {g["name"] for g in pod["spec"].get("schedulingGates") or ()}, pod["metadata"]
         assert not pod["spec"].get("nodeName"), pod["metadata"]["name"]
@@ -333,10 +312,12 @@ async def test_set_waits_pending_parks_then_admits_together(running: Running) ->
 
     async def parked() -> dict[str, Any] | None:
         dep = await admin.get(kinds.MODEL_DEPLOYMENT, DEPLOYMENT, TEAM)
-        return dep if _cond(dep, joint.QUOTA_RESERVED).get("reason") == "Parked" else None
+        return dep if condition(dep, joint.QUOTA_RESERVED).get("reason") == "Parked" else None
 
     dep = await eventually(parked)
-    assert _cond(dep, joint.QUOTA_RESERVED)["message"].startswith(f"1 of 2 groups reserved; waiting: {A10G}")
+    assert condition(dep, joint.QUOTA_RESERVED)["message"].startswith(
+        f"1 of 2 groups reserved; waiting: {A10G}"
+    )
     assert _entry(await _workload(running, _group("prefill")))["state"] == "Pending"
 
     # Free the A10G: decode reserves, both groups are Ready and admitted together.
@@ -344,7 +325,7 @@ async def test_set_waits_pending_parks_then_admits_together(running: Running) ->
 
     async def both_admitted() -> list[dict[str, Any]] | None:
         wls = [await _workload(running, _group(role)) for role in ("prefill", "decode")]
-        ok = all(_cond(wl, "Admitted").get("status") == "True" for wl in wls)
+        ok = all(condition(wl, "Admitted").get("status") == "True" for wl in wls)
         return [w for w in wls if w] if ok else None
 
     for wl in await eventually(both_admitted):
@@ -353,10 +334,10 @@ async def test_set_waits_pending_parks_then_admits_together(running: Running) ->
 
     async def deployment_reserved() -> dict[str, Any] | None:
         dep = await admin.get(kinds.MODEL_DEPLOYMENT, DEPLOYMENT, TEAM)
-        return dep if _cond(dep, joint.QUOTA_RESERVED).get("status") == "True" else None
+        return dep if condition(dep, joint.QUOTA_RESERVED).get("status") == "True" else None
 
     dep = await eventually(deployment_reserved)
-    assert _cond(dep, joint.QUOTA_RESERVED)["reason"] == "Reserved"
+    assert condition(dep, joint.QUOTA_RESERVED)["reason"] == "Reserved"
 
     # Admitted: Kueue ungates the role Pods.
     async def ungated() -> bool:
