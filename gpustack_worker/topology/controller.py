@@ -9,8 +9,11 @@ Runs inside ``gpustack-worker controller`` next to the chain (leader-elected). K
   label drift, reference §6.4); a Node's labels changed (read-only ``nodeLabels`` sources only); a webhook
   source's poll interval and a staleness deadline come back as requeues;
 - ``topology-nodes`` [Node name]: the Node added or its labels changed; its Devices created or relabelled;
-  any source's readiness, spec or deletion (every Node, coalesced for a second);
-- ``topology-retire`` [``topologies``]: a Topology, flavor or source changed; Node labels (coalesced).
+  a change of what the profile assigner reads of any source — :func:`profiles.wakes_profiles`: whether it
+  is in effect (``Stale`` → ``Expired`` too, which flips no ``Ready`` status), its selector, its levels
+  (every Node, coalesced for a second);
+- ``topology-retire`` [``topologies``]: a Topology or flavor changed; a source as for ``topology-nodes``;
+  Node labels (coalesced).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from gpustack_worker.api import keys, kinds
 from gpustack_worker.runtime.controller import Controller, labels_changed, semantic_changed
 from gpustack_worker.runtime.mappers import all_keys, by_index
 from gpustack_worker.runtime.queue import settings_queue
-from gpustack_worker.topology import managers, sources
+from gpustack_worker.topology import managers, profiles, sources
 from gpustack_worker.topology.steps import TOPOLOGIES_KEY, UID_INDEX, TopologySteps
 
 if TYPE_CHECKING:
@@ -52,17 +55,6 @@ def _source_view(obj: Any) -> Any:
     """What wakes a source's own reconcile: not its status (ours)."""
     meta = _meta(obj)
     return meta.get("generation"), meta.get("deletionTimestamp"), meta.get("finalizers"), meta.get("uid")
-
-
-def _profile_view(obj: Any) -> Any:
-    """What the profile assigner reads from a source."""
-    meta = _meta(obj)
-    ready = [
-        (c.get("type"), c.get("status"))
-        for c in (obj.get("status") or {}).get("conditions") or ()
-        if c.get("type") == sources.READY
-    ]
-    return meta.get("generation"), meta.get("deletionTimestamp"), ready
 
 
 def _created_or_deleted(_event: str, old: Any | None, new: Any | None) -> bool:
@@ -151,13 +143,13 @@ class Topology:
         self.node_ctl.watch(self.nodes, predicates=[labels_changed])
         self.node_ctl.watch(self.devices, predicates=[labels_changed])
         self.node_ctl.watch(
-            self.sources, mapper=every_node, predicates=[semantic_changed(_profile_view)], delay=_window
+            self.sources, mapper=every_node, predicates=[profiles.wakes_profiles], delay=_window
         )
 
         retire = lambda _obj: (TOPOLOGIES_KEY,)  # noqa: E731
         self.retire_ctl.watch(self.topologies, mapper=retire)
         self.retire_ctl.watch(self.flavors, mapper=retire)
-        self.retire_ctl.watch(self.sources, mapper=retire, predicates=[semantic_changed(_profile_view)])
+        self.retire_ctl.watch(self.sources, mapper=retire, predicates=[profiles.wakes_profiles])
         self.retire_ctl.watch(self.nodes, mapper=retire, predicates=[labels_changed], delay=_window)
         settings.subscribe(lambda _s: self.resync())
 

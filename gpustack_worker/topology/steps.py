@@ -27,7 +27,6 @@ from gpustack_worker.runtime.controller import Result
 from gpustack_worker.runtime.finalizers import Finalizer, has_finalizer
 from gpustack_worker.runtime.prune import Pruner, stamp
 from gpustack_worker.topology import fetch, managers, profiles, sources
-from gpustack_worker.topology import levels as lv
 from gpustack_worker.topology.nodefeatures import same_content
 from gpustack_worker.topology.selector import compile_selector
 from gpustack_worker.topology.spec_check import parse_duration
@@ -54,23 +53,16 @@ def _labels(obj: Mapping[str, Any] | None) -> Mapping[str, str]:
     return _meta(obj).get("labels") or {}
 
 
-def _in_effect(source: Mapping[str, Any]) -> bool:
-    """Whether the source's hierarchy is in effect: ``Ready=True``, or ``Stale`` (its last valid snapshot
-    stays in effect until ``maxStaleness``, so a broken revision changes no profile meanwhile — reference
-    Appendix C #10 left this open; docs/topology.md explains the choice)."""
-    ready = conditions.find((source.get("status") or {}).get("conditions"), sources.READY)
-    if ready is None:
-        return False
-    return ready.get("status") == "True" or ready.get("reason") == sources.STALE
-
-
 @dataclass(frozen=True, slots=True)
 class _Compiled:
-    """A source's selector and normalised levels, compiled once per resourceVersion."""
+    """A source's selector, and what the profile assigner reads of it, compiled once per
+    resourceVersion."""
 
     rv: str
+    #: The selector (ownership conflicts read it whatever the source's state).
     matches: Callable[[Mapping[str, str]], bool]
-    levels: tuple[str, ...]
+    #: The assigner's view (:func:`profiles.source_input`; None while the source is not in effect).
+    ready: profiles.ReadySource | None
 
 
 @dataclass(slots=True)
@@ -119,29 +111,27 @@ class TopologySteps:
     # -- shared reads ------------------------------------------------------------------------------
 
     def compiled(self, source: Mapping[str, Any]) -> _Compiled:
-        """The source's compiled selector and normalised levels (memoised per resourceVersion)."""
+        """The source's compiled selector and assigner view (memoised per resourceVersion)."""
         meta = _meta(source)
         name, rv = str(meta.get("name", "")), str(meta.get("resourceVersion", ""))
         memo = self._compiled.get(name)
         if memo is None or memo.rv != rv:
-            spec = source.get("spec") or {}
-            levels = spec.get("levels")
             memo = _Compiled(
                 rv,
-                compile_selector(spec.get("nodeSelector")),
-                lv.normalize_tiers([str(x) for x in levels] if isinstance(levels, list | tuple) else ()),
+                compile_selector((source.get("spec") or {}).get("nodeSelector")),
+                profiles.ready_source(name, profiles.source_input(source)),
             )
             self._compiled[name] = memo
         return memo
 
     def ready_sources(self) -> list[profiles.ReadySource]:
-        """Every TopologySource the profile assigner may use: in effect and not being deleted."""
+        """Every TopologySource the profile assigner may use (:func:`profiles.source_input`: in effect and
+        not being deleted)."""
         out = []
         for source in self.topology_sources.store.list():
-            if _meta(source).get("deletionTimestamp") or not _in_effect(source):
-                continue
-            memo = self.compiled(source)
-            out.append(profiles.ReadySource(str(_meta(source)["name"]), memo.matches, memo.levels))
+            ready = self.compiled(source).ready
+            if ready is not None:
+                out.append(ready)
         return out
 
     def _node_labels(self) -> dict[str, Mapping[str, str]]:
