@@ -59,8 +59,6 @@ PLAN_NAMESPACE: Final = "default"
 _NFD_DEFAULT_NS: Final = "feature.node.kubernetes.io/"
 #: Rounds of agent → nfd-master → topology before the Nodes must have stopped changing.
 _MAX_ROUNDS: Final = 6
-#: ``Ready=True`` of a TopologySource (or ``Stale``): its hierarchy is in effect.
-_STALE: Final = sources.STALE
 #: A placeholder time for the rendered Node's Ready condition and the source's decision (never read).
 _EPOCH: Final = "1970-01-01T00:00:00Z"
 
@@ -171,7 +169,8 @@ def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
 def _in_effect(conditions: Sequence[Condition]) -> tuple[bool, str]:
     for cond in conditions:
         if cond.type == sources.READY:
-            return cond.status == "True" or cond.reason == _STALE, f"{cond.reason}: {cond.message}"
+            # the controllers' own rule (``Ready=True`` or ``Stale``), not a copy of it
+            return profiles.ready_in_effect(cond.status, cond.reason), f"{cond.reason}: {cond.message}"
     return False, "no Ready condition"
 
 
