@@ -138,6 +138,11 @@ KUEUE_PODSET_LABEL: Final = "kueue.x-k8s.io/podset"
 ACCELERATOR_ALLOCATED: Final = "device.gpustack.ai/accelerator.allocated"
 
 # --- ModelDeployment Pods (Kueue pod groups) --------------------------------------------------------
+#: Kueue's label and annotation domain: a key under it, or under a subdomain of it (Kueue's
+#: ``provreq.kueue.x-k8s.io/`` parameters), is Kueue's input or output on a Pod.
+KUEUE_DOMAIN: Final = "kueue.x-k8s.io"
+#: The domain of the ModelDeployment Pod identity labels below.
+MODEL_DEPLOYMENT_DOMAIN: Final = "modeldeployment.gpustack.ai"
 #: Kueue's Pod integration (pkg/controller/jobs/pod): the LocalQueue label, the group's label and size
 #: annotation, the role-hash annotation the group's PodSet is named after, a member's index in the group,
 #: and the TAS requests Kueue reads off a Pod.
