@@ -18,6 +18,15 @@ carries, and why (Kueue v0.19.2 ``pkg/controller/jobs/pod``):
 - labels ``modeldeployment.gpustack.ai/{uid,role,pod-ordinal,render-hash}``: the deployment's uid, the
   role, the replica ordinal and the render hash; a controller ownerReference to the ModelDeployment.
 
+The template's own labels and annotations are carried to every Pod, except that the worker alone decides
+the keys under Kueue's domain (``kueue.x-k8s.io`` and its subdomains) and the ModelDeployment identity
+domain (``modeldeployment.gpustack.ai``): :func:`reserved_key` is that one rule. A template carrying such a
+key is refused (``ReservedTemplateMetadata``), never stripped: each of those keys changes the group's
+Workload (its queue, group, PodSet name, topology request, priority, slices...), so a template asking for
+one asked for something the render would not do — a ``podset-required-topology`` would bypass the level
+check, a ``podset-preferred-topology`` would silently drop the node-store terms. The other template
+metadata fields (name, namespace, owners, finalizers) are never read.
+
 Resources: the first container's limits get the InstanceType's unit resources × units (``cpu`` ×
 units, ``memory`` = ``ram`` × units) and ``ephemeral-storage`` = ``spec.localStorage`` (the reference
 bounds an instance's local storage by the type's value, not per card); its requests get the same, or —
@@ -34,12 +43,14 @@ replaces the groups rendered before (only of the roles whose render changed). Th
 terms are added at creation (:mod:`gpustack_worker.placement.modelstores`), outside the hash.
 
 A role that cannot be rendered — no or unknown InstanceType, a level its queue's hierarchy does not have,
-a malformed accelerator request — yields a :class:`RoleProblem` (a status condition), never an exception.
+a malformed accelerator request, reserved template metadata — yields a :class:`RoleProblem` (a status
+condition), never an exception.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -51,7 +62,7 @@ from gpustack_worker.runtime.frozen import thaw
 from gpustack_worker.runtime.quantity import parse
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Iterable, Sequence
 
 __all__ = (
     "CPU",
@@ -64,6 +75,7 @@ __all__ = (
     "pod_name",
     "queue_levels",
     "replica_pods",
+    "reserved_key",
     "template_preferred_count",
 )
 
@@ -86,6 +98,11 @@ INSTANCE_TYPE_NOT_FOUND: Final = "InstanceTypeNotFound"
 UNKNOWN_LEVEL: Final = "UnknownLevel"
 INVALID_RESOURCES: Final = "InvalidResources"
 INVALID_TEMPLATE: Final = "InvalidTemplate"
+RESERVED_TEMPLATE_METADATA: Final = "ReservedTemplateMetadata"
+
+#: Label and annotation domains (and their subdomains) only the render sets: Kueue's, whose keys decide
+#: the Workload Kueue builds from the Pods, and the deployment's Pod identity labels.
+RESERVED_DOMAINS: Final = (keys.KUEUE_DOMAIN, keys.MODEL_DEPLOYMENT_DOMAIN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +131,27 @@ class RolePlan:
 
 def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return (obj or {}).get("metadata") or {}
+
+
+def reserved_key(key: str) -> bool:
+    """Whether a label or annotation key is the render's alone (a template may not carry it): its prefix
+    is a :data:`RESERVED_DOMAINS` domain or a subdomain of one."""
+    prefix, slash, _name = key.partition("/")
+    if not slash:
+        return False
+    prefix = prefix.lower()
+    return any(prefix == domain or prefix.endswith("." + domain) for domain in RESERVED_DOMAINS)
+
+
+def _reserved_in(template: Any) -> list[str]:
+    """``<key> (label|annotation)`` for every reserved key of a role template's metadata, sorted."""
+    meta = template.get("metadata") if isinstance(template, Mapping) else None
+    found: list[str] = []
+    for field_name, what in (("labels", "label"), ("annotations", "annotation")):
+        entries = meta.get(field_name) if isinstance(meta, Mapping) else None
+        if isinstance(entries, Mapping):
+            found.extend(f"{k} ({what})" for k in entries if reserved_key(str(k)))
+    return sorted(found)
 
 
 def queue_levels(
@@ -317,6 +355,15 @@ def plan_role(
     if isinstance(accel, RoleProblem):
         return accel
     units, accelerator = accel
+    reserved = _reserved_in(role.get("template"))
+    if reserved:
+        return RoleProblem(
+            name,
+            RESERVED_TEMPLATE_METADATA,
+            f"the template sets {', '.join(reserved)}; keys under "
+            f"{' and '.join(RESERVED_DOMAINS)} are the worker's to set (a topology request is "
+            "roles[].topology.requiredLevel)",
+        )
     queue = keys.local_queue_name(str(type_name))
     base = _render_base(
         deployment, role, instance_type, queue, str(level) if level else None, units, accelerator, overcommit

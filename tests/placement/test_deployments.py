@@ -272,6 +272,22 @@ def test_an_unknown_level_is_a_condition_and_a_role_message() -> None:
     assert conds_of(body)["Admitted"]["status"] == "False"
 
 
+def test_a_template_with_reserved_metadata_is_a_rendered_condition_and_keeps_its_pods() -> None:
+    dep = deployment(role(replicas=1, size=2))
+    existing = as_cached(plan_writes(dep, plans_of(dep), [], StoreView()).create)
+    smuggled = copy.deepcopy(role(replicas=1, size=2))
+    smuggled["template"]["metadata"]["annotations"][keys.PODSET_PREFERRED_TOPOLOGY] = keys.PRIVATE_RACK
+    broken = deployment(smuggled)
+    plans = plans_of(broken)
+    writes = plan_writes(broken, plans, existing, StoreView())
+    assert writes.create == [] and writes.delete == []
+    body = status_body(broken, plans, existing, {}, now=NOW)
+    rendered = conds_of(body)["Rendered"]
+    assert rendered["status"] == "False" and rendered["reason"] == pods.RESERVED_TEMPLATE_METADATA
+    named = f"role decode: the template sets {keys.PODSET_PREFERRED_TOPOLOGY} (annotation)"
+    assert named in rendered["message"]
+
+
 def test_refused_creates_surface_in_the_role_message() -> None:
     dep = deployment(role(replicas=1, size=1))
     body = status_body(dep, plans_of(dep), [], {}, now=NOW, create_errors={"decode": "denied by webhook"})

@@ -6,6 +6,8 @@ import copy
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpustack_worker.api import keys
 from gpustack_worker.api.crds.model_deployment import ModelDeployment
@@ -274,3 +276,156 @@ def test_queue_levels_follow_flavors_to_their_topologies() -> None:
     )
     assert pods.queue_levels(None, flavors, topologies) is None
     assert pods.queue_levels({"spec": {}}, flavors, topologies) == frozenset()
+
+
+# --- the template's metadata: which keys are the render's alone -----------------------------------------
+#: Every label, annotation, finalizer and gate key Kueue v0.19.2 defines under its domain (pkg/ and apis/,
+#: read from its sources), plus a provisioning-request parameter (the ``provreq.kueue.x-k8s.io/`` subdomain).
+KUEUE_KEYS = (
+    "kueue.x-k8s.io/admission",
+    "kueue.x-k8s.io/admission-gated-by",
+    "kueue.x-k8s.io/cluster-queue-name",
+    "kueue.x-k8s.io/component-workload-index",
+    "kueue.x-k8s.io/concurrent-admission",
+    "kueue.x-k8s.io/concurrent-admission-parent",
+    "kueue.x-k8s.io/elastic-job",
+    "kueue.x-k8s.io/is-group-workload",
+    "kueue.x-k8s.io/job-completions-equal-parallelism",
+    "kueue.x-k8s.io/job-min-parallelism",
+    "kueue.x-k8s.io/job-owner-gvk",
+    "kueue.x-k8s.io/job-owner-name",
+    "kueue.x-k8s.io/job-uid",
+    "kueue.x-k8s.io/local-queue-name",
+    "kueue.x-k8s.io/managed",
+    "kueue.x-k8s.io/manager",
+    "kueue.x-k8s.io/multikueue",
+    "kueue.x-k8s.io/multikueue-origin",
+    "kueue.x-k8s.io/multikueue-origin-uid",
+    "kueue.x-k8s.io/multikueue-worker-workload-pod",
+    "kueue.x-k8s.io/pod-group-fast-admission",
+    "kueue.x-k8s.io/pod-group-name",
+    "kueue.x-k8s.io/pod-group-pod-index",
+    "kueue.x-k8s.io/pod-group-pod-index-label",
+    "kueue.x-k8s.io/pod-group-serving",
+    "kueue.x-k8s.io/pod-group-total-count",
+    "kueue.x-k8s.io/pod-index-offset",
+    "kueue.x-k8s.io/pod-suspending-parent",
+    "kueue.x-k8s.io/podset",
+    "kueue.x-k8s.io/podset-group-name",
+    "kueue.x-k8s.io/podset-preferred-topology",
+    "kueue.x-k8s.io/podset-replica-sizes",
+    "kueue.x-k8s.io/podset-required-topology",
+    "kueue.x-k8s.io/podset-slice-required-topology",
+    "kueue.x-k8s.io/podset-slice-required-topology-constraints",
+    "kueue.x-k8s.io/podset-slice-size",
+    "kueue.x-k8s.io/podset-unconstrained-topology",
+    "kueue.x-k8s.io/prebuilt-workload-name",
+    "kueue.x-k8s.io/priority-boost",
+    "kueue.x-k8s.io/priority-class",
+    "kueue.x-k8s.io/provisioning-request",
+    "kueue.x-k8s.io/queue-name",
+    "kueue.x-k8s.io/retriable-in-group",
+    "kueue.x-k8s.io/role-hash",
+    "kueue.x-k8s.io/safe-to-forcefully-delete",
+    "kueue.x-k8s.io/stopping",
+    "kueue.x-k8s.io/topology",
+    "kueue.x-k8s.io/workload",
+    "kueue.x-k8s.io/workload-allowed-resource-flavors",
+    "kueue.x-k8s.io/workload-slice-name",
+    "kueue.x-k8s.io/workload-slice-replacement-for",
+    "kueue.x-k8s.io/workloadpriorityclass",
+    "provreq.kueue.x-k8s.io/ValidUntilSeconds",
+)
+#: The deployment's Pod identity labels (and any other key of their domain).
+IDENTITY_KEYS = (
+    keys.MODEL_DEPLOYMENT_UID,
+    keys.MODEL_DEPLOYMENT_ROLE,
+    keys.POD_ORDINAL,
+    keys.RENDER_HASH,
+    "modeldeployment.gpustack.ai/anything",
+)
+#: Keys that only look like reserved ones: a template may carry them.
+LOOKALIKES = (
+    "queue-name",
+    "kueue.x-k8s.io",
+    "x-k8s.io/queue-name",
+    "notkueue.x-k8s.io/queue-name",
+    "kueue.x-k8s.io.example.com/queue-name",
+    "example.com/kueue.x-k8s.io",
+    "gpustack.ai/role",
+    "app.kubernetes.io/name",
+)
+
+
+def _with_metadata(field: str, entries: dict[str, str], **over: Any) -> dict[str, Any]:
+    template = copy.deepcopy(role()["template"])
+    template["metadata"][field] = {**template["metadata"][field], **entries}
+    return role(template=template, **over)
+
+
+@pytest.mark.parametrize("field", ["labels", "annotations"])
+@pytest.mark.parametrize("key", KUEUE_KEYS + IDENTITY_KEYS)
+def test_a_template_carrying_a_reserved_key_is_refused_by_name(field: str, key: str) -> None:
+    assert pods.reserved_key(key)
+    r = _with_metadata(field, {key: "x"})
+    got = pods.plan_role(deployment(r), r, TYPES, LEVELS)
+    assert isinstance(got, pods.RoleProblem)
+    assert got.reason == pods.RESERVED_TEMPLATE_METADATA and got.role == "decode"
+    assert f"{key} ({field[:-1]})" in got.message
+
+
+@pytest.mark.parametrize("key", LOOKALIKES)
+def test_a_key_that_only_looks_reserved_is_carried(key: str) -> None:
+    assert not pods.reserved_key(key)
+    r = _with_metadata("labels", {key: "x"})
+    (pod,) = pods.replica_pods(deployment(r), plan(r), 0, indices=[0])
+    assert pod["metadata"]["labels"][key] == "x"
+
+
+def test_the_template_preferred_topology_is_refused_not_left_to_suppress_the_store_terms() -> None:
+    """The filed case: a template's own podset-preferred-topology (and required-topology, which would skip
+    the level check) is refused, with every reserved key named, whatever the role's level."""
+    r = _with_metadata(
+        "annotations",
+        {keys.PODSET_PREFERRED_TOPOLOGY: RACK, keys.PODSET_REQUIRED_TOPOLOGY: keys.STANDARD_ZONE},
+        topology=None,
+    )
+    got = pods.plan_role(deployment(r), r, TYPES, LEVELS)
+    assert isinstance(got, pods.RoleProblem) and got.reason == pods.RESERVED_TEMPLATE_METADATA
+    assert keys.PODSET_PREFERRED_TOPOLOGY in got.message and keys.PODSET_REQUIRED_TOPOLOGY in got.message
+
+
+_TEMPLATE_KEYS = st.sampled_from(("app", "example.com/team", *LOOKALIKES, *KUEUE_KEYS, *IDENTITY_KEYS))
+_ENTRIES = st.dictionaries(_TEMPLATE_KEYS, st.sampled_from(("a", "b")), max_size=4)
+#: The Kueue keys every rendered Pod carries (the topology one only with a level), label or annotation.
+_OURS_LABELS = {keys.QUEUE_NAME, keys.POD_GROUP_NAME, keys.POD_GROUP_POD_INDEX}
+_OURS_ANNOTATIONS = {keys.POD_GROUP_TOTAL_COUNT, keys.ROLE_HASH}
+_TOPOLOGY_PREFIX = f"{keys.KUEUE_DOMAIN}/podset-"
+
+
+@settings(max_examples=300)
+@given(labels=_ENTRIES, annotations=_ENTRIES, level=st.sampled_from([None, RACK, keys.HOSTNAME]))
+def test_a_rendered_pods_topology_annotations_are_exactly_the_roles_level(
+    labels: dict[str, str], annotations: dict[str, str], level: str | None
+) -> None:
+    template = {**role()["template"], "metadata": {"labels": labels, "annotations": annotations}}
+    r = role(template=template, topology={"requiredLevel": level} if level else None)
+    got = pods.plan_role(deployment(r), r, TYPES, LEVELS)
+    reserved = sorted(k for k in (*labels, *annotations) if pods.reserved_key(k))
+    if reserved:
+        assert isinstance(got, pods.RoleProblem) and got.reason == pods.RESERVED_TEMPLATE_METADATA
+        assert all(k in got.message for k in reserved)
+        return
+    assert isinstance(got, pods.RolePlan)
+    for pod in pods.replica_pods(deployment(r), got, 0, indices=[0, 7]):
+        meta = pod["metadata"]
+        topology = {k: v for k, v in meta["annotations"].items() if k.startswith(_TOPOLOGY_PREFIX)}
+        assert topology == ({keys.PODSET_REQUIRED_TOPOLOGY: level} if level else {})
+        kueue = f"{keys.KUEUE_DOMAIN}/"
+        assert {k for k in meta["labels"] if k.startswith(kueue)} == _OURS_LABELS
+        assert {k for k in meta["annotations"] if k.startswith(kueue)} == _OURS_ANNOTATIONS | (
+            {keys.PODSET_REQUIRED_TOPOLOGY} if level else set()
+        )
+        # the template's own keys ride along verbatim
+        assert all(meta["labels"][k] == v for k, v in labels.items())
+        assert all(meta["annotations"][k] == v for k, v in annotations.items())
