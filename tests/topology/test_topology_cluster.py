@@ -8,6 +8,8 @@ and the controllers (topology + chain) running as their ServiceAccounts, on the 
 - two overlapping writing sources fall back to hostname-only;
 - a nodeLabels source over cloud region/zone labels works without writing any NodeFeature or any Node
   label other than the profile;
+- a configMap source over the same labels that goes Stale and then Expired: the Nodes fall back to
+  hostname-only on the expiry alone (no Node changes);
 - the webhook arm against local HTTPS servers (bearer token, client certificate): a redirect, a slow, a
   huge and a malformed answer each give a clear condition while the last good snapshot holds; then it
   expires.
@@ -380,6 +382,63 @@ async def test_node_labels_source_over_cloud_labels_writes_only_the_profile(runn
             for i in items
             if (i["metadata"].get("labels") or {}).get(keys.NFD_NODE_NAME) == name
         )
+
+
+async def test_an_expired_source_drops_its_profile_without_any_node_change(running: Running) -> None:
+    """A configMap source over the cloud Nodes' standard region/zone (a snapshot may only repeat those: it
+    writes no NodeFeature, so its expiry changes no Node label). Stale keeps its profile; Expired — a
+    reason change, no Ready status flip — must fall the Nodes back to hostname-only by itself."""
+    run, admin = running, running.admin
+    nodes = ("cloud-a", "cloud-b")
+    if await run.source("cloud") is not None:  # the nodeLabels source over the same Nodes: two would tie
+        await admin.delete(kinds.TOPOLOGY_SOURCE, "cloud")
+
+        async def cloud_gone() -> bool:
+            return await run.source("cloud") is None
+
+        await eventually(cloud_gone)
+    levels = (keys.STANDARD_REGION, keys.STANDARD_ZONE)
+    snapshot = {
+        name: {k: _labels(await admin.get(kinds.NODE, name))[k] for k in levels} for name in nodes
+    }
+    await admin.create(
+        kinds.CONFIG_MAP, _config_map("cloud-inventory", {SNAPSHOT_KEY: snapshot_text("cloud-1", snapshot)})
+    )
+    await admin.create(
+        kinds.TOPOLOGY_SOURCE,
+        _source("cloud-inventory", levels, {INVENTORY: "cloud"}, **_cm_arm("cloud-inventory", "15s")),
+    )
+    profile = keys.topology_profile([*levels, keys.HOSTNAME])
+
+    async def profiled(want: str) -> bool:
+        return set((await run.profiles(nodes)).values()) == {want}
+
+    async def ready_reason(reason: str) -> dict[str, Any] | None:
+        src = await run.source("cloud-inventory")
+        return src if _cond(src, "Ready").get("reason") == reason else None
+
+    try:
+        src = await eventually(lambda: ready_reason("Observed"))
+        assert _cond(src, "Ready")["status"] == "True"
+        await eventually(lambda: profiled(profile))
+        assert await run.owned_nodefeatures(src["metadata"]["uid"]) == {}
+
+        def others(found: dict[str, str]) -> dict[str, str]:
+            return {k: v for k, v in found.items() if k != keys.TOPOLOGY_PROFILE}
+
+        labels_before = {n: others(_labels(await admin.get(kinds.NODE, n))) for n in nodes}
+        # The key goes away: SnapshotKeyMissing, the last valid snapshot stays in effect (Stale) ...
+        await admin.patch(kinds.CONFIG_MAP, "cloud-inventory", {"data": {SNAPSHOT_KEY: None}}, namespace=NS)
+        stale = await eventually(lambda: ready_reason("Stale"))
+        assert _cond(stale, "Valid")["reason"] == "SnapshotKeyMissing"
+        assert await profiled(profile)
+        # ... until maxStaleness: Expired flips no Ready status, and no Node label moves.
+        await eventually(lambda: ready_reason("Expired"))
+        await eventually(lambda: profiled(HOSTNAME_ONLY))
+        assert {n: others(_labels(await admin.get(kinds.NODE, n))) for n in nodes} == labels_before
+    finally:
+        await admin.delete(kinds.TOPOLOGY_SOURCE, "cloud-inventory")
+        await admin.delete(kinds.CONFIG_MAP, "cloud-inventory", NS)
 
 
 def _secret(name: str, data: dict[str, bytes]) -> dict[str, Any]:
