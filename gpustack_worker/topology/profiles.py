@@ -2,12 +2,12 @@
 
 Reference §2.1.2 and "Hierarchy profiles": among the TopologySources in effect (``Ready=True``, or
 ``Stale``: a failing source's last valid snapshot stays in effect until ``maxStaleness``; never one being
-deleted) whose
-``nodeSelector`` matches the Node, exactly one supplies the levels (Topograph tiers normalised, then the
-longest prefix whose values are all non-empty on the Node); zero or several matching sources fall back
-to the hostname-only hierarchy — an ambiguous inventory never invents a tree. ``kubernetes.io/hostname``
-is always the last level. The ordered key list is hashed into ``topology.gpustack.ai/profile`` and
-names the Kueue Topology ``gpustack-<profile>`` every Node of that shape shares.
+deleted) whose ``nodeSelector`` matches the Node, exactly one supplies the levels (Topograph tiers
+normalised, then the longest prefix whose values are all non-empty on the Node); zero or several
+matching sources fall back to the hostname-only hierarchy — an ambiguous inventory never invents a
+tree. ``kubernetes.io/hostname`` is always the last level. The ordered key list is hashed into
+``topology.gpustack.ai/profile`` and names the Kueue Topology ``gpustack-<profile>`` every Node of that
+shape shares.
 
 Only managed Nodes (``gpustack.ai/managed=true``) carry a profile: the chain reads no other Node.
 
