@@ -9,7 +9,8 @@ ModelDeployment controller running as the controller's ServiceAccount, on the ``
 - a 3 × 8 role produces three Workloads (one PodSet named after the role, eight Pods each), each admitted
   and placed on its own, every Pod bound where its Workload's topology assignment says;
 - a role that does not fit carries Kueue's inadmissible message verbatim, with the role and replica named;
-  a level the queue's hierarchy lacks is a ``Rendered=False`` condition and creates no Pod.
+  a level the queue's hierarchy lacks is a ``Rendered=False`` condition and creates no Pod, and so is a
+  template carrying Kueue's own metadata.
 
 No kubelet runs: a bound Pod stays ``Pending`` with ``spec.nodeName`` set, and no garbage collector runs
 either (no kube-controller-manager), so the tests never rely on a Pod going away.
@@ -306,3 +307,21 @@ async def test_an_unknown_level_is_a_condition_and_creates_no_pod(running: Runni
     assert cond["reason"] == "UnknownLevel"
     assert keys.PRIVATE_RACK in cond["message"] and keys.HOSTNAME in cond["message"]
     assert await running.pods("zoned") == []
+
+
+async def test_a_template_with_kueue_metadata_is_refused_and_creates_no_pod(running: Running) -> None:
+    """A template's own podset-preferred-topology would reach Kueue and drop the node-store terms: the
+    render refuses it (``Rendered=False/ReservedTemplateMetadata``) and makes no Pod."""
+    admin = running.admin
+    role = _role("smuggled", CPU_TYPE, replicas=1, size=1)
+    role["template"]["metadata"] = {"annotations": {keys.PODSET_PREFERRED_TOPOLOGY: keys.HOSTNAME}}
+    await admin.create(kinds.MODEL_DEPLOYMENT, _deployment("smuggled", role), namespace=TEAM)
+
+    async def rendered() -> dict[str, Any] | None:
+        md = await admin.get(kinds.MODEL_DEPLOYMENT, "smuggled", TEAM)
+        return md if _cond(md, "Rendered").get("status") == "False" else None
+
+    cond = _cond(await eventually(rendered), "Rendered")
+    assert cond["reason"] == "ReservedTemplateMetadata"
+    assert keys.PODSET_PREFERRED_TOPOLOGY in cond["message"]
+    assert await running.pods("smuggled") == []
