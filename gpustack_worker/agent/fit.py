@@ -3,19 +3,26 @@
 Node capacity keys are node totals and cannot tell a fragmented node (ten cards with 10 % free each)
 from one with a whole free card. Two labels per model, written directly on the Node, let the Workload
 webhook pin ``Gt U-1`` / ``Gt N-1`` so Kueue's topology-aware scheduling skips nodes Gate 3 would
-refuse:
+refuse. Both values come from Gate 3's own per-card predicates (:mod:`gpustack_worker.api.card_fit`,
+which Gate 3 judges with), so for a single Pod asking for one accelerator a label admits a node exactly when
+Gate 3 would:
 
 - ``sliced-max-free-units.fit.gpustack.ai/<aKey>`` — present iff some card of the model serves the
-  logical-slicing family; the largest free units on one such card. A card counts its ``remaining``
-  only when it is free or already sliced *and* has a free slot (``allocatedSlices <
-  logicalSliced.count``): a Hygon card hosting its four slices is full however much memory is left.
+  logical-slicing family; the largest slice one such card still takes (``card_fit.free_slice_units``:
+  its ``remaining`` when it is healthy, free or already sliced, and has a free slot —
+  ``allocatedSlices < logicalSliced.count``; a Hygon card hosting its four slices is full however much
+  memory is left).
 - ``shared-free-cards.fit.gpustack.ai/<aKey>`` — present iff some unpartitioned card serves the
-  shared family; how many of them are free or shared with at least one owner share (M/10) left.
+  shared family; how many of them still grant one owner share (``card_fit.grants_share``: healthy,
+  free or shared, M/10 left).
 
-Values are ``0`` when the population is full; a label disappears with its population, and every label
-disappears when the node is unmanaged or has no ledger. ``aKey`` is ``<mfr>-<status group id>``; a key
-that is not a valid qualified label name is skipped. A ledger entry without a matching card in
-``spec`` (capability unknown) is ignored.
+The cards are the node's ``spec`` cards (``card_fit.node_cards``). An unhealthy card stays in its
+population but gives nothing: a model whose only free card broke reads ``0``, never that card's
+``remaining``. A card whose ledger entry is not published yet (no ``status.groups`` yet, or no entry for
+it) reads as free, as Gate 3 reads it; a ledger entry without a matching card in ``spec`` (capability
+unknown) is ignored. Values are ``0`` when the population is full; a label disappears with its
+population, and every label disappears when the node is unmanaged or has no ``Devices``. ``aKey`` is
+``<mfr>-<group id>``; a key that is not a valid qualified label name is skipped.
 
 Inputs are checked first (:mod:`gpustack_worker.agent.validate`): ``desired`` computes from the
 sanitized ledger (a status group that does not match the spec group holding its cards is dropped, so
@@ -30,8 +37,7 @@ from typing import TYPE_CHECKING, Any
 from gpustack_worker.agent.labels import is_qualified_name
 from gpustack_worker.agent.managed import is_managed
 from gpustack_worker.agent.validate import apply_holds, read_count
-from gpustack_worker.api import bounds, keys
-from gpustack_worker.api.devices_view import free_slice_units, grants_share
+from gpustack_worker.api import bounds, card_fit, keys
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -42,8 +48,6 @@ __all__ = (
     "FIELD_MANAGER",
     "apply_body",
     "desired",
-    "free_slice_units",
-    "grants_share",
     "is_fit_label",
     "observed",
 )
@@ -69,26 +73,17 @@ def desired(
 ) -> dict[str, str]:
     """The fit labels this node should carry, by key (``devices`` is the checked view; labels matching
     ``holds`` keep their ``published`` value when it is in bounds, else are left out)."""
-    if devices is None or devices.ledger is None or not is_managed(node, manual=manual):
+    if devices is None or not is_managed(node, manual=manual):
         return {}
-    cards = {c.id: c for g in devices.groups for c in g.cards}
-    out: dict[str, str] = {}
-    for group in devices.ledger:
-        a_key = f"{group.manufacturer}-{group.id}"
-        sliced: list[int] = []
-        shared: list[bool] = []
-        for entry in group.cards:
-            card = cards.get(entry.id)
-            if card is None:
-                continue
-            if card.sliceable:
-                sliced.append(free_slice_units(card, entry))
-            if not card.partitioned:
-                shared.append(grants_share(entry))
-        if sliced:
-            out[keys.sliced_max_free_units_key(a_key)] = str(max(sliced))
-        if shared:
-            out[keys.shared_free_cards_key(a_key)] = str(sum(shared))
+    sliced: dict[str, int] = {}
+    shared: dict[str, int] = {}
+    for nc in card_fit.node_cards(devices):
+        if card_fit.serves_slices(nc.card):
+            sliced[nc.a_key] = max(sliced.get(nc.a_key, 0), card_fit.free_slice_units(nc.card, nc.ledger))
+        if card_fit.serves_shares(nc.card):
+            shared[nc.a_key] = shared.get(nc.a_key, 0) + card_fit.grants_share(nc.card, nc.ledger)
+    out = {keys.sliced_max_free_units_key(a): str(v) for a, v in sliced.items()}
+    out.update({keys.shared_free_cards_key(a): str(v) for a, v in shared.items()})
     valid = {k: v for k, v in out.items() if is_qualified_name(k)}
     return apply_holds(valid, holds, published, read=_read_published, scope=is_fit_label)
 

@@ -30,9 +30,7 @@ __all__ = (
     "LedgerGroup",
     "Profile",
     "devices_facts",
-    "free_slice_units",
     "fresh_ledger",
-    "grants_share",
 )
 
 
@@ -139,10 +137,11 @@ class DevicesFacts:
         return {c.id: c for g in self.ledger or () for c in g.cards}
 
 
-# --- per-card predicates (Gate 3's, shared by the fit labels and the pool views) -----------------------
+# --- a card whose ledger entry is not published yet ----------------------------------------------------
 def fresh_ledger(card: Card) -> CardLedger:
     """The ledger entry of a card whose ledger is not published yet: free, every profile at its ceiling
-    (a fresh node advertises room, as the agent's static-ceiling fallback does)."""
+    (a fresh node advertises room, as the agent's static-ceiling fallback does). The per-card predicates
+    that read it live in :mod:`gpustack_worker.api.card_fit`."""
     return CardLedger(
         id=card.id,
         index=card.index,
@@ -150,25 +149,6 @@ def fresh_ledger(card: Card) -> CardLedger:
         allocated=0,
         remaining=keys.UNITS_PER_ACCELERATOR,
         remaining_profiles={p.name: p.count for p in card.profiles},
-    )
-
-
-def free_slice_units(card: Card, ledger: CardLedger) -> int:
-    """Units one more logical slice could take on this card (Gate 3's slice predicate): its ``remaining``
-    when it is free or already sliced and has a free slot under ``logicalSliced.count``, else 0."""
-    if (
-        ledger.mode in (AllocationMode.NONE, AllocationMode.SLICED)
-        and ledger.allocated_slices < card.logical_count
-    ):
-        return max(ledger.remaining, 0)
-    return 0
-
-
-def grants_share(ledger: CardLedger) -> bool:
-    """Whether this card can still grant one ownership share (Gate 3's shared predicate)."""
-    return (
-        ledger.mode in (AllocationMode.NONE, AllocationMode.SHARED)
-        and ledger.remaining >= keys.UNITS_PER_SHARE
     )
 
 

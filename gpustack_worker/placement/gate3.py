@@ -5,13 +5,14 @@ Kueue reserved quota on the pool aggregate (Gate 2) and topology-aware schedulin
 cannot see how the free room is spread over each node's cards. :func:`judge` replays the Workload's
 Pods on a working copy of each assigned node's ``Devices`` ledger:
 
-- **per card** (:mod:`gpustack_worker.placement.demand` gives each container's claim): exclusive needs
-  a free whole card (mode None, remaining M); shared one owner share (M/10) on each of ``N`` distinct
-  free-or-shared cards; a slice its units on a free-or-sliced card with a free slot under
+- **per card** (:mod:`gpustack_worker.placement.demand` gives each container's claim; the predicates
+  are :mod:`gpustack_worker.api.card_fit`'s, which the agent's fit labels count with too): exclusive
+  needs a free whole card (mode None, remaining M); shared one owner share (M/10) on each of ``N``
+  distinct free-or-shared cards; a slice its units on a free-or-sliced card with a free slot under
   ``logicalSliced.count``; a partition one free placement of its profile (``remainingProfiles``).
   Exclusive, shared and sliced claims are never judged against a partitioned card, partitions only
   against partitioned ones; unhealthy cards serve nothing; a card whose ledger entry is not published
-  yet reads as free (as the pool views do).
+  yet reads as free (as the pool views and the fit labels do).
 - **packing**: slices and shares go to the fullest card that still fits (the allocator's order);
   exclusive cards by index; a partition to the fullest partitioned card offering the profile. Taking a
   partition lowers its own profile by one and every other profile of the card by the instances its
@@ -41,14 +42,16 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import orjson
 
-from gpustack_worker.api import keys, manufacturers
+from gpustack_worker.api import card_fit, keys, manufacturers
 from gpustack_worker.api.crds.devices import AllocationMode
-from gpustack_worker.api.devices_view import Card, DevicesFacts, fresh_ledger
 from gpustack_worker.placement.demand import Claim, Demand, Family, demand_of_podset
+
+if TYPE_CHECKING:
+    from gpustack_worker.api.devices_view import Card, DevicesFacts
 
 __all__ = (
     "READY",
@@ -245,7 +248,7 @@ def is_held(pod: Mapping[str, Any]) -> bool:
 # --- the working ledger -----------------------------------------------------------------------------
 @dataclass(slots=True)
 class _Slot:
-    """One healthy card's working state."""
+    """One card's working state (read by :mod:`gpustack_worker.api.card_fit`'s predicates)."""
 
     a_key: str
     manufacturer: str
@@ -253,7 +256,7 @@ class _Slot:
     vram_mib: int
     mode: int
     remaining: int
-    slices: int
+    allocated_slices: int
     #: Remaining instances by published profile name.
     profiles: dict[str, int]
     #: Profile memory by published profile name.
@@ -264,33 +267,26 @@ class _Slot:
 
 
 def _slots(facts: DevicesFacts | None) -> list[_Slot]:
-    if facts is None:
-        return []
-    ledgers = facts.card_ledgers()
     out = []
-    for group in facts.groups:
-        mfr = manufacturers.get(group.manufacturer)
-        for card in group.cards:
-            if card.unhealthy:
-                continue
-            entry = ledgers.get(card.id) or fresh_ledger(card)
+    for nc in card_fit.node_cards(facts):
+        mfr = manufacturers.get(nc.group.manufacturer)
 
-            def published(name: str, mfr: manufacturers.Manufacturer | None = mfr) -> str:
-                return manufacturers.publish_profile_name(mfr, name) if mfr is not None else name
+        def published(name: str, mfr: manufacturers.Manufacturer | None = mfr) -> str:
+            return manufacturers.publish_profile_name(mfr, name) if mfr is not None else name
 
-            out.append(
-                _Slot(
-                    a_key=f"{group.manufacturer}-{group.id}",
-                    manufacturer=group.manufacturer,
-                    card=card,
-                    vram_mib=group.memory_mib,
-                    mode=int(entry.mode),
-                    remaining=entry.remaining,
-                    slices=entry.allocated_slices,
-                    profiles={published(n): c for n, c in entry.remaining_profiles.items()},
-                    profile_mib={published(p.name): p.memory_mib for p in card.profiles},
-                )
+        out.append(
+            _Slot(
+                a_key=nc.a_key,
+                manufacturer=nc.group.manufacturer,
+                card=nc.card,
+                vram_mib=nc.group.memory_mib,
+                mode=int(nc.ledger.mode),
+                remaining=nc.ledger.remaining,
+                allocated_slices=nc.ledger.allocated_slices,
+                profiles={published(n): c for n, c in nc.ledger.remaining_profiles.items()},
+                profile_mib={published(p.name): p.memory_mib for p in nc.card.profiles},
             )
+        )
     return sorted(out, key=lambda s: (s.a_key, s.card.index, s.card.id))
 
 
@@ -315,22 +311,14 @@ def _fullest(slots: Iterable[_Slot]) -> list[_Slot]:
 def _take(claim: Claim, slots: list[_Slot]) -> str | None:
     """Charge one claim on the eligible ``slots`` (mutated on success); the reason when it does not fit."""
     if claim.family is Family.EXCLUSIVE:
-        free = [
-            s for s in slots if not s.card.partitioned and s.mode == AllocationMode.NONE and s.remaining >= M
-        ]
+        free = [s for s in slots if card_fit.takes_whole_card(s.card, s)]
         if len(free) < claim.cards:
             return f"{len(free)} free whole card(s)"
         for s in free[: claim.cards]:
             s.mode, s.remaining = AllocationMode.EXCLUSIVE, 0
         return None
     if claim.family is Family.SHARED:
-        granting = _fullest(
-            s
-            for s in slots
-            if not s.card.partitioned
-            and s.mode in (AllocationMode.NONE, AllocationMode.SHARED)
-            and s.remaining >= keys.UNITS_PER_SHARE
-        )
+        granting = _fullest(s for s in slots if card_fit.grants_share(s.card, s))
         if len(granting) < claim.cards:
             return f"{len(granting)} card(s) can still grant a share"
         for s in granting[: claim.cards]:
@@ -340,22 +328,16 @@ def _take(claim: Claim, slots: list[_Slot]) -> str | None:
         fitting: list[tuple[_Slot, int]] = []
         for s in _fullest(slots):
             units = _slice_units(claim, s)
-            if (
-                units is not None
-                and s.card.sliceable
-                and not s.card.partitioned
-                and s.mode in (AllocationMode.NONE, AllocationMode.SLICED)
-                and s.slices < s.card.logical_count
-                and s.remaining >= units
-            ):
+            if units is not None and card_fit.takes_slice(s.card, s, units):
                 fitting.append((s, units))
         if not fitting:
             return "no free or sliced card with a free slot and enough units"
         s, units = fitting[0]
-        s.mode, s.remaining, s.slices = AllocationMode.SLICED, s.remaining - units, s.slices + 1
+        s.mode, s.remaining = AllocationMode.SLICED, s.remaining - units
+        s.allocated_slices += 1
         return None
     hosts = _fullest(
-        s for s in slots if s.card.partitioned and s.profiles.get(claim.profile, 0) >= claim.cards
+        s for s in slots if card_fit.offers_profile(s.card, s.profiles, claim.profile, claim.cards)
     )
     if not hosts:
         return f"no partitioned card has a free placement of {claim.profile}"

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -23,6 +23,11 @@ def hygon(*entries: dict[str, object]) -> DevicesFacts:
     return devices(
         [group("k100_ai", "hygon", 65520, cards)], [ledger_group("k100_ai", "hygon", list(entries))]
     )
+
+
+def unhealthy(spec_card: dict[str, Any]) -> dict[str, Any]:
+    spec_card["status"]["unhealthy"] = True
+    return spec_card
 
 
 def sliced(a_key: str) -> str:
@@ -125,7 +130,70 @@ MIXED = devices(
             id="ledger-entry-without-spec-card-ignored",
         ),
         pytest.param(
-            devices([group("k100_ai", "hygon", 65520, [card("D0", logical=4)])]), {}, id="no-ledger-yet"
+            devices([group("k100_ai", "hygon", 65520, [card("D0", logical=4)])]),
+            {sliced(HY): str(M), shared(HY): "1"},
+            id="no-ledger-yet-reads-free-as-gate3",
+        ),
+        pytest.param(
+            devices(
+                [group("k100_ai", "hygon", 65520, [card("D0", logical=4), card("D1", logical=4)])],
+                [ledger_group("k100_ai", "hygon", [ledger("D0", mode=1, allocated=M, remaining=0)])],
+            ),
+            {sliced(HY): str(M), shared(HY): "1"},
+            id="card-without-ledger-entry-reads-free-as-gate3",
+        ),
+        pytest.param(
+            devices(
+                [
+                    group("k100_ai", "hygon", 65520, [card("D0", logical=4)]),
+                    group("mr-v100", "iluvatar", 32768, [card("I0")]),
+                ],
+                [ledger_group("k100_ai", "hygon", [ledger("D0")])],
+            ),
+            {sliced(HY): str(M), shared(HY): "1", shared("iluvatar-mr-v100"): "1"},
+            id="model-without-status-group-reads-free-as-gate3",
+        ),
+        pytest.param(
+            devices(
+                [group("k100_ai", "hygon", 65520, [unhealthy(card("D0", logical=4))])],
+                [ledger_group("k100_ai", "hygon", [ledger("D0")])],
+            ),
+            {sliced(HY): "0", shared(HY): "0"},
+            id="only-free-card-unhealthy-advertises-no-room",
+        ),
+        pytest.param(
+            devices(
+                [
+                    group(
+                        "k100_ai",
+                        "hygon",
+                        65520,
+                        [unhealthy(card("D0", logical=4)), card("D1", logical=4)],
+                    )
+                ],
+                [
+                    ledger_group(
+                        "k100_ai",
+                        "hygon",
+                        [ledger("D0"), ledger("D1", mode=3, allocated=1_200_000, remaining=400_000, slices=1)],
+                    )
+                ],
+            ),
+            {sliced(HY): "400000", shared(HY): "0"},
+            id="unhealthy-card-not-counted-beside-a-healthy-one",
+        ),
+        pytest.param(
+            devices([group("k100_ai", "hygon", 65520, [unhealthy(card("D0", logical=4))])]),
+            {sliced(HY): "0", shared(HY): "0"},
+            id="unhealthy-card-without-ledger-entry-gives-nothing",
+        ),
+        pytest.param(
+            devices(
+                [group("x1", "unknownco", 1024, [card("U0", logical=4)])],
+                [ledger_group("x1", "unknownco", [ledger("U0")])],
+            ),
+            {},
+            id="manufacturer-outside-the-table-not-read",
         ),
     ],
 )
