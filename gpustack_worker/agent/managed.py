@@ -1,59 +1,41 @@
 """Whether a Node is managed, and whether the agent stamps ``gpustack.ai/managed=true`` on it.
 
-Two writers can put ``gpustack.ai/managed`` on a Node: an admin directly, and nfd-master projecting
-the agent's NodeFeature. nfd-master records every key it projected in the Node annotation
-``nfd.node.kubernetes.io/feature-labels``, so a value that is present on the Node but *not* listed
-there is the admin's. A listed value stays nfd-master's even if an admin edits it afterwards: were the
-agent to stop stamping, nfd-master would remove the key it owns (taking the admin's value with it) and
-the next reconcile would stamp it again. To opt a node out, label it before the agent stamps it, or use
-``node-management-manual``. The rules (reference §3.2, §4.2, scheduling-chain "Stage 3"):
+The meaning of the label is the one every stage uses, :mod:`gpustack_worker.api.node_class`: the value
+on the Node counts, whoever wrote it — exactly ``true`` is managed, ``false`` is not, and any other value
+is invalid and not managed (``agent/validate.py`` reports it). These are the agent's uses of it
+(reference §3.2, §4.2, scheduling-chain "Stage 3"):
 
-- ``node-management-manual=false``: stamp ``true`` unless an admin value is already on the Node —
-  the admin's value wins, so ``managed=false`` set by hand opts a node out.
-- ``node-management-manual=true``: never stamp; only an admin-set ``true`` counts, so a stale value
-  nfd-master projected before the switch stops counting as soon as the setting flips.
-
-Capacity and fit labels use :func:`is_managed` (the effective decision) rather than waiting for
-nfd-master to project the stamp, so a fresh node gets its keys in one reconcile.
+- :func:`stamps_managed` — the worker NodeFeature carries ``managed=true`` unless
+  ``node-management-manual`` is on, or an admin value nfd-master never projected is on the Node (the
+  admin's value wins, so ``managed=false`` set by hand before the first stamp opts a node out). A key
+  nfd-master projected stays stamped even when an admin has edited its value: were the agent to stop,
+  nfd-master would remove the key it owns and the next reconcile would stamp it again.
+- :func:`is_managed` — counting keys and fit labels are published for a managed node, and for a node
+  the agent is about to stamp (key absent), rather than waiting for nfd-master's projection round trip.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpustack_worker.api import keys
+from gpustack_worker.api import node_class
 
 if TYPE_CHECKING:
     from gpustack_worker.agent.facts import NodeFacts
 
-__all__ = ("admin_managed_value", "is_managed", "stamps_managed")
-
-#: nfd-master strips this default namespace from the names it lists in the feature-labels annotation.
-_NFD_DEFAULT_NS = "feature.node.kubernetes.io/"
+__all__ = ("is_managed", "managed_label", "stamps_managed")
 
 
-def _nfd_projected(node: NodeFacts) -> frozenset[str]:
-    raw = node.annotations.get(keys.NFD_FEATURE_LABELS_ANNOTATION, "")
-    names = (n.strip() for n in raw.split(","))
-    return frozenset(n if "/" in n else _NFD_DEFAULT_NS + n for n in names if n)
-
-
-def admin_managed_value(node: NodeFacts) -> str | None:
-    """The admin-set ``gpustack.ai/managed`` value, or None when absent or projected by nfd-master."""
-    value = node.labels.get(keys.MANAGED)
-    if value is None or keys.MANAGED in _nfd_projected(node):
-        return None
-    return value
+def managed_label(node: NodeFacts) -> node_class.ManagedLabel:
+    """``gpustack.ai/managed`` on the node, and whether nfd-master projected it."""
+    return node_class.managed_label(node.labels, node.annotations)
 
 
 def stamps_managed(node: NodeFacts, *, manual: bool) -> bool:
     """Whether the worker NodeFeature carries ``gpustack.ai/managed=true`` for this node."""
-    return not manual and admin_managed_value(node) is None
+    return node_class.stamps_managed(managed_label(node), manual=manual)
 
 
 def is_managed(node: NodeFacts, *, manual: bool) -> bool:
-    """The effective decision: the chain treats this node as managed (now or once NFD projects it)."""
-    admin = admin_managed_value(node)
-    if admin is not None:
-        return admin == "true"
-    return not manual
+    """Whether the node gets counting keys and fit labels: managed now, or about to be stamped."""
+    return node_class.agent_counts_managed(managed_label(node), manual=manual)

@@ -10,8 +10,9 @@ Keys (reference §3.2, built per §3.3 so they are byte-identical to other compo
 - ``general.feature.gpustack.ai/<cpuMfr>``, ``…/<gKey>`` and ``…/<gKey>.count`` (CPU capacity cores
   rounded up, only when known);
 - ``feature.gpustack.ai/cpu-only=true`` — only when ``instance-type-mixed-on-node=false`` and the node
-  has no detected accelerator (neither the Device Manager's ``acceleratable=true`` label nor a card in
-  ``Devices``);
+  has no detected accelerator: :func:`gpustack_worker.api.node_class.cpu_only`, the predicate the
+  chain's CPU flavors count their members with, over the same input (the Node's labels — not the
+  ``Devices`` ledger, which no flavor selector can see);
 - the RDMA labels of :mod:`gpustack_worker.agent.rdma`.
 
 A key that is not a valid qualified label name (a 63-character gKey plus ``.count``) is skipped, since
@@ -28,7 +29,7 @@ from gpustack_worker.agent import rdma
 from gpustack_worker.agent.labels import is_label_value, is_qualified_name
 from gpustack_worker.agent.managed import stamps_managed
 from gpustack_worker.agent.validate import apply_holds, read_count, read_label
-from gpustack_worker.api import bounds, identity, keys, kinds
+from gpustack_worker.api import bounds, identity, keys, kinds, node_class
 from gpustack_worker.runtime.quantity import ceil_quantity
 
 if TYPE_CHECKING:
@@ -36,17 +37,10 @@ if TYPE_CHECKING:
 
     from gpustack_worker.agent.facts import DevicesFacts, NodeFacts
 
-__all__ = ("FIELD_MANAGER", "desired", "desired_labels", "has_accelerator")
+__all__ = ("FIELD_MANAGER", "desired", "desired_labels")
 
 #: Server-side apply field manager of the worker NodeFeature.
 FIELD_MANAGER = "gpustack-worker-nodefeature"
-
-
-def has_accelerator(node: NodeFacts, devices: DevicesFacts | None) -> bool:
-    """Whether an accelerator was detected on the node (by the Device Manager's label or its ledger)."""
-    return node.labels.get(keys.ACCELERATABLE) == "true" or (
-        devices is not None and devices.has_accelerators()
-    )
 
 
 def _read_published(key: str, raw: str) -> str | None:
@@ -77,7 +71,7 @@ def desired_labels(
     cores = ceil_quantity(node.capacity.get("cpu"))
     if cores > 0:
         labels[keys.count_key(keys.general_key(g_key))] = str(cores)
-    if not mixed_on_node and not has_accelerator(node, devices):
+    if node_class.cpu_only(node.labels, mixed_on_node=mixed_on_node):
         labels[keys.CPU_ONLY] = "true"
     if devices is not None:
         labels.update(rdma.desired_labels(devices.interfaces))

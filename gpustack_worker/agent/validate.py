@@ -15,8 +15,11 @@ Agent rules (the ``Devices`` rules are listed in ``api/devices_check.py``):
 ===============================================  ==============================================
 input                                            rule
 ===============================================  ==============================================
-Node label ``gpustack.ai/managed`` (admin-set)    ``true`` or ``false``; anything else leaves the
-                                                 node unmanaged (only ``true`` counts) and is said
+Node label ``gpustack.ai/managed`` (whoever       ``true`` or ``false``; anything else leaves the
+wrote it)                                        node unmanaged for every stage (only ``true``
+                                                 counts) and is said; ``false`` over a value
+                                                 nfd-master projected is said too (nfd-master
+                                                 rewrites it at its next update of the Node)
 Node ``status.capacity.cpu``                     a quantity, ``0..MAX_CPU_CORES`` cores
 Node ``status.capacity[<base>.sliced]`` and      a whole number ``0..MAX_POOL_TOKENS``
 ``[<base>.partitioned]`` (presence gates)
@@ -32,8 +35,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, TypeVar
 
 from gpustack_worker.agent import rdma
-from gpustack_worker.agent.managed import admin_managed_value
-from gpustack_worker.api import bounds, identity, keys, manufacturers
+from gpustack_worker.agent.managed import managed_label
+from gpustack_worker.api import bounds, identity, keys, manufacturers, node_class
 from gpustack_worker.api.devices_check import (
     REASON_INVALID_NAME,
     REASON_OUT_OF_RANGE,
@@ -52,6 +55,7 @@ if TYPE_CHECKING:
 
 __all__ = (
     "REASON_MANAGED_IGNORED",
+    "REASON_MANAGED_OVERWRITTEN",
     "Checked",
     "Finding",
     "apply_holds",
@@ -65,6 +69,14 @@ __all__ = (
 
 #: Event reason of a ``gpustack.ai/managed`` value that is neither ``true`` nor ``false``.
 REASON_MANAGED_IGNORED: Final = "ManagedLabelIgnored"
+#: Event reason of ``gpustack.ai/managed=false`` written over a value nfd-master projected.
+REASON_MANAGED_OVERWRITTEN: Final = "ManagedLabelOverwritten"
+#: What an unmanaged node does not get (the note of both managed findings).
+MANAGED_WITHHOLDS: Final = (
+    "the node's capacity in every flavor",
+    "its counting keys",
+    "its fit labels",
+)
 V = TypeVar("V")
 
 
@@ -115,21 +127,43 @@ def _cpu_path(node: NodeFacts) -> str:
     return f"metadata.labels[{keys.NFD_CPU_VENDOR}, {keys.NFD_CPU_FAMILY}, {keys.NFD_CPU_ID}]"
 
 
+def _check_managed(label: node_class.ManagedLabel) -> list[Finding]:
+    """``gpustack.ai/managed``: a value the agent, the chain and ``plan`` all read as unmanaged although
+    someone probably meant otherwise — whoever wrote it."""
+    path = f"metadata.labels[{keys.MANAGED}]"
+    projected = (
+        f"; nfd-master projected this key (it is listed in {keys.NFD_FEATURE_LABELS_ANNOTATION}) and "
+        "rewrites it to what the NodeFeatures say at its next update of the Node"
+    )
+    if not label.valid:
+        return [
+            _node_finding(
+                path,
+                label.value,
+                "only the exact value 'true' makes a node managed ('false' opts it out); the agent, the "
+                "chain's flavors and plan treat the node as unmanaged"
+                + (projected if label.projected else ""),
+                REASON_MANAGED_IGNORED,
+                withholds=MANAGED_WITHHOLDS,
+            )
+        ]
+    if label.projected and label.value == "false":
+        return [
+            _node_finding(
+                path,
+                label.value,
+                "the node is unmanaged while this value stays" + projected + "; to keep a node out, "
+                "set node-management-manual=true, or label it before the agent first stamps it",
+                REASON_MANAGED_OVERWRITTEN,
+                withholds=MANAGED_WITHHOLDS,
+            )
+        ]
+    return []
+
+
 def check_node(node: NodeFacts) -> list[Finding]:
     """The agent's rules on the Node itself."""
-    findings: list[Finding] = []
-    admin = admin_managed_value(node)
-    if admin is not None and admin not in ("true", "false"):
-        findings.append(
-            _node_finding(
-                f"metadata.labels[{keys.MANAGED}]",
-                admin,
-                "only the exact value 'true' makes a node managed ('false' opts it out); "
-                "the node is treated as unmanaged",
-                REASON_MANAGED_IGNORED,
-                withholds=("every counting key and fit label of this node",),
-            )
-        )
+    findings = _check_managed(managed_label(node))
     g_key = identity.general_key(node.labels, node.annotations)
     count_key = keys.count_key(keys.general_key(g_key))
     for key in (keys.general_key(identity.cpu_manufacturer(node.labels)), keys.general_key(g_key), count_key):

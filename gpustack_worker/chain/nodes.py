@@ -2,8 +2,14 @@
 
 Stage 4 never looks at device data directly: a Node's flavor membership is a pure function of the labels
 the node agent, the Device Manager and NFD put on it (reference Appendix A.2), so the chain and the
-scheduler always agree on what a Node is. Only managed Nodes (``gpustack.ai/managed=true``) with a
-topology profile take part; anything else reads as ``None``.
+scheduler always agree on what a Node is. Whether a Node is managed and whether it is accelerated are
+the shared predicates of :mod:`gpustack_worker.api.node_class`, the ones the node agent decides its
+``managed`` stamp, counting keys, fit labels and ``cpu-only`` label with.
+
+Only what a flavor's ``spec.nodeLabels`` can select is read: a managed Node (exactly
+``gpustack.ai/managed=true``) with a topology profile, ``kubernetes.io/os|arch`` and its
+``general.feature.gpustack.ai/<gKey>=true`` label takes part, anything else reads as ``None``; a CPU
+count or card count counts only in the canonical form the selector pins (``4``, not ``04``).
 """
 
 from __future__ import annotations
@@ -12,24 +18,13 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from gpustack_worker.api import identity, keys, manufacturers
+from gpustack_worker.api import identity, keys, node_class
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
 __all__ = ("CpuIdentity", "DeviceIdentity", "NodeHardware", "node_hardware")
 
-#: Label suffixes the Device Manager publishes next to ``acceleratable.feature.gpustack.ai/<aKey>``.
-_DEVICE_DESCRIPTOR_SUFFIXES: Final = (
-    ".product",
-    ".memory",
-    ".cores",
-    ".count",
-    ".family",
-    ".comcap",
-    ".driver-version",
-    ".runtime-version",
-)
 #: ``cpuDetail`` JSON field → the CPU detail annotation suffix it is read from (reference §3.2).
 _CPU_DETAIL_FIELDS: Final = (
     ("physicalCores", "physical-cores"),
@@ -104,46 +99,25 @@ class NodeHardware:
     devices: tuple[DeviceIdentity, ...]
     #: The Node's labels (for checking a flavor's ``nodeLabels`` selects it).
     labels: Mapping[str, str]
-
-    @property
-    def accelerated(self) -> bool:
-        """Has at least one detected accelerator model."""
-        return bool(self.devices)
-
-
-def _int(value: str | None) -> int:
-    try:
-        return max(0, int(value or "0"))
-    except ValueError:
-        return 0
+    #: The Device Manager detected an accelerator (:func:`gpustack_worker.api.node_class.accelerated`);
+    #: with mixing off the Node contributes to no CPU flavor, even with no model a device flavor can be
+    #: built from.
+    accelerated: bool
 
 
 def _devices(labels: Mapping[str, str]) -> tuple[DeviceIdentity, ...]:
-    found: list[DeviceIdentity] = []
-    for key, value in labels.items():
-        if value != "true" or not key.startswith(keys.ACCELERATABLE_PREFIX):
-            continue
-        a_key = key[len(keys.ACCELERATABLE_PREFIX) :]
-        if a_key.endswith(_DEVICE_DESCRIPTOR_SUFFIXES):
-            continue
-        mfr, sep, ident = a_key.partition("-")
-        if not sep or not ident or manufacturers.get(mfr) is None:
-            continue  # the bare manufacturer key, or an unknown manufacturer
-        cards = _int(labels.get(keys.count_key(key)))
-        if cards <= 0:
-            continue
-        found.append(
-            DeviceIdentity(
-                a_key=a_key,
-                manufacturer=mfr,
-                cards=cards,
-                product=labels.get(f"{key}.product", ""),
-                memory=labels.get(f"{key}.memory", ""),
-                cores=labels.get(f"{key}.cores", ""),
-                family=labels.get(f"{key}.family", ""),
-            )
+    return tuple(
+        DeviceIdentity(
+            a_key=d.a_key,
+            manufacturer=d.manufacturer,
+            cards=d.cards,
+            product=labels.get(f"{d.key}.product", ""),
+            memory=labels.get(f"{d.key}.memory", ""),
+            cores=labels.get(f"{d.key}.cores", ""),
+            family=labels.get(f"{d.key}.family", ""),
         )
-    return tuple(sorted(found, key=lambda d: d.a_key))
+        for d in node_class.device_labels(labels)
+    )
 
 
 def _cpu(labels: Mapping[str, str], annotations: Mapping[str, str]) -> CpuIdentity:
@@ -162,7 +136,7 @@ def _cpu(labels: Mapping[str, str], annotations: Mapping[str, str]) -> CpuIdenti
     return CpuIdentity(
         g_key=g_key,
         manufacturer=identity.cpu_manufacturer(labels),
-        cores=_int(labels.get(keys.count_key(keys.general_key(g_key)))),
+        cores=node_class.label_count(labels.get(keys.count_key(keys.general_key(g_key)))),
         product="" if name.startswith("@") else name,
         family=annotations.get(f"{keys.FEATURE_PREFIX}cpu-family", ""),
         detail=detail,
@@ -171,22 +145,27 @@ def _cpu(labels: Mapping[str, str], annotations: Mapping[str, str]) -> CpuIdenti
 
 
 def node_hardware(node: Mapping[str, Any]) -> NodeHardware | None:
-    """The chain's view of a Node, or None when it is not managed, has no profile or no os/arch."""
+    """The chain's view of a Node, or None when it is not managed, has no profile, no os/arch, or no
+    ``general.<gKey>=true`` label (every flavor's selector pins it, so no flavor could select the Node)."""
     meta = node.get("metadata") or {}
     labels: Mapping[str, str] = meta.get("labels") or {}
-    if labels.get(keys.MANAGED) != "true":
+    if not node_class.is_managed(labels):
         return None
     profile = labels.get(keys.TOPOLOGY_PROFILE, "")
     os_, arch = labels.get(keys.OS, ""), labels.get(keys.ARCH, "")
     if not profile or not os_ or not arch:
         return None
     annotations: Mapping[str, str] = meta.get("annotations") or {}
+    cpu = _cpu(labels, annotations)
+    if labels.get(keys.general_key(cpu.g_key)) != "true":
+        return None
     return NodeHardware(
         name=str(meta.get("name", "")),
         os=os_,
         arch=arch,
         profile=profile,
-        cpu=_cpu(labels, annotations),
+        cpu=cpu,
         devices=_devices(labels),
         labels=labels,
+        accelerated=node_class.accelerated(labels),
     )

@@ -95,6 +95,7 @@ def test_count_key_over_63_chars_is_skipped() -> None:
     assert labels == {G + "amd": "true", G + g_key: "true"}
 
 
+A10G = keys.accelerator_key("nvidia-a10g")
 NVIDIA = group("a10g", "nvidia", 23028, [card("GPU-1", logical=128, overcommit=True)], name="NVIDIA A10G")
 
 
@@ -106,7 +107,36 @@ NVIDIA = group("a10g", "nvidia", 23028, [card("GPU-1", logical=128, overcommit=T
         pytest.param(
             False, False, {keys.ACCELERATABLE: "true"}, None, True, False, id="dm-label-means-accelerated"
         ),
-        pytest.param(False, False, {}, devices([NVIDIA]), True, False, id="devices-cards-mean-accelerated"),
+        # Issue 16 defect 5: the Devices ledger is not an input (no flavor selector can see it), so a node
+        # whose Device Manager labels are gone is cpu-only, exactly as the chain counts it.
+        pytest.param(False, False, {}, devices([NVIDIA]), True, True, id="devices-cards-without-dm-labels"),
+        pytest.param(
+            False,
+            False,
+            {A10G: "true", A10G + ".count": "1"},
+            None,
+            True,
+            False,
+            id="dm-model-labels-mean-accelerated",
+        ),
+        pytest.param(
+            False,
+            False,
+            {keys.accelerator_key("nvidia"): "true"},
+            None,
+            True,
+            False,
+            id="dm-manufacturer-label-means-accelerated",
+        ),
+        pytest.param(
+            False,
+            False,
+            {A10G + ".product": "true"},
+            None,
+            True,
+            True,
+            id="a-descriptor-is-not-an-accelerator",
+        ),
         pytest.param(
             False, False, {keys.ACCELERATABLE: "false"}, devices([]), True, True, id="empty-devices-cpu-only"
         ),

@@ -65,13 +65,39 @@ def test_check_node(
     assert all(f.kind == "Node" for f in findings)
 
 
-def test_managed_projected_by_nfd_is_not_the_admins() -> None:
-    """A value nfd-master lists as its own is not checked as an admin value."""
-    n = node(
-        labels={keys.MANAGED: "True"},
-        annotations={keys.NFD_FEATURE_LABELS_ANNOTATION: keys.MANAGED},
-    )
-    assert validate.check_node(n) == []
+PROJECTED = {keys.NFD_FEATURE_LABELS_ANNOTATION: "cpu-model.vendor_id,gpustack.ai/managed"}
+
+
+@pytest.mark.parametrize(
+    ("value", "annotations", "reason"),
+    [
+        pytest.param("true", PROJECTED, None, id="projected-true"),
+        pytest.param("true", {}, None, id="admin-true"),
+        pytest.param("false", {}, None, id="admin-false"),
+        # Issue 16 defect 11: an admin overwrote the value nfd-master projected — the flavors stop
+        # selecting the node, so it is said, whoever wrote the value.
+        pytest.param("yes", PROJECTED, "ManagedLabelIgnored", id="projected-overwritten-yes"),
+        pytest.param("True", PROJECTED, "ManagedLabelIgnored", id="projected-overwritten-True"),
+        pytest.param("false", PROJECTED, "ManagedLabelOverwritten", id="projected-overwritten-false"),
+        pytest.param("TRUE", {}, "ManagedLabelIgnored", id="admin-TRUE"),
+        pytest.param(" true", {}, "ManagedLabelIgnored", id="admin-space-true"),
+        pytest.param("1", {}, "ManagedLabelIgnored", id="admin-1"),
+    ],
+)
+def test_managed_value_is_checked_whoever_wrote_it(
+    value: str, annotations: dict[str, str], reason: str | None
+) -> None:
+    n = node(labels={keys.NFD_CPU_VENDOR: "Intel", keys.MANAGED: value}, annotations=annotations)
+    findings = validate.check_node(n)
+    assert [f.reason for f in findings] == ([reason] if reason else [])
+    for f in findings:
+        # The note names the value and what is withheld.
+        assert f.path == f"metadata.labels[{keys.MANAGED}]"
+        assert repr(value) in f.note()
+        assert "the node's capacity in every flavor" in f.note()
+        assert "its fit labels" in f.note()
+        assert f.holds == ()
+        assert (keys.NFD_FEATURE_LABELS_ANNOTATION in f.note()) is bool(annotations)
 
 
 def _link(name: str, numa: str, state: str = "Active", rdma: bool = True) -> dict[str, Any]:
