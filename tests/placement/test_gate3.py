@@ -302,6 +302,31 @@ def test_unhealthy_cards_serve_nothing() -> None:
     assert verdict_on([free(), free()], gpu(1), cards=dev_cards).state == READY
 
 
+@pytest.mark.parametrize(
+    "requests",
+    [gpu(1), share(1), slice_pct(10)],
+    ids=["exclusive", "shared", "sliced"],
+)
+@pytest.mark.parametrize("entry", [free(), None], ids=["published-free", "entry-not-published"])
+def test_an_unhealthy_card_serves_no_family(requests: dict[str, str], entry: dict[str, Any] | None) -> None:
+    """Free in the ledger, or not in it at all (which reads free): unhealthy still gives nothing."""
+    verdict = verdict_on([entry], requests, cards=[card(0, unhealthy=True)])
+    assert verdict.state == RETRY, verdict.message
+    assert verdict_on([entry], requests, cards=[card(0)]).state == READY
+
+
+def test_an_unhealthy_partitioned_card_offers_no_placement() -> None:
+    broken = [Card("GPU-0", 0, profiles=A100_PROFILES, unhealthy=True)]
+    assert verdict_on([parted({"1g.10gb": 7})], partition("1g.10gb"), cards=broken).state == RETRY
+
+
+def test_a_node_whose_ledger_is_not_published_reads_free() -> None:
+    dev = devices("n1", [free()])
+    unpublished = DevicesFacts(dev.name, groups=dev.groups, ledger=None)
+    wl = workload("wl", podset("role", slice_pct(100), assignment=hosts({"n1": 1})))
+    assert judge(wl, cluster([unpublished])).state == READY
+
+
 # --- slices -----------------------------------------------------------------------------------------
 def test_two_30_percent_slices_fit_one_free_card() -> None:
     assert verdict_on([free()], slice_pct(30), pods=2).state == READY
