@@ -21,7 +21,7 @@ from gpustack_worker.devcluster.cluster import DevCluster
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.manager import Manager
 from gpustack_worker.runtime.registry import InformerRegistry
-from gpustack_worker.runtime.settings import SettingsSource
+from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP, DEFAULT_NAMESPACE, SettingsSource
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario
 from gpustack_worker.topology.controller import Topology
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
     from gpustack_worker.runtime.controller import Controller
 
-__all__ = ("Stack", "condition", "eventually", "module_cluster", "running_stack")
+__all__ = ("Stack", "condition", "eventually", "module_cluster", "running_stack", "write_settings")
 
 _T = TypeVar("_T")
 
@@ -55,6 +55,20 @@ def condition(obj: Mapping[str, Any] | None, type_: str) -> dict[str, Any]:
         if cond.get("type") == type_:
             return dict(cond)
     return {}
+
+
+async def write_settings(admin: Client, data: dict[str, str]) -> None:
+    """Replace the live settings ConfigMap's data (created when missing); ``{}`` puts every default back."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": DEFAULT_CONFIGMAP, "namespace": DEFAULT_NAMESPACE},
+        "data": data,
+    }
+    if await admin.get(kinds.CONFIG_MAP, DEFAULT_CONFIGMAP, DEFAULT_NAMESPACE) is None:
+        await admin.create(kinds.CONFIG_MAP, body, namespace=DEFAULT_NAMESPACE)
+    else:
+        await admin.replace(kinds.CONFIG_MAP, body)
 
 
 @contextlib.contextmanager
