@@ -67,15 +67,11 @@ class FlavorPlan:
         return self.device.manufacturer if self.device is not None else self.cpu.manufacturer
 
 
-def _cpu_member(node: NodeHardware, mixed_on_node: bool) -> bool:
-    return node.cpu.cores > 0 and (mixed_on_node or not node.accelerated)
-
-
 def plan_flavors(nodes: Iterable[NodeHardware], *, mixed_on_node: bool) -> list[FlavorPlan]:
     """Group managed, profiled Nodes into flavors (sorted by name)."""
     groups: dict[str, list[tuple[NodeHardware, DeviceIdentity | None, int]]] = {}
     for node in sorted(nodes, key=lambda n: n.name):
-        if _cpu_member(node, mixed_on_node):
+        if node.cpu_member(mixed_on_node=mixed_on_node):
             name = keys.cpu_flavor_name(node.cpu.g_key, node.os, node.arch, node.cpu.cores, node.profile)
             groups.setdefault(name, []).append((node, None, node.cpu.cores))
         for device in node.devices:

@@ -194,7 +194,7 @@ def pool_nodes(pool: pools.PoolIdentity, nodes: Iterable[NodeHardware], *, mixed
         if pool.acceleratable:
             if any(d.a_key == pool.accelerator_group for d in node.devices):
                 chosen.append(node.name)
-        elif node.cpu.cores > 0 and (mixed_on_node or not node.accelerated):
+        elif node.cpu_member(mixed_on_node=mixed_on_node):
             chosen.append(node.name)
     return sorted(chosen)
 
