@@ -22,14 +22,17 @@ projecting the worker NodeFeature's stamp (or an admin's own NodeFeature / NodeF
 
 **Accelerated** (scheduling-chain "Naming and grouping", reference §4.2 ``instance-type-mixed-on-node``):
 the Device Manager detected an accelerator on the Node, as its labels show — ``feature.gpustack.ai/
-acceleratable=true`` or any ``acceleratable.feature.gpustack.ai/<mfr>`` / ``…/<aKey>`` set to ``true``.
-The ``Devices`` ledger is not an input: the chain cannot read it through a flavor selector, so a Node
+acceleratable=true`` or any ``acceleratable.feature.gpustack.ai/<mfr>`` / ``…/<aKey>`` set to ``true``
+(:func:`accelerated`). With mixing off the agent publishes ``cpu-only=true`` on a Node that is not
+(:func:`cpu_only`), and the chain counts a Node in a CPU flavor exactly when it carries that label
+(:func:`in_cpu_flavors`) — the label the CPU flavor's selector pins, so the flavor counts the Nodes it
+selects at every instant, also while a Device Manager change is still on its way through the agent
+and nfd-master. The ``Devices`` ledger is not an input: no flavor selector can see it, so a Node
 whose Device Manager labels are gone while its ``Devices`` still lists cards reads as not accelerated
-by every stage alike (it carries ``cpu-only`` and is counted in, and selected by, its CPU flavor).
-With mixing off, an accelerated Node contributes to no CPU flavor, including one whose Device Manager
-labels name no model a device flavor can be built from (no valid ``<aKey>`` with a ``.count``): it
-contributes nothing until the Device Manager's labels are whole, rather than have the agent and the
-chain disagree about it.
+by every stage alike (it gets ``cpu-only`` and is counted in, and selected by, its CPU flavor). A Node
+with the Device Manager's ``acceleratable=true`` but no model a device flavor can be built from (no
+valid ``<aKey>`` with a ``.count``) is accelerated: with mixing off it contributes to no flavor until the
+Device Manager's labels are whole.
 """
 
 from __future__ import annotations
@@ -184,12 +187,15 @@ def accelerated(labels: Mapping[str, str]) -> bool:
     )
 
 
-def in_cpu_flavors(labels: Mapping[str, str], *, mixed_on_node: bool) -> bool:
-    """Whether the Node may contribute its cores to a CPU flavor (the mixing rule)."""
-    return mixed_on_node or not accelerated(labels)
-
-
 def cpu_only(labels: Mapping[str, str], *, mixed_on_node: bool) -> bool:
-    """Whether the agent publishes ``feature.gpustack.ai/cpu-only=true``, which the CPU flavors pin
-    exactly when mixing is off: the same predicate as :func:`in_cpu_flavors`, over the same labels."""
-    return not mixed_on_node and in_cpu_flavors(labels, mixed_on_node=mixed_on_node)
+    """Whether the agent publishes ``feature.gpustack.ai/cpu-only=true``: mixing is off and the Device
+    Manager detected no accelerator."""
+    return not mixed_on_node and not accelerated(labels)
+
+
+def in_cpu_flavors(labels: Mapping[str, str], *, mixed_on_node: bool) -> bool:
+    """Whether the chain counts the Node in a CPU flavor (the mixing rule): always with mixing on;
+    with mixing off, when it carries ``cpu-only=true`` — the label the CPU flavors' selector pins, decided
+    by :func:`cpu_only` over these same labels. Reading the label, not re-deriving it, keeps count and
+    selector equal while a Device Manager change is still on its way through the agent and nfd-master."""
+    return mixed_on_node or labels.get(keys.CPU_ONLY) == "true"

@@ -99,10 +99,18 @@ class NodeHardware:
     devices: tuple[DeviceIdentity, ...]
     #: The Node's labels (for checking a flavor's ``nodeLabels`` selects it).
     labels: Mapping[str, str]
-    #: The Device Manager detected an accelerator (:func:`gpustack_worker.api.node_class.accelerated`);
-    #: with mixing off the Node contributes to no CPU flavor, even with no model a device flavor can be
-    #: built from.
+    #: The Device Manager detected an accelerator (:func:`gpustack_worker.api.node_class.accelerated`).
     accelerated: bool
+    #: The Node carries ``feature.gpustack.ai/cpu-only=true``, which the agent publishes by
+    #: :func:`gpustack_worker.api.node_class.cpu_only` and the CPU flavors pin when mixing is off.
+    cpu_only: bool
+
+    def cpu_member(self, *, mixed_on_node: bool) -> bool:
+        """Whether the Node contributes its cores to a CPU flavor: it has cores, and (mixing off) it
+        carries the ``cpu-only`` label the CPU flavor's selector pins — so the flavor counts exactly the
+        Nodes it selects at every instant, also while a Device Manager label change is still on its way
+        through the agent and nfd-master (:func:`gpustack_worker.api.node_class.in_cpu_flavors`)."""
+        return self.cpu.cores > 0 and node_class.in_cpu_flavors(self.labels, mixed_on_node=mixed_on_node)
 
 
 def _devices(labels: Mapping[str, str]) -> tuple[DeviceIdentity, ...]:
@@ -168,4 +176,5 @@ def node_hardware(node: Mapping[str, Any]) -> NodeHardware | None:
         devices=_devices(labels),
         labels=labels,
         accelerated=node_class.accelerated(labels),
+        cpu_only=labels.get(keys.CPU_ONLY) == "true",
     )

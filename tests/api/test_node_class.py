@@ -133,7 +133,10 @@ def test_accelerated_and_device_models(
     assert not models or accelerated
     assert node_class.cpu_only(labels, mixed_on_node=True) is False
     assert node_class.cpu_only(labels, mixed_on_node=False) is not accelerated
-    assert node_class.in_cpu_flavors(labels, mixed_on_node=False) is not accelerated
+    # The chain counts a node in a CPU flavor by the label the agent publishes from these labels.
+    published = {**labels, keys.CPU_ONLY: "true"} if not accelerated else labels
+    assert node_class.in_cpu_flavors(published, mixed_on_node=False) is not accelerated
+    assert node_class.in_cpu_flavors(labels, mixed_on_node=True)
 
 
 # --- the property: stage 3 and stage 4 agree --------------------------------------------------------
@@ -160,6 +163,9 @@ class Spec:
     #: The Device Manager's labels are gone (its NodeFeature deleted); ``Devices`` may still list cards.
     dm_lost: bool
     ledger_cards: int
+    #: The Device Manager's labels went (or came back) after the agent's NodeFeature was projected: the
+    #: instant before the agent and nfd-master catch up.
+    dm_flip: bool = False
 
 
 @st.composite
@@ -188,6 +194,7 @@ def specs(draw: st.DrawFn, name: str) -> Spec:
         models=tuple(models),
         dm_lost=draw(st.booleans()),
         ledger_cards=draw(st.sampled_from((0, 1, 2))),
+        dm_flip=draw(st.booleans()),
     )
 
 
@@ -197,8 +204,8 @@ def fleets(draw: st.DrawFn) -> list[Spec]:
     return [draw(specs(f"n{i}")) for i in range(size)]
 
 
-def _dm_labels(spec: Spec) -> dict[str, str]:
-    if spec.dm_lost:
+def _dm_labels(spec: Spec, *, lost: bool | None = None) -> dict[str, str]:
+    if spec.dm_lost if lost is None else lost:
         return {}
     labels: dict[str, str] = {}
     if spec.acceleratable is not None:
@@ -274,6 +281,10 @@ def _project(spec: Spec, *, manual: bool, mixed: bool) -> dict[str, Any]:
     node = _node(spec, labels, annotations)
     # The agent's output is a fixed point of its own projection.
     assert _agent(spec, node, manual=manual, mixed=mixed) == published
+    if spec.dm_flip:
+        for key in _dm_labels(spec):
+            del labels[key]
+        labels.update(_dm_labels(spec, lost=not spec.dm_lost))
     return node
 
 
@@ -301,9 +312,16 @@ def test_agent_and_chain_read_every_node_alike(
             assert capacity.desired(facts, _devices(spec), manual=manual) == {}
         reasons = {f.reason for f in validate.check(facts, _devices(spec)).findings}
         assert (validate.REASON_MANAGED_IGNORED in reasons) is (spec.managed not in (None, "true", "false"))
-        # Accelerated: the agent's cpu-only label is the chain's CPU-flavor rule, over the same labels.
+        # Accelerated: the agent's cpu-only label is the chain's CPU-flavor rule, over the same labels
+        # (once the agent has seen the Device Manager's latest labels).
         hw = hardware.get(spec.name)
         published_cpu_only = labels.get(keys.CPU_ONLY) == "true"
+        if hw is not None:
+            assert hw.cpu_member(mixed_on_node=mixed) is (
+                hw.cpu.cores > 0 and (mixed or published_cpu_only)
+            )
+        if spec.dm_flip:
+            continue
         assert published_cpu_only is node_class.cpu_only(labels, mixed_on_node=mixed)
         if hw is not None:
             assert published_cpu_only is (not mixed and not hw.accelerated)

@@ -23,11 +23,13 @@ def node(
     devices: tuple[tuple[str, str, int, int], ...] = (),
     managed: str | None = "true",
     profile: str | None = HOSTNAME_PROFILE,
-    cpu_only_label: bool = False,
+    cpu_only_label: bool | None = None,
     os: str = "linux",
     arch: str = "amd64",
 ) -> dict[str, Any]:
-    """A Node dict; ``devices`` holds (manufacturer, product, cards, memory MiB) per model."""
+    """A Node dict; ``devices`` holds (manufacturer, product, cards, memory MiB) per model.
+    ``cpu_only_label`` defaults to what the agent publishes with mixing off (on a node with no device
+    model); with mixing on nothing reads it."""
     annotations = {keys.CPU_NAME_ANNOTATION: cpu_name, f"{keys.FEATURE_PREFIX}cpu-physical-cores": str(cores)}
     labels = {keys.HOSTNAME: name, keys.OS: os, keys.ARCH: arch, keys.NFD_CPU_VENDOR: vendor}
     g_key = identity.general_key(labels, annotations)
@@ -47,7 +49,7 @@ def node(
                 f"{feature}.count": str(cards),
             }
         )
-    if cpu_only_label:
+    if cpu_only_label if cpu_only_label is not None else not devices:
         labels[keys.CPU_ONLY] = "true"
     if managed is not None:
         labels[keys.MANAGED] = managed
