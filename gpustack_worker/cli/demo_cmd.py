@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from gpustack_worker.api import keys, kinds, rbac
+from gpustack_worker.api import keys, kinds, node_class, rbac
 from gpustack_worker.cli import demo_scene, simulate_cmd
 from gpustack_worker.devcluster import worker_webhooks
 from gpustack_worker.devcluster.cluster import NFD_MASTER_NODE, DevCluster
@@ -66,7 +66,7 @@ class DemoError(RuntimeError):
 def _stage3_done(node: dict[str, Any]) -> bool:
     labels = node["metadata"].get("labels") or {}
     capacity = (node.get("status") or {}).get("capacity") or {}
-    if labels.get(keys.MANAGED) != "true" or not any(k.startswith(keys.GENERAL_PREFIX) for k in labels):
+    if not node_class.is_managed(labels) or not any(k.startswith(keys.GENERAL_PREFIX) for k in labels):
         return False
     pools = [k for k in capacity if k.endswith((keys.SLICED_SUFFIX, keys.PARTITIONED_SUFFIX))]
     counted = all(any(k.startswith(pool + ".") for k in capacity) for pool in pools)

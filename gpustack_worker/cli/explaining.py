@@ -30,7 +30,7 @@ from typing import Any, Final
 from gpustack_worker.agent import capacity as agent_capacity
 from gpustack_worker.agent import fit as agent_fit
 from gpustack_worker.agent import nodefeature as agent_nodefeature
-from gpustack_worker.api import keys
+from gpustack_worker.api import keys, node_class
 from gpustack_worker.chain import managers as chain_managers
 from gpustack_worker.placement import deployments, joint_controller, node_devices
 from gpustack_worker.placement.gate3 import decode_topology_assignment
@@ -465,7 +465,7 @@ def _by_name(objs: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
 # --- a Node ----------------------------------------------------------------------------------------------
 def _node_problems(labels: Mapping[str, str]) -> tuple[str, ...]:
     problems = []
-    if labels.get(keys.MANAGED) != "true":
+    if not node_class.is_managed(labels):
         problems.append(
             f"no {keys.MANAGED}=true: the node agent has not published this Node (it is not managed)"
         )

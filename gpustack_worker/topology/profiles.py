@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from gpustack_worker.api import keys, kinds
+from gpustack_worker.api import keys, kinds, node_class
 from gpustack_worker.runtime import conditions
 from gpustack_worker.topology import levels as lv
 from gpustack_worker.topology import sources as src
@@ -138,7 +138,7 @@ HOSTNAME_ONLY: Final = Assignment(lv.HOSTNAME_ONLY_LEVELS, "", "no Ready Topolog
 
 def node_assignment(labels: Mapping[str, str], sources: Iterable[ReadySource]) -> Assignment | None:
     """The hierarchy of a Node with these labels (None: an unmanaged Node carries no profile)."""
-    if labels.get(keys.MANAGED) != "true":
+    if not node_class.is_managed(labels):
         return None
     matching = [s for s in sources if s.matches(labels)]
     if not matching:
