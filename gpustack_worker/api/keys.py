@@ -160,6 +160,9 @@ POD_ORDINAL: Final = "modeldeployment.gpustack.ai/pod-ordinal"
 RENDER_HASH: Final = "modeldeployment.gpustack.ai/render-hash"
 #: The model-store CSI driver a node's CSINode lists while the node can mount stored models.
 MODEL_CSI_DRIVER: Final = "model.csi.gpustack.ai"
+#: Annotation on a ModelDeployment: an admin asks the joint check to retry a parked set by giving it a
+#: value it has not acted on yet (any new value; the check records the one it consumed in status.hold).
+JOINT_RETRY: Final = "modeldeployment.gpustack.ai/retry"
 
 
 # --- builders ---------------------------------------------------------------------------------------
