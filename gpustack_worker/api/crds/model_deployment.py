@@ -8,6 +8,7 @@ the engine fetches them itself). Everything else the wider product keeps here (e
 sliced-percentage resources whose JSON names are unconfirmed) is deliberately left out: see docs/crds.md.
 """
 
+from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -44,6 +45,7 @@ __all__ = (
     "RoleResources",
     "RoleStatus",
     "RoleTopology",
+    "SetHold",
 )
 
 #: Roles become the PodSets of a Workload, and Kueue caps a Workload at 8 PodSets.
@@ -174,6 +176,19 @@ class RoleStatus(CrdModel):
     """Why replicas are pending (Kueue's message, with role and replica)."""
 
 
+class SetHold(CrdModel):
+    """The joint check's hold on a multi-group set (reference §5.6): written only by the check."""
+
+    since: datetime | None = None
+    """When the last retry restarted the 30-minute clock (absent: it runs from the oldest Pending entry)."""
+    parked_at: datetime | None = None
+    """When the set was parked: its Workloads are deactivated. Absent while the set is not parked."""
+    parked_generation: Int64 | None = None
+    """The generation the set was parked at: a spec change (a new generation) retries it."""
+    retry: str | None = Field(default=None, max_length=253)
+    """The last value of the retry annotation the check acted on: a different value retries a parked set."""
+
+
 class ModelDeploymentStatus(CrdModel):
     """Progress of the deployment."""
 
@@ -182,6 +197,8 @@ class ModelDeploymentStatus(CrdModel):
         default=None, max_length=MAX_ROLES, json_schema_extra=list_map("name")
     )
     conditions: list[Condition] | None = Field(default=None, json_schema_extra=CONDITIONS)
+    hold: SetHold | None = None
+    """The joint check's parking state (its field manager owns it; see docs/admission.md)."""
 
 
 class ModelDeployment(KubeObject):
