@@ -200,7 +200,7 @@ CONTROLLER: Final = Component(
         Rule(
             kinds.MODEL_DEPLOYMENT,
             ("patch",),
-            "status: role replicas and Kueue's message; the joint check's QuotaReserved condition",
+            "status: role replicas and Kueue's message; the joint check's QuotaReserved condition and hold",
             subresource="status",
         ),
         Rule(
@@ -218,8 +218,9 @@ CONTROLLER: Final = Component(
         ),
         Rule(
             kinds.WORKLOAD,
-            ("list", "watch"),
-            "the pod groups' Workloads: status messages, the joint set, Gate 3's inflight accounting",
+            ("list", "watch", "patch"),
+            "the pod groups' Workloads: status messages, the joint set, Gate 3's inflight accounting; the "
+            "joint check parks a set (spec.active=false: Kueue releases its quota) and retries it",
         ),
         Rule(
             kinds.WORKLOAD,
@@ -227,6 +228,7 @@ CONTROLLER: Final = Component(
             "the joint check's and Gate 3's admissionChecks entries (server-side apply)",
             subresource="status",
         ),
+        Rule(kinds.EVENT, ("create",), "the joint check's Warning Event on a ModelDeployment it parks"),
         Rule(kinds.NODE_MODEL_STORE, ("list", "watch"), "node-delivered model placement: who holds a digest"),
         Rule(kinds.CSI_NODE, ("list", "watch"), "node-delivered placement: who mounts the model driver"),
     ),
@@ -246,6 +248,14 @@ CONTROLLER: Final = Component(
         ("", kinds.POD.group, kinds.POD.plural, "delete"): (
             "a replica scaled away or re-rendered; tests/placement cover it in the pure plan (no kubelet "
             "and no garbage collector run locally, so the RBAC test creates no ModelDeployment to shrink)"
+        ),
+        ("", kinds.WORKLOAD.group, kinds.WORKLOAD.plural, "patch"): (
+            "only a set parked after 30 minutes (or retried) is written; the RBAC test waits for none — "
+            "tests/placement/test_joint_cluster.py parks and retries one under this role"
+        ),
+        ("", kinds.EVENT.group, kinds.EVENT.plural, "create"): (
+            "cluster-wide only for the joint check's parking Event in a deployment's namespace; the RBAC "
+            "test parks no set (tests/placement/test_joint_cluster.py does, under this role)"
         ),
         (SYSTEM, kinds.NODE_FEATURE.group, kinds.NODE_FEATURE.plural, "update"): (
             "a topology NodeFeature someone edited by adding a key is replaced as a whole (server-side apply "
