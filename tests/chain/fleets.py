@@ -1,0 +1,288 @@
+"""Hypothesis strategies for whole fleets: scenarios (:mod:`gpustack_worker.simulate.scenario`) as
+``gpustack-worker plan`` and ``simulate apply`` consume them, with the settings that change how a fleet is
+grouped.
+
+What a drawn fleet covers (issue 16, "What to show"):
+
+- every manufacturer of :mod:`gpustack_worker.api.manufacturers`, with real product names (the 55-character
+  "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition"), names that normalise to 63 characters or more,
+  unicode and punctuation;
+- CPU names long, odd or reduced to nothing by normalisation; CPU vendors known, unknown (``VendorUnknown``)
+  and odd, with or without NFD's family and id;
+- CPU-only nodes, accelerated nodes and nodes with two accelerator models;
+- unhealthy cards, models whose ledger is not published yet, partitioned (MIG) cards and allocations of
+  every mode (exclusive, shared, sliced, partitioned);
+- the admin's ``gpustack.ai/managed`` label absent, ``true``, ``false`` and not valid (``yes``, ``True``,
+  ``1``, empty), under both values of ``node-management-manual``, ``instance-type-aware-cpu-manufacturer``
+  and ``instance-type-mixed-on-node``.
+
+Every drawn scenario passes the scenario's shape (pydantic) by construction, and its cross-field rules
+except the ones about the length of what it renders — the names that normalise past the key budget are drawn
+on purpose (:data:`LONG_PRODUCTS`), and whether every object is then valid is an invariant to test, not a
+filter. The strategies are reused by any test that wants whole fleets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from hypothesis import strategies as st
+
+from gpustack_worker.api import identity, keys, manufacturers
+from gpustack_worker.cli.plan_cmd import parse_sets
+from gpustack_worker.simulate.scenario import Scenario
+
+if TYPE_CHECKING:
+    from gpustack_worker.cli.settings import WorkerSettings
+
+__all__ = (
+    "CPUS",
+    "LONG_PRODUCTS",
+    "MANAGED_VALUES",
+    "PRODUCTS",
+    "Fleet",
+    "fleets",
+    "grouping",
+    "node_specs",
+    "scenarios",
+)
+
+M: Final = keys.UNITS_PER_ACCELERATOR
+#: The real product name of issue 16: 55 characters, its aKey 55 too.
+RTX_PRO_6000: Final = "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition"
+#: Real products per manufacturer, as the vendors' SMIs print them.
+PRODUCTS: Final[dict[str, tuple[str, ...]]] = {
+    "nvidia": (
+        "NVIDIA A100-SXM4-80GB",
+        "NVIDIA H100 80GB HBM3",
+        "Tesla T4",
+        "NVIDIA A10G",
+        "NVIDIA GeForce RTX 4090",
+        RTX_PRO_6000,
+    ),
+    "amd": ("AMD Instinct MI300X", "Radeon RX 7900 XTX"),
+    "ascend": ("Ascend910B3", "Ascend 310P3"),
+    "cambricon": ("MLU370-X8", "MLU590"),
+    "hygon": ("DCU K100_AI", "Z100L"),
+    "iluvatar": ("Iluvatar BI-V150", "MR-V100"),
+    "metax": ("MetaX C500", "MXC550"),
+    "mthreads": ("MTT S4000", "MTT S80"),
+    "thead": ("PPU-ZW810E", "T-Head PPU"),
+}
+#: Product names that normalise to the key budget (63) or past it.
+LONG_PRODUCTS: Final = (
+    "Extremely Long Accelerator Product Name For Testing The Key Shortening Rules Of The Worker",
+    "X" * 80,
+    "Model 1234567890 1234567890 1234567890 1234567890 1234567890 12345",
+)
+#: Odd product names: unicode, punctuation, separators only between words, one character.
+ODD_PRODUCTS: Final = (
+    "Über-GPU ™ Ωmega (rev. a1)",
+    "GPU/Accel:v2;b\\c",
+    "  spaced   out  ",
+    "a.b.c-d_e",
+    "7",
+    "模型 卡 X1",
+)
+#: (NFD vendor_id, CPU name annotation): known, unknown, odd, long, unicode, normalised to nothing.
+CPUS: Final = (
+    ("AMD", "AMD EPYC 7763 64-Core Processor"),
+    ("Intel", "Intel(R) Xeon(R) Platinum 8480+"),
+    ("Intel", "Intel(R) Xeon(R) CPU E5-2686 v4 @ 2.30GHz"),
+    ("HygonGenuine", "Hygon C86 7285 32-core Processor"),
+    ("ARM", "Neoverse-N1"),
+    ("VendorUnknown", "Some Unknown CPU"),
+    ("VendorUnknown", "(R)"),
+    ("Intel", "@ 2.30GHz"),
+    ("AMD", "AMD Ryzen Threadripper PRO 7995WX 96-Cores with a very long marketing name indeed, v2"),
+    ("Zhaoxin", "ZHAOXIN KaiXian KX-U6780A@2.7GHz ™ ünïcødé"),
+    ("AMD", "---"),
+)
+#: ``gpustack.ai/managed`` as an admin may leave it (None: absent); "true" weighted so manual fleets
+#: still manage some nodes.
+MANAGED_VALUES: Final = (None, None, "true", "true", "false", "yes", "True", "1", "")
+#: NVIDIA-style MIG profiles (and T-Head's joined spelling), for 80 GiB cards split 7 / 8 ways.
+_MIG_PROFILES: Final = {
+    "nvidia": (
+        {"name": "1g.10gb", "memoryMiB": 9856, "computeSlices": 1, "memorySlices": 1},
+        {"name": "3g.40gb", "memoryMiB": 40192, "computeSlices": 3, "memorySlices": 4},
+    ),
+    "thead": (
+        {"name": "1g12gb", "memoryMiB": 9856, "computeSlices": 1, "memorySlices": 1},
+        {"name": "4g48gb", "memoryMiB": 40192, "computeSlices": 3, "memorySlices": 4},
+    ),
+}
+_PARTITION_MEMORY_MIB: Final = 81920
+
+
+def _a_key(manufacturer: str, product: str) -> str:
+    return identity.accelerator_key(manufacturer, product)
+
+
+@st.composite
+def products(draw: st.DrawFn, manufacturer: str, *, long_names: bool = True) -> str:
+    """A product name of ``manufacturer``: mostly real, sometimes odd or (``long_names``) too long."""
+    pools = [st.sampled_from(PRODUCTS[manufacturer]), st.sampled_from(ODD_PRODUCTS)]
+    if long_names:
+        pools.append(st.sampled_from(LONG_PRODUCTS))
+    weights = st.sampled_from((0, 0, 0, 1, 2) if long_names else (0, 0, 0, 1))
+    return draw(pools[min(draw(weights), len(pools) - 1)])
+
+
+@st.composite
+def _allocations(
+    draw: st.DrawFn, mfr: manufacturers.Manufacturer, count: int, parted: frozenset[int], profile: str
+) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for pos in range(count):
+        if pos in parted:
+            if draw(st.booleans()):
+                out.append({"card": pos, "mode": "partitioned", "profiles": {profile: 1}})
+            continue
+        modes = ["none", "exclusive", "shared"] + (["sliced"] if mfr.logical_slices else [])
+        mode = draw(st.sampled_from(modes))
+        if mode == "exclusive":
+            out.append({"card": pos, "mode": "exclusive"})
+        elif mode == "shared":
+            out.append({"card": pos, "mode": "shared", "shares": draw(st.integers(1, 10))})
+        elif mode == "sliced":
+            units = draw(st.sampled_from((1, M // 4, M // 2, M - 1, M)))
+            out.append({"card": pos, "mode": "sliced", "units": units, "slices": 1})
+    return out
+
+
+@st.composite
+def accelerators(
+    draw: st.DrawFn, manufacturer: str, product: str, *, ledgers: bool = True
+) -> dict[str, Any]:
+    """One accelerator entry (``count`` cards of one model) with its health, partitioning and ledger."""
+    mfr = manufacturers.MANUFACTURERS[manufacturer]
+    count = draw(st.integers(1, 8))
+    entry: dict[str, Any] = {
+        "manufacturer": manufacturer,
+        "product": product,
+        "memoryMiB": draw(st.sampled_from((16384, 24576, 65536, _PARTITION_MEMORY_MIB, 97887))),
+        "count": count,
+    }
+    if draw(st.booleans()):
+        entry["driverVersion"] = draw(st.sampled_from(("580.159.03", "6.2.4", "24.1.rc2")))
+    if draw(st.booleans()):
+        entry["family"] = draw(st.sampled_from(("Ampere", "Hopper", "Blackwell", "CDNA3")))
+    unhealthy = draw(st.lists(st.integers(0, count - 1), unique=True, max_size=count))
+    if draw(st.integers(0, 3)) == 0:
+        entry["unhealthy"] = sorted(unhealthy)
+    parted: frozenset[int] = frozenset()
+    profile = ""
+    if mfr.partition_kind and draw(st.integers(0, 2)) == 0:
+        entry["memoryMiB"] = _PARTITION_MEMORY_MIB
+        cards = draw(st.lists(st.integers(0, count - 1), unique=True, min_size=1, max_size=count))
+        parted = frozenset(cards)
+        offered = _MIG_PROFILES[manufacturer]
+        entry["partitioning"] = {
+            "kind": mfr.partition_kind,
+            "cards": sorted(cards),
+            "profiles": list(offered),
+        }
+        profile = str(draw(st.sampled_from(offered))["name"])
+    published = not ledgers or draw(st.integers(0, 5)) > 0
+    if not published:
+        entry["ledgerPublished"] = False
+    elif ledgers:
+        entry["allocations"] = draw(_allocations(mfr, count, parted, profile))
+    return entry
+
+
+@st.composite
+def node_specs(
+    draw: st.DrawFn, name: str, *, long_names: bool = True, ledgers: bool = True
+) -> dict[str, Any]:
+    """One scenario node (as the YAML mapping): CPU-only, one model or two models."""
+    vendor, cpu_name = draw(st.sampled_from(CPUS))
+    cores = draw(st.sampled_from((1, 4, 8, 64)))
+    cpu: dict[str, Any] = {"vendor": vendor, "model": cpu_name, "cores": cores}
+    if draw(st.booleans()):
+        cpu["family"] = draw(st.sampled_from((6, 25, 0)))
+        cpu["id"] = draw(st.sampled_from((143, 1, 0)))
+    node: dict[str, Any] = {
+        "name": name,
+        "arch": draw(st.sampled_from(("amd64", "amd64", "arm64"))),
+        "cpu": cpu,
+        "memory": "64Gi",
+    }
+    if draw(st.integers(0, 9)) == 0:
+        node["os"] = "windows"
+    labels: dict[str, str] = {}
+    managed = draw(st.sampled_from(MANAGED_VALUES))
+    if managed is not None:
+        labels[keys.MANAGED] = managed
+    if draw(st.booleans()):
+        labels["example.com/rack"] = draw(st.sampled_from(("r1", "r2")))
+    if labels:
+        node["labels"] = labels
+    models = draw(
+        st.lists(
+            st.sampled_from(sorted(manufacturers.MANUFACTURERS)).flatmap(
+                lambda m: st.tuples(st.just(m), products(m, long_names=long_names))
+            ),
+            max_size=2,
+            unique_by=lambda t: _a_key(*t),
+        ).filter(lambda ms: all(_a_key(m, p) != f"{m}-" for m, p in ms))
+    )
+    if models:
+        node["accelerators"] = [draw(accelerators(m, p, ledgers=ledgers)) for m, p in models]
+    return node
+
+
+@st.composite
+def scenarios(
+    draw: st.DrawFn, *, min_nodes: int = 1, max_nodes: int = 8, long_names: bool = True, ledgers: bool = True
+) -> Scenario:
+    """A whole fleet as a validated :class:`Scenario` (nodes ``n0``, ``n1``, … so names never clash)."""
+    size = draw(st.integers(min_nodes, max_nodes))
+    nodes = [draw(node_specs(f"n{i}", long_names=long_names, ledgers=ledgers)) for i in range(size)]
+    return Scenario.model_validate({"nodes": nodes})
+
+
+@dataclass(frozen=True, slots=True)
+class Grouping:
+    """The settings that change how a fleet is grouped (reference §4.2)."""
+
+    aware: bool
+    mixed: bool
+    manual: bool
+
+    def as_data(self) -> dict[str, str]:
+        """The settings ConfigMap's data (what ``--set`` and the live ConfigMap take)."""
+        return {
+            "instance-type-aware-cpu-manufacturer": str(self.aware).lower(),
+            "instance-type-mixed-on-node": str(self.mixed).lower(),
+            "node-management-manual": str(self.manual).lower(),
+        }
+
+    def settings(self) -> WorkerSettings:
+        return parse_sets([f"{k}={v}" for k, v in self.as_data().items()])
+
+
+def grouping() -> st.SearchStrategy[Grouping]:
+    """Both values of every grouping setting."""
+    return st.builds(Grouping, aware=st.booleans(), mixed=st.booleans(), manual=st.booleans())
+
+
+@dataclass(frozen=True, slots=True)
+class Fleet:
+    """A scenario and the grouping settings it is planned under."""
+
+    scenario: Scenario
+    grouping: Grouping
+
+
+@st.composite
+def fleets(
+    draw: st.DrawFn, *, min_nodes: int = 1, max_nodes: int = 8, long_names: bool = True, ledgers: bool = True
+) -> Fleet:
+    """A scenario with its grouping settings."""
+    scenario = draw(
+        scenarios(min_nodes=min_nodes, max_nodes=max_nodes, long_names=long_names, ledgers=ledgers)
+    )
+    return Fleet(scenario, draw(grouping()))
