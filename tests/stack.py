@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 
     from gpustack_worker.runtime.controller import Controller
+    from gpustack_worker.simulate.scenario import Scenario
 
 __all__ = ("Stack", "condition", "eventually", "module_cluster", "running_stack", "write_settings")
 
@@ -114,16 +115,16 @@ class Stack:
 @contextlib.asynccontextmanager
 async def running_stack(
     cluster: DevCluster,
-    scenario: str,
+    scenario: str | Scenario,
     *,
     namespaces: tuple[str, ...] = (),
     extra: Callable[[Client, SettingsSource[WorkerSettings], InformerRegistry], list[Any]] | None = None,
 ) -> AsyncIterator[Stack]:
-    """Apply the packaged ``scenario``, create ``namespaces``, and run the agent (all nodes) and the
-    controllers (topology, chain, and whatever ``extra`` builds over the same registry) until the block
-    ends."""
+    """Apply ``scenario`` (a packaged one's name, or the scenario itself), create ``namespaces``, and run
+    the agent (all nodes) and the controllers (topology, chain, and whatever ``extra`` builds over the same
+    registry) until the block ends."""
     admin = await Client.connect(str(cluster.kubeconfig))
-    await apply_scenario(admin, packaged_scenario(scenario))
+    await apply_scenario(admin, packaged_scenario(scenario) if isinstance(scenario, str) else scenario)
     for ns in namespaces:
         await admin.create(
             kinds.NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
