@@ -17,10 +17,15 @@ admits as one set: the check holds every group until each has reserved quota. Wh
   ``Retry`` evicts the Workload and releases its quota, so two roles waiting on each other would trade
   the same quota forever; a group that fits keeps its reservation and topology domain while it waits.
   Never ``Rejected`` either: the types make both unrepresentable;
-* **parking** (:func:`deployment_condition`): a set whose oldest ``Pending`` entry of this check is
-  :data:`PARK_AFTER` (30 minutes) old has not assembled; the deployment's ``QuotaReserved`` condition
-  says ``False``/``Parked`` (``Waiting`` before that, ``True``/``Reserved`` once all groups hold
-  quota). :func:`park_deadline` is when a waiting set parks, so the controller requeues exactly then.
+* **parking, release and retry** (:func:`decide`): a set whose oldest ``Pending`` entry of this check
+  (or its last retry, if later) is :data:`PARK_AFTER` (30 minutes) old has not assembled and is parked:
+  the deployment's ``QuotaReserved`` condition says ``False``/``Parked`` (``Waiting`` before that,
+  ``True``/``Reserved`` once all groups hold quota), ``status.hold`` records it, and every Workload of
+  the set is deactivated (``spec.active=false``, :func:`to_switch`) so that Kueue evicts it and frees its
+  quota and topology domain. A parked set stays parked until its spec changes (a new generation) or an
+  admin sets the :data:`~gpustack_worker.api.keys.JOINT_RETRY` annotation to a new value; then its
+  Workloads are reactivated and the clock restarts. :attr:`Decision.deadline` is when a waiting set
+  parks, so the controller requeues exactly then.
 
 Time is an input (``now``), never read here.
 """
@@ -28,6 +33,7 @@ Time is an input (``now``), never read here.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -39,7 +45,10 @@ from gpustack_worker.runtime.conditions import FALSE, TRUE, Condition
 __all__ = (
     "PARK_AFTER",
     "QUOTA_RESERVED",
+    "Action",
+    "Decision",
     "Foreign",
+    "Hold",
     "Owner",
     "OwnerRef",
     "Reason",
@@ -48,16 +57,19 @@ __all__ = (
     "Unresolved",
     "Verdict",
     "check_entry",
-    "deployment_condition",
+    "decide",
     "deployment_controller",
     "entry_for_apply",
     "group_count",
     "holds_reservation",
     "needs_verdict",
     "owner_of",
-    "park_deadline",
+    "read_hold",
+    "retry_command",
+    "retry_token",
     "role_of",
     "tally",
+    "to_switch",
     "verdict",
 )
 
@@ -405,7 +417,91 @@ def entry_for_apply(workload: Mapping[str, Any], answer: Verdict, now: dt.dateti
     }
 
 
-# -- parking --------------------------------------------------------------------------------------------
+# -- parking ----------------------------------------------------------------------------------------------
+
+
+class Action(StrEnum):
+    """What the deployment's reconcile does to the set's Workloads besides writing status."""
+
+    NONE = "None"
+    PARK = "Park"
+    """Parks now: record it in ``status.hold``, post the Warning Event, then deactivate the set."""
+    STAY_PARKED = "StayParked"
+    """Parked earlier: deactivate any Workload of the set still active (one created since, say)."""
+    RETRY = "Retry"
+    """A parked set is retried: reactivate its Workloads, then record it (the clock restarts)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """``status.hold``: the check's parking state on the deployment (its own field manager's)."""
+
+    since: dt.datetime | None = None
+    """When the last retry restarted the clock (None: it runs from the oldest ``Pending`` entry)."""
+    parked_at: dt.datetime | None = None
+    """When the set was parked (None: not parked)."""
+    parked_generation: int | None = None
+    """The deployment's generation when parked: a spec change retries."""
+    retry: str | None = None
+    """The retry annotation's value last consumed (:func:`retry_token`)."""
+
+    @property
+    def parked(self) -> bool:
+        return self.parked_at is not None
+
+    def to_status(self) -> dict[str, Any]:
+        """The ``status.hold`` body (unset fields omitted: the apply releases them)."""
+        out: dict[str, Any] = {}
+        if self.since is not None:
+            out["since"] = _format_time(self.since)
+        if self.parked_at is not None:
+            out["parkedAt"] = _format_time(self.parked_at)
+        if self.parked_generation is not None:
+            out["parkedGeneration"] = self.parked_generation
+        if self.retry is not None:
+            out["retry"] = self.retry
+        return out
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def read_hold(deployment: Mapping[str, Any]) -> Hold:
+    """The deployment's ``status.hold`` (malformed fields read as absent)."""
+    raw = _status(deployment).get("hold")
+    hold = raw if isinstance(raw, Mapping) else {}
+    retry = hold.get("retry")
+    return Hold(
+        since=_parse_time(hold.get("since")),
+        parked_at=_parse_time(hold.get("parkedAt")),
+        parked_generation=_int(hold.get("parkedGeneration")),
+        retry=retry if isinstance(retry, str) else None,
+    )
+
+
+#: ``status.hold.retry`` holds at most this many characters; a longer annotation value is kept as its digest.
+_TOKEN_MAX: Final = 253
+
+
+def retry_token(deployment: Mapping[str, Any]) -> str | None:
+    """The admin's retry request: the :data:`~gpustack_worker.api.keys.JOINT_RETRY` annotation's value."""
+    annotations = _meta(deployment).get("annotations")
+    value = annotations.get(keys.JOINT_RETRY) if isinstance(annotations, Mapping) else None
+    if not isinstance(value, str):
+        return None
+    if len(value) <= _TOKEN_MAX:
+        return value
+    return "sha256:" + hashlib.sha256(value.encode()).hexdigest()
+
+
+def retry_command(deployment: Mapping[str, Any]) -> str:
+    """The command an admin runs to retry this parked deployment."""
+    meta = _meta(deployment)
+    return (
+        f"kubectl annotate modeldeployment {meta.get('name')} -n {meta.get('namespace')} "
+        f"--overwrite {keys.JOINT_RETRY}=<any new value>"
+    )
 
 
 def _waiting_since(workloads: Iterable[Mapping[str, Any]]) -> dt.datetime | None:
@@ -421,38 +517,113 @@ def _waiting_since(workloads: Iterable[Mapping[str, Any]]) -> dt.datetime | None
     return oldest
 
 
-def park_deadline(
-    deployment: Mapping[str, Any], groups: Iterable[tuple[Mapping[str, Any], str | None]]
-) -> dt.datetime | None:
-    """When a waiting multi-group set parks (None: it is single-group, complete, or nobody waits)."""
-    listed = list(groups)
-    if group_count(deployment) < 2 or tally(deployment, listed).complete:
-        return None
-    since = _waiting_since(w for w, _ in listed)
-    return None if since is None else since + PARK_AFTER
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What the deployment's reconcile writes and does (:func:`decide`)."""
+
+    condition: Condition | None
+    """``QuotaReserved`` (None for a single-group deployment: nothing to hold)."""
+    hold: Hold
+    """``status.hold`` to apply."""
+    action: Action
+    deadline: dt.datetime | None
+    """When a waiting set parks (None: nobody waits, or it is parked, assembled or single-group)."""
+
+    @property
+    def active(self) -> bool | None:
+        """The ``spec.active`` the set's Workloads must have (None: leave them as they are)."""
+        if self.action in (Action.PARK, Action.STAY_PARKED):
+            return False
+        return True if self.action is Action.RETRY else None
 
 
-def deployment_condition(
+def _parked_condition(
+    deployment: Mapping[str, Any], counted: SetTally, hold: Hold, observed: int | None
+) -> Condition:
+    parked_at = _format_time(hold.parked_at) if hold.parked_at is not None else "?"
+    message = (
+        f"{counted.describe()}; parked at {parked_at}: the set did not assemble within "
+        f"{int(PARK_AFTER.total_seconds() // 60)} minutes, so its Workloads are deactivated and the quota "
+        f"they held is released; to retry, change the spec or run: {retry_command(deployment)}"
+    )
+    return Condition(QUOTA_RESERVED, FALSE, Reason.PARKED.value, message, observed)
+
+
+def decide(
     deployment: Mapping[str, Any],
     groups: Iterable[tuple[Mapping[str, Any], str | None]],
     now: dt.datetime,
-) -> Condition | None:
-    """The deployment's ``QuotaReserved`` condition (None for a single-group deployment: nothing to hold).
+) -> Decision:
+    """Parking, release and retry of a deployment's set (reference §5.6; docs/admission.md).
 
-    ``True``/``Reserved`` once every group holds quota; ``False``/``Parked`` when the set has waited
-    :data:`PARK_AFTER` since its oldest ``Pending`` entry of this check; ``False``/``Waiting`` before.
+    * **waiting**: the clock starts at the oldest ``Pending`` entry of this check on a reserved group, or
+      at the last retry (``status.hold.since``) if that is later; ``QuotaReserved=False/Waiting``;
+    * **park**: :data:`PARK_AFTER` on, the set parks: ``status.hold`` records when and at which
+      generation, and every Workload of the set is deactivated (:func:`to_switch`) so Kueue releases its
+      quota and topology domain — the unreserved ones too, or they would reserve later one by one;
+      ``QuotaReserved=False/Parked`` says so and how to retry;
+    * **retry**: a parked set whose deployment has another generation (its spec changed), or whose retry
+      annotation carries a value not consumed yet, is reactivated and its clock restarts now. Nothing
+      else un-parks it — our own status writes change neither;
+    * **assembled**: every group holds quota — ``True``/``Reserved``; never parked (even one that
+      was, if its groups were reactivated by hand and all reserved).
+
+    An annotation value seen while the set is not parked is consumed without effect (recorded), so
+    only a value set after the parking retries.
     """
     listed = list(groups)
-    if group_count(deployment) < 2:
-        return None
-    generation = _meta(deployment).get("generation")
-    observed = generation if isinstance(generation, int) and not isinstance(generation, bool) else None
+    hold = read_hold(deployment)
+    observed = _int(_meta(deployment).get("generation"))
+    token = retry_token(deployment)
+    consumed = token if token is not None else hold.retry
+    multi = group_count(deployment) >= 2
     counted = tally(deployment, listed)
+    if hold.parked:
+        if hold.parked_generation != observed or (token is not None and token != hold.retry):
+            why = "the spec changed" if hold.parked_generation != observed else "retry requested"
+            message = f"{counted.describe()}; retried at {_format_time(now)} ({why})"
+            condition = Condition(QUOTA_RESERVED, FALSE, Reason.WAITING.value, message, observed)
+            return Decision(condition if multi else None, Hold(since=now, retry=consumed), Action.RETRY, None)
+        if not (multi and counted.complete):
+            return Decision(
+                _parked_condition(deployment, counted, hold, observed), hold, Action.STAY_PARKED, None
+            )
+    if not multi:
+        return Decision(None, Hold(), Action.NONE, None)
+    base = Hold(since=hold.since, retry=consumed)
     if counted.complete:
-        return Condition(QUOTA_RESERVED, TRUE, Reason.RESERVED.value, counted.describe(), observed)
-    deadline = park_deadline(deployment, listed)
+        return Decision(
+            Condition(QUOTA_RESERVED, TRUE, Reason.RESERVED.value, counted.describe(), observed),
+            base,
+            Action.NONE,
+            None,
+        )
+    since = _waiting_since(w for w, _ in listed)
+    if since is not None and hold.since is not None:
+        since = max(since, hold.since)
+    deadline = None if since is None else since + PARK_AFTER
     if deadline is not None and now >= deadline:
-        since = _format_time(deadline - PARK_AFTER)
-        message = f"{counted.describe()}; parked: the set has not assembled since {since}"
-        return Condition(QUOTA_RESERVED, FALSE, Reason.PARKED.value, message, observed)
-    return Condition(QUOTA_RESERVED, FALSE, Reason.WAITING.value, counted.describe(), observed)
+        parked = Hold(since=hold.since, parked_at=now, parked_generation=observed, retry=consumed)
+        return Decision(_parked_condition(deployment, counted, parked, observed), parked, Action.PARK, None)
+    message = counted.describe()
+    if hold.since is not None:
+        message += f"; retried at {_format_time(hold.since)}"
+    return Decision(
+        Condition(QUOTA_RESERVED, FALSE, Reason.WAITING.value, message, observed), base, Action.NONE, deadline
+    )
+
+
+def to_switch(workloads: Iterable[Mapping[str, Any]], active: bool) -> list[Mapping[str, Any]]:
+    """The Workloads whose ``spec.active`` must be written to reach ``active``.
+
+    Admitted Workloads (serving groups of a set that lost one) hold no idle quota and are left running;
+    finished and deleted ones are left to Kueue.
+    """
+    out = []
+    for workload in workloads:
+        if _active(workload) == active or _condition_true(workload, _ADMITTED):
+            continue
+        if _condition_true(workload, _FINISHED) or _meta(workload).get("deletionTimestamp"):
+            continue
+        out.append(workload)
+    return out

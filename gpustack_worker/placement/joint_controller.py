@@ -12,7 +12,10 @@ the check's field owner ``gpustack-model-deployment-joint`` (reference §3.2):
   Workload itself **and by every sibling group** (a change on one group's Workload enqueues the other
   groups' Workloads of the same deployment), by its owner Pods, and by its deployment's spec (replicas);
 - ``joint-deployments`` [ModelDeployment ``namespace/name``]: the deployment's ``QuotaReserved``
-  condition (``Reserved`` / ``Waiting`` / ``Parked``), requeued for the moment the set parks.
+  condition (``Reserved`` / ``Waiting`` / ``Parked``) and ``status.hold``, requeued for the moment the
+  set parks; parking deactivates the set's Workloads and a retry reactivates them
+  (:func:`~gpustack_worker.placement.joint.decide`). Woken by the deployment's spec and its retry
+  annotation, and by its Workloads and Pods.
 
 How the entry is written, and why it does not fight Kueue. ``status.admissionChecks`` is a list keyed by
 ``name`` (Kueue v0.19 ``+listType=map``), so a server-side apply of the one item named after this check
@@ -27,8 +30,20 @@ and the key is retried once the cache has caught up. Applies are skipped when th
 says the same (the runtime's exact no-op check), so a converged set costs no writes.
 
 On the ModelDeployment the check owns only the ``QuotaReserved`` condition (a server-side apply of
-``status.conditions`` keyed by ``type``, its own manager); the deployments controller owns ``status.roles``
-and its own conditions under another manager, so neither removes the other's fields.
+``status.conditions`` keyed by ``type``, its own manager) and ``status.hold``; the deployments controller
+owns ``status.roles`` and its own conditions under another manager, so neither removes the other's
+fields. That apply carries the deployment's ``resourceVersion``: a park or retry decided from a stale
+deployment (one whose spec or retry annotation has moved on) is refused and decided again.
+
+Parking and retry on the Workloads. The check writes one field of a Workload's spec, ``spec.active``
+(server-side apply, forced — Kueue created the Workload with ``active`` set — with the Workload's
+``resourceVersion`` as precondition). ``false`` makes Kueue evict the Workload (reason
+``Deactivated``) and, the pod group's Pods still being gated, clear its reservation: the quota and the
+topology domain are free. Kueue's Pod integration neither deletes gated Pods nor reactivates a Workload,
+so the set stays released until the check reactivates it. The order makes a restart safe: a park is
+recorded in ``status.hold`` before any Workload is deactivated (a parked set re-deactivates whatever is
+still active, a Workload created since included), and a retry reactivates every Workload before the
+park is cleared (an interrupted retry is simply decided again).
 
 The wall clock (``clock``) decides parking and the entry's ``lastTransitionTime``; tests inject it.
 """
@@ -36,6 +51,7 @@ The wall clock (``clock``) decides parking and the entry's ``lastTransitionTime`
 from __future__ import annotations
 
 import datetime as dt
+import socket
 from typing import TYPE_CHECKING, Any, Final
 
 import structlog
@@ -47,6 +63,7 @@ from gpustack_worker.runtime.apply import Applier
 from gpustack_worker.runtime.client import Conflict, NotFound
 from gpustack_worker.runtime.conditions import for_apply
 from gpustack_worker.runtime.controller import Controller, Result, generation_changed, semantic_changed
+from gpustack_worker.runtime.events import EventRecorder
 from gpustack_worker.runtime.indexers import BY_OWNER_UID, owner_uids
 from gpustack_worker.runtime.queue import settings_queue
 from gpustack_worker.runtime.store import object_key
@@ -94,6 +111,12 @@ def _workload_view(obj: Any) -> Any:
     )
 
 
+def _deployment_view(obj: Any) -> Any:
+    """What the deployment's decision reads from the deployment itself: its spec and the retry request."""
+    meta = obj.get("metadata") or {}
+    return (meta.get("generation"), (meta.get("annotations") or {}).get(keys.JOINT_RETRY))
+
+
 def _pod_view(obj: Any) -> Any:
     meta = obj.get("metadata") or {}
     return (meta.get("labels"), meta.get("ownerReferences"))
@@ -123,6 +146,8 @@ class JointCheck:
         self.workload_applier = Applier(client, FIELD_MANAGER, cache=self.workloads)
         self.deployment_applier = Applier(client, FIELD_MANAGER, cache=self.deployments)
         self.check_applier = Applier(client, FIELD_MANAGER, cache=self.checks)
+        #: The Warning Event posted once per parking (on the ModelDeployment).
+        self.events = EventRecorder(client, controller=keys.JOINT_CONTROLLER, instance=socket.gethostname())
 
         def controller(name: str, reconcile: Callable[[str], Any]) -> Controller:
             return Controller(name, reconcile, settings_queue(name, boot), workers=boot.controller_workers)
@@ -140,7 +165,7 @@ class JointCheck:
         self.verdict_ctl.watch(
             self.deployments, mapper=self._deployment_workloads, predicates=[generation_changed]
         )
-        self.deployment_ctl.watch(self.deployments, predicates=[generation_changed])
+        self.deployment_ctl.watch(self.deployments, predicates=[semantic_changed(_deployment_view)])
         self.deployment_ctl.watch(self.workloads, mapper=self._deployment_key, predicates=verdict_inputs)
         self.deployment_ctl.watch(
             self.pods, mapper=self._pod_deployment_key, predicates=[semantic_changed(_pod_view)]
@@ -270,7 +295,8 @@ class JointCheck:
         return Result.done()
 
     async def reconcile_deployment(self, key: str) -> Result:
-        """The deployment's ``QuotaReserved`` condition; requeue for the moment a waiting set parks."""
+        """The deployment's ``QuotaReserved`` condition and ``status.hold``; park, release and retry the
+        set; requeue for the moment a waiting set parks."""
         deployment = self._deployment(key)
         if deployment is None:
             return Result.done()
@@ -280,20 +306,72 @@ class JointCheck:
         ref = joint.OwnerRef(str(meta.get("namespace")), str(meta.get("name")), str(meta["uid"]))
         groups = self.groups(deployment, ref)
         now = self.clock()
-        wanted = joint.deployment_condition(deployment, groups, now)
-        current = (deployment.get("status") or {}).get("conditions")
-        body = {
+        decision = joint.decide(deployment, groups, now)
+        if decision.action is joint.Action.RETRY:
+            # Reactivate first: the park is cleared only once every Workload is active again.
+            retry = await self._switch([w for w, _ in groups], active=True)
+            if retry is not None:
+                return retry
+        status = (deployment.get("status") or {}).get("conditions")
+        hold = decision.hold.to_status()
+        body: dict[str, Any] = {
             "apiVersion": kinds.MODEL_DEPLOYMENT.api_version,
             "kind": kinds.MODEL_DEPLOYMENT.kind,
-            "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
+            # Precondition: never park or retry on a deployment newer than the one we read.
+            "metadata": {
+                "name": meta.get("name"),
+                "namespace": meta.get("namespace"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
             # An empty list releases the condition (a deployment that became single-group owns none).
-            "status": {"conditions": for_apply(current, [wanted], now=now) if wanted else []},
+            "status": {
+                "conditions": for_apply(status, [decision.condition], now=now) if decision.condition else []
+            },
         }
+        if hold:
+            body["status"]["hold"] = hold  # omitted, our fields of it are released
         try:
             await self.deployment_applier.apply_status(kinds.MODEL_DEPLOYMENT, body, deployment)
+        except Conflict:
+            _log.debug("joint check: stale ModelDeployment, retrying", deployment=key)
+            return Result.after(CONFLICT_RETRY_S)
         except NotFound:
             return Result.done()
-        deadline = joint.park_deadline(deployment, groups)
-        if deadline is not None and deadline > now:
-            return Result.after((deadline - now).total_seconds())
+        if decision.action is joint.Action.PARK and decision.condition is not None:
+            _log.info("joint check parked a set", deployment=key, message=decision.condition.message)
+            self.events.warning(
+                deployment, reason=joint.Reason.PARKED.value, action="Park", note=decision.condition.message
+            )
+        elif decision.action is joint.Action.RETRY:
+            _log.info("joint check retried a parked set", deployment=key)
+        if decision.active is False:
+            retry = await self._switch([w for w, _ in groups], active=False)
+            if retry is not None:
+                return retry
+        if decision.deadline is not None and decision.deadline > now:
+            return Result.after((decision.deadline - now).total_seconds())
         return Result.done()
+
+    async def _switch(self, workloads: Iterable[Mapping[str, Any]], *, active: bool) -> Result | None:
+        """Apply ``spec.active`` on the Workloads that need it (None: all done; else when to retry)."""
+        for workload in joint.to_switch(workloads, active):
+            meta = workload.get("metadata") or {}
+            body = {
+                "apiVersion": kinds.WORKLOAD.api_version,
+                "kind": kinds.WORKLOAD.kind,
+                "metadata": {
+                    "name": meta.get("name"),
+                    "namespace": meta.get("namespace"),
+                    "resourceVersion": meta.get("resourceVersion"),
+                },
+                "spec": {"active": active},
+            }
+            try:
+                await self.workload_applier.apply(kinds.WORKLOAD, body, workload, force=True)
+            except Conflict:
+                _log.debug("joint check: stale Workload, retrying", workload=object_key(workload))
+                return Result.after(CONFLICT_RETRY_S)
+            except NotFound:
+                continue
+            _log.info("joint check set spec.active", workload=object_key(workload), active=active)
+        return None

@@ -6,6 +6,8 @@ import datetime as dt
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpustack_worker.api import keys
 from gpustack_worker.placement import joint
@@ -307,33 +309,155 @@ def test_entry_keeps_its_transition_time_while_the_state_holds() -> None:
     assert flipped["lastTransitionTime"] == "2026-01-01T12:05:00Z"
 
 
-# -- parking ----------------------------------------------------------------------------------------------
+# -- parking, release and retry ----------------------------------------------------------------------------
+
+Groups = list[tuple[dict[str, Any], str | None]]
 
 
-def _set(entry_time: str = T0_TEXT) -> list[tuple[dict[str, Any], str | None]]:
-    prefill = group_wl("llm-prefill-0", "prefill", entry_time=entry_time)
-    decode = group_wl("llm-decode-0", "decode", reserved=False, entry=None)
+def _set(entry_time: str = T0_TEXT, *, active: bool | None = None) -> Groups:
+    prefill = group_wl("llm-prefill-0", "prefill", entry_time=entry_time, active=active)
+    decode = group_wl("llm-decode-0", "decode", reserved=False, entry=None, active=active)
     return [(prefill, "prefill"), (decode, "decode")]
+
+
+def _released() -> Groups:
+    """The set once parked: both Workloads deactivated, Kueue has cleared the reservation."""
+    prefill = group_wl("llm-prefill-0", "prefill", reserved=False, evicted=True, active=False)
+    decode = group_wl("llm-decode-0", "decode", reserved=False, evicted=True, entry=None, active=False)
+    return [(prefill, "prefill"), (decode, "decode")]
+
+
+def _with(
+    dep: dict[str, Any],
+    *,
+    hold: dict[str, Any] | None = None,
+    retry: str | None = None,
+    generation: int | None = None,
+) -> dict[str, Any]:
+    out = {**dep, "metadata": dict(dep["metadata"])}
+    if hold is not None:
+        out["status"] = {"hold": hold}
+    if retry is not None:
+        out["metadata"]["annotations"] = {keys.JOINT_RETRY: retry}
+    if generation is not None:
+        out["metadata"]["generation"] = generation
+    return out
+
+
+PARKED_HOLD = {"parkedAt": "2026-01-01T12:30:00Z", "parkedGeneration": 3}
+RETRY_HINT = f"kubectl annotate modeldeployment llm -n {NS} --overwrite {keys.JOINT_RETRY}=<any new value>"
 
 
 def test_not_parked_before_thirty_minutes() -> None:
     now = T0 + joint.PARK_AFTER - dt.timedelta(seconds=1)
-    cond = joint.deployment_condition(PD, _set(), now)
+    decision = joint.decide(PD, _set(), now)
+    cond = decision.condition
     assert cond is not None
     assert (cond.type, cond.status, cond.reason) == ("QuotaReserved", "False", "Waiting")
     assert cond.message == "1 of 2 groups reserved; waiting: it-decode"
     assert cond.observed_generation == 3
-    assert joint.park_deadline(PD, _set()) == T0 + joint.PARK_AFTER
+    assert decision.deadline == T0 + joint.PARK_AFTER
+    assert (decision.action, decision.active, decision.hold) == (joint.Action.NONE, None, joint.Hold())
 
 
-def test_parked_after_thirty_minutes() -> None:
-    cond = joint.deployment_condition(PD, _set(), T0 + joint.PARK_AFTER)
+def test_parked_after_thirty_minutes_releases_every_workload_of_the_set() -> None:
+    now = T0 + joint.PARK_AFTER
+    decision = joint.decide(PD, _set(), now)
+    cond = decision.condition
     assert cond is not None
     assert (cond.type, cond.status, cond.reason) == ("QuotaReserved", "False", "Parked")
     assert cond.message == (
-        "1 of 2 groups reserved; waiting: it-decode; "
-        "parked: the set has not assembled since 2026-01-01T12:00:00Z"
+        "1 of 2 groups reserved; waiting: it-decode; parked at 2026-01-01T12:30:00Z: the set did not "
+        "assemble within 30 "
+        "minutes, so its Workloads are deactivated and the quota they held is released; to retry, change "
+        f"the spec or run: {RETRY_HINT}"
     )
+    assert decision.action is joint.Action.PARK and decision.active is False and decision.deadline is None
+    assert decision.hold == joint.Hold(parked_at=now, parked_generation=3)
+    assert decision.hold.to_status() == PARKED_HOLD
+    # The reserved group and the unreserved one alike (it would otherwise reserve later on its own).
+    assert [w["metadata"]["name"] for w in joint.to_switch([w for w, _ in _set()], False)] == [
+        "llm-prefill-0",
+        "llm-decode-0",
+    ]
+
+
+def test_a_parked_set_stays_parked_and_released_after_kueue_frees_the_quota() -> None:
+    parked = _with(PD, hold=PARKED_HOLD)
+    decision = joint.decide(parked, _released(), T0 + dt.timedelta(days=1))
+    assert decision.action is joint.Action.STAY_PARKED and decision.active is False
+    assert decision.condition is not None and decision.condition.reason == "Parked"
+    assert decision.condition.message.startswith(
+        "0 of 2 groups reserved; waiting: it-decode, it-prefill; parked at 2026-01-01T12:30:00Z"
+    )
+    assert decision.hold == joint.read_hold(parked)  # our own status write changes nothing
+    assert joint.to_switch([w for w, _ in _released()], False) == []  # nothing left to write
+    # A Workload that appeared since (a re-created Pod's) is deactivated too.
+    fresh = group_wl("llm-decode-1", "decode", reserved=False, entry=None)
+    assert joint.to_switch([*(w for w, _ in _released()), fresh], False) == [fresh]
+
+
+@pytest.mark.parametrize(
+    ("case", "changes", "why"),
+    [
+        ("spec changed", {"generation": 4}, "the spec changed"),
+        ("admin annotation", {"retry": "1"}, "retry requested"),
+    ],
+)
+def test_a_parked_set_is_retried_on_a_spec_change_or_an_admin_request(
+    case: str, changes: dict[str, Any], why: str
+) -> None:
+    later = T0 + dt.timedelta(hours=2)
+    decision = joint.decide(_with(PD, hold=PARKED_HOLD, **changes), _released(), later)
+    assert decision.action is joint.Action.RETRY and decision.active is True, case
+    assert decision.condition is not None
+    assert (decision.condition.reason, decision.condition.message) == (
+        "Waiting",
+        f"0 of 2 groups reserved; waiting: it-decode, it-prefill; retried at 2026-01-01T14:00:00Z ({why})",
+    )
+    assert decision.hold == joint.Hold(since=later, retry=changes.get("retry"))
+    assert [w["metadata"]["name"] for w in joint.to_switch([w for w, _ in _released()], True)] == [
+        "llm-prefill-0",
+        "llm-decode-0",
+    ]
+
+
+def test_the_retry_restarts_the_clock_then_the_set_parks_again_or_assembles() -> None:
+    retried_at = T0 + dt.timedelta(hours=2)
+    dep = _with(PD, hold={"since": "2026-01-01T14:00:00Z", "retry": "1"}, retry="1")
+    # Reactivated, prefill reserves again; its entry kept the old transition time (still Pending).
+    waiting = joint.decide(dep, _set(), retried_at + dt.timedelta(minutes=5))
+    assert waiting.action is joint.Action.NONE and waiting.deadline == retried_at + joint.PARK_AFTER
+    assert waiting.condition is not None and waiting.condition.message == (
+        "1 of 2 groups reserved; waiting: it-decode; retried at 2026-01-01T14:00:00Z"
+    )
+    again = joint.decide(dep, _set(), retried_at + joint.PARK_AFTER)
+    assert again.action is joint.Action.PARK
+    assert again.hold == joint.Hold(
+        since=retried_at, parked_at=retried_at + joint.PARK_AFTER, parked_generation=3, retry="1"
+    )
+    both = [(group_wl("llm-prefill-0", "prefill"), "prefill"), (group_wl("llm-decode-0", "decode"), "decode")]
+    assembled = joint.decide(dep, both, retried_at + dt.timedelta(days=1))
+    assert assembled.condition is not None and assembled.condition.reason == "Reserved"
+    assert assembled.action is joint.Action.NONE and assembled.deadline is None
+
+
+def test_the_same_annotation_value_does_not_retry_twice() -> None:
+    # The value was consumed when the set last parked (or while it waited): only a new one retries.
+    dep = _with(PD, hold={**PARKED_HOLD, "retry": "1"}, retry="1")
+    assert joint.decide(dep, _released(), T0 + dt.timedelta(days=1)).action is joint.Action.STAY_PARKED
+    # A value set while the set waits is recorded, so it does not un-park a later parking.
+    waiting = joint.decide(_with(PD, retry="early"), _set(), T0)
+    assert waiting.action is joint.Action.NONE and waiting.hold == joint.Hold(retry="early")
+    parks = joint.decide(_with(PD, retry="early"), _set(), T0 + joint.PARK_AFTER)
+    assert parks.action is joint.Action.PARK and parks.hold.retry == "early"
+
+
+def test_a_long_annotation_value_is_kept_as_its_digest() -> None:
+    token = joint.retry_token(_with(PD, retry="x" * 300))
+    assert token is not None and token.startswith("sha256:") and len(token) <= 253
+    assert joint.retry_token(_with(PD, retry="x" * 301)) != token
+    assert joint.retry_token(PD) is None
 
 
 def test_the_oldest_pending_entry_starts_the_clock() -> None:
@@ -341,35 +465,110 @@ def test_the_oldest_pending_entry_starts_the_clock() -> None:
     older = group_wl("a0", "a", entry_time="2026-01-01T11:50:00Z")
     newer = group_wl("b0", "b", entry_time=T0_TEXT)
     ready_one = group_wl("x", "b", entry="Ready", entry_time="2026-01-01T10:00:00Z")
-    groups: list[tuple[dict[str, Any], str | None]] = [(older, "a"), (newer, "b"), (ready_one, "b")]
-    assert joint.park_deadline(dep, groups) == dt.datetime(2026, 1, 1, 12, 20, tzinfo=dt.UTC)
+    groups: Groups = [(older, "a"), (newer, "b"), (ready_one, "b")]
+    assert joint.decide(dep, groups, T0).deadline == dt.datetime(2026, 1, 1, 12, 20, tzinfo=dt.UTC)
 
 
 def test_an_assembled_set_is_reserved_and_never_parks() -> None:
     prefill = group_wl("llm-prefill-0", "prefill")
     decode = group_wl("llm-decode-0", "decode")
-    groups: list[tuple[dict[str, Any], str | None]] = [(prefill, "prefill"), (decode, "decode")]
-    much_later = T0 + dt.timedelta(days=1)
-    cond = joint.deployment_condition(PD, groups, much_later)
+    groups: Groups = [(prefill, "prefill"), (decode, "decode")]
+    decision = joint.decide(PD, groups, T0 + dt.timedelta(days=1))
+    cond = decision.condition
     assert cond is not None and (cond.status, cond.reason) == ("True", "Reserved")
     assert cond.message == "2 of 2 groups reserved"
-    assert joint.park_deadline(PD, groups) is None
+    assert decision.deadline is None and decision.action is joint.Action.NONE
+    # Groups an admin reactivated by hand that all reserved end a parking: the set has assembled.
+    unparked = joint.decide(_with(PD, hold=PARKED_HOLD), groups, T0 + dt.timedelta(days=1))
+    assert unparked.action is joint.Action.NONE and unparked.hold == joint.Hold()
 
 
 def test_nobody_reserved_waits_without_a_clock() -> None:
-    groups: list[tuple[dict[str, Any], str | None]] = [
-        (group_wl("p", "prefill", reserved=False, entry=None), "prefill")
-    ]
-    cond = joint.deployment_condition(PD, groups, T0 + dt.timedelta(days=1))
-    assert cond is not None and cond.reason == "Waiting"
-    assert cond.message == "0 of 2 groups reserved; waiting: it-decode, it-prefill"
-    assert joint.park_deadline(PD, groups) is None
+    groups: Groups = [(group_wl("p", "prefill", reserved=False, entry=None), "prefill")]
+    decision = joint.decide(PD, groups, T0 + dt.timedelta(days=1))
+    assert decision.condition is not None and decision.condition.reason == "Waiting"
+    assert decision.condition.message == "0 of 2 groups reserved; waiting: it-decode, it-prefill"
+    assert decision.deadline is None and decision.action is joint.Action.NONE
 
 
-def test_single_group_deployment_has_no_condition() -> None:
+def test_single_group_deployment_has_no_condition_and_no_hold() -> None:
     single = deployment(("server", 1, "it"))
-    assert joint.deployment_condition(single, [(group_wl("s", "server"), "server")], T0) is None
+    decision = joint.decide(single, [(group_wl("s", "server"), "server")], T0 + dt.timedelta(days=1))
+    assert decision == joint.Decision(None, joint.Hold(), joint.Action.NONE, None)
 
 
 def test_unparseable_transition_time_never_parks() -> None:
-    assert joint.park_deadline(PD, _set(entry_time="yesterday")) is None
+    decision = joint.decide(PD, _set(entry_time="yesterday"), T0 + dt.timedelta(days=1))
+    assert decision.action is joint.Action.NONE and decision.deadline is None
+
+
+def test_admitted_finished_and_deleted_workloads_are_not_switched() -> None:
+    serving = group_wl("a", "prefill", admitted=True)
+    done = group_wl("b", "prefill", finished=True)
+    going = group_wl("c", "prefill", deleting=True)
+    assert joint.to_switch([serving, done, going], False) == []
+    assert joint.to_switch([group_wl("d", "prefill", active=False, admitted=True)], True) == []
+
+
+# -- the parking lifecycle as a property --------------------------------------------------------------------
+
+
+@st.composite
+def _histories(draw: st.DrawFn) -> list[tuple[str, int]]:
+    """Event sequences: minutes passing, spec changes, admin retries, the decode group reserving."""
+    steps = st.one_of(
+        st.tuples(st.just("wait"), st.integers(1, 45)),
+        st.tuples(st.just("spec"), st.just(0)),
+        st.tuples(st.just("annotate"), st.just(0)),
+        st.tuples(st.just("fits"), st.just(0)),
+    )
+    return draw(st.lists(steps, max_size=12))
+
+
+@settings(max_examples=300)
+@given(_histories())
+def test_parking_lifecycle_property(history: list[tuple[str, int]]) -> None:
+    """Simulate the controller and Kueue over random histories: a set is parked iff it waited 30 minutes
+    since its last start without assembling; a parked set holds no quota; only a spec change or a new
+    annotation value reactivates it; our own status write never does."""
+    now = T0
+    dep = _with(PD)
+    generation, annotation, decode_fits = 3, 0, False
+    active = True
+    started = T0  # when the current wait started (first reservation or the last retry)
+    for kind, minutes in [*history, ("wait", 0)]:
+        if kind == "wait":
+            now += dt.timedelta(minutes=minutes)
+        elif kind == "spec":
+            generation += 1
+        elif kind == "annotate":
+            annotation += 1
+        else:
+            decode_fits = True
+        dep = _with(dep, generation=generation, retry=str(annotation) if annotation else None)
+        for _ in range(3):  # reconcile, Kueue reacts, reconcile again (over our own write too)
+            # Kueue: an active Workload reserves (prefill always fits, decode once it does); inactive ones
+            # hold nothing. The prefill entry keeps its first transition time (Pending → evicted → Pending).
+            prefill = group_wl("llm-prefill-0", "prefill", reserved=active, active=active, evicted=not active)
+            decode = group_wl(
+                "llm-decode-0", "decode", reserved=active and decode_fits, active=active, entry=None
+            )
+            groups: Groups = [(prefill, "prefill"), (decode, "decode")]
+            decision = joint.decide(dep, groups, now)
+            dep = {**dep, "status": {"hold": decision.hold.to_status()}}
+            if decision.action is joint.Action.RETRY:
+                started = now
+            if decision.active is not None:
+                active = decision.active
+        assembled = active and decode_fits
+        hold = joint.read_hold(dep)
+        assert decision.action is not joint.Action.RETRY  # a retry happens once per request
+        if hold.parked:
+            assert not active and decision.condition is not None and decision.condition.reason == "Parked"
+            assert now - started >= joint.PARK_AFTER
+        elif assembled:
+            assert decision.condition is not None and decision.condition.reason == "Reserved"
+        else:
+            assert active and decision.condition is not None and decision.condition.reason == "Waiting"
+            assert now - started < joint.PARK_AFTER
+            assert decision.deadline == started + joint.PARK_AFTER

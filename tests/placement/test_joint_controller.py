@@ -27,7 +27,12 @@ class FakeClient:
 
     def __init__(self) -> None:
         self.applied: list[dict[str, Any]] = []
+        self.created: list[dict[str, Any]] = []
         self.fail: Exception | None = None
+
+    async def create(self, resource: Any, body: dict[str, Any], **options: Any) -> dict[str, Any]:
+        self.created.append({"kind": resource.kind, "body": body, **options})
+        return body
 
     async def apply(self, resource: Any, body: dict[str, Any], **options: Any) -> dict[str, Any]:
         if self.fail is not None:
@@ -53,7 +58,7 @@ def _deployment() -> dict[str, Any]:
     return {
         "apiVersion": kinds.MODEL_DEPLOYMENT.api_version,
         "kind": "ModelDeployment",
-        "metadata": {"name": "llm", "namespace": NS, "uid": UID, "generation": 2},
+        "metadata": {"name": "llm", "namespace": NS, "uid": UID, "generation": 2, "resourceVersion": "7"},
         "spec": {
             "roles": [
                 {"name": "prefill", "replicas": 1, "instanceType": "it-p", "template": {}},
@@ -183,11 +188,76 @@ async def test_deployment_waits_then_parks_at_the_deadline(
     assert await check.reconcile_deployment(f"{NS}/llm") == Result.after(20 * 60)
     cond = client.applied[-1]["body"]["status"]["conditions"]
     assert [(c["type"], c["status"], c["reason"]) for c in cond] == [("QuotaReserved", "False", "Waiting")]
-    assert client.applied[-1]["body"]["metadata"] == {"name": "llm", "namespace": NS}
+    assert "hold" not in client.applied[-1]["body"]["status"]
+    assert client.applied[-1]["body"]["metadata"] == {"name": "llm", "namespace": NS, "resourceVersion": "7"}
     wall.now = T0 + joint.PARK_AFTER
+    client.applied.clear()
     assert await check.reconcile_deployment(f"{NS}/llm") == Result.done()
-    cond = client.applied[-1]["body"]["status"]["conditions"]
-    assert [(c["reason"], c["observedGeneration"]) for c in cond] == [("Parked", 2)]
+    await check.events.flush()
+    # First the park is recorded, then every Workload of the set is deactivated (reserved or not).
+    status, *deactivations = client.applied
+    assert status["subresource"] == "status"
+    assert [(c["reason"], c["observedGeneration"]) for c in status["body"]["status"]["conditions"]] == [
+        ("Parked", 2)
+    ]
+    assert status["body"]["status"]["hold"] == {"parkedAt": "2026-01-01T12:30:00Z", "parkedGeneration": 2}
+    assert deactivations == [
+        {
+            "kind": "Workload",
+            "field_manager": FIELD_MANAGER,
+            "force": True,
+            "subresource": None,
+            "body": {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "Workload",
+                "metadata": {"name": f"llm-{role}-0", "namespace": NS, "resourceVersion": "41"},
+                "spec": {"active": False},
+            },
+        }
+        for role in ("decode", "prefill")
+    ]
+    # One Warning Event on the deployment, in its namespace.
+    [event] = client.created
+    assert event["namespace"] == NS
+    assert (event["body"]["type"], event["body"]["reason"]) == ("Warning", "Parked")
+    assert event["body"]["regarding"]["name"] == "llm"
+    assert "quota they held is released" in event["body"]["note"]
+
+
+async def test_a_parked_set_is_retried_reactivating_first(parts: tuple[JointCheck, FakeClient, Wall]) -> None:
+    check, client, wall = parts
+    parked = _deployment()
+    parked["status"] = {"hold": {"parkedAt": "2026-01-01T12:30:00Z", "parkedGeneration": 2}}
+    parked["metadata"]["annotations"] = {keys.JOINT_RETRY: "now"}
+    check.deployments.store.upsert(parked)
+    for role in ("prefill", "decode"):
+        released = _workload(role, reserved=False)
+        released["spec"]["active"] = False
+        check.workloads.store.upsert(released)
+    wall.now = T0 + dt.timedelta(hours=1)
+    assert await check.reconcile_deployment(f"{NS}/llm") == Result.done()
+    *activations, status = client.applied
+    assert [(a["body"]["metadata"]["name"], a["body"]["spec"]) for a in activations] == [
+        ("llm-decode-0", {"active": True}),
+        ("llm-prefill-0", {"active": True}),
+    ]
+    assert status["body"]["status"]["hold"] == {"since": "2026-01-01T13:00:00Z", "retry": "now"}
+    assert client.created == []  # no Event for a retry
+
+
+async def test_a_stale_workload_delays_the_retry_and_the_park_stays(
+    parts: tuple[JointCheck, FakeClient, Wall],
+) -> None:
+    check, client, _ = parts
+    parked = _deployment()
+    parked["status"] = {"hold": {"parkedAt": "2026-01-01T12:30:00Z", "parkedGeneration": 1}}  # spec changed
+    check.deployments.store.upsert(parked)
+    released = _workload("decode", reserved=False)
+    released["spec"]["active"] = False
+    check.workloads.store.upsert(released)
+    client.fail = Conflict(409, "Conflict", {}, "the object has been modified")
+    assert await check.reconcile_deployment(f"{NS}/llm") == Result.after(CONFLICT_RETRY_S)
+    assert client.applied == []  # the park is not cleared before every Workload is active again
 
 
 async def test_check_is_marked_active_once_it_exists(parts: tuple[JointCheck, FakeClient, Wall]) -> None:
