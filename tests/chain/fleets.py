@@ -210,7 +210,7 @@ def node_specs(
         "cpu": cpu,
         "memory": "64Gi",
     }
-    if draw(st.integers(0, 9)) == 0:
+    if draw(st.integers(0, 9)) == 9:
         node["os"] = "windows"
     labels: dict[str, str] = {}
     managed = draw(st.sampled_from(MANAGED_VALUES))
