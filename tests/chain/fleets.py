@@ -14,7 +14,10 @@ What a drawn fleet covers (issue 16, "What to show"):
   every mode (exclusive, shared, sliced, partitioned);
 - the admin's ``gpustack.ai/managed`` label absent, ``true``, ``false`` and not valid (``yes``, ``True``,
   ``1``, empty), under both values of ``node-management-manual``, ``instance-type-aware-cpu-manufacturer``
-  and ``instance-type-mixed-on-node``.
+  and ``instance-type-mixed-on-node``;
+- with :func:`damaged_fleets`, Nodes that stage 1-2 left incomplete: no os/arch, no hostname (so no
+  profile), no CPU vendor (with or without family and id), no CPU name, the Device Manager's labels gone
+  while ``Devices`` remains.
 
 Every drawn scenario passes the scenario's shape (pydantic) by construction, and its cross-field rules
 except the ones about the length of what it renders — the names that normalise past the key budget are drawn
@@ -24,27 +27,38 @@ filter. The strategies are reused by any test that wants whole fleets.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+import pytest
 from hypothesis import strategies as st
 
 from gpustack_worker.api import identity, keys, manufacturers
 from gpustack_worker.cli.plan_cmd import parse_sets
+from gpustack_worker.simulate import render
 from gpustack_worker.simulate.scenario import Scenario
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from gpustack_worker.cli.settings import WorkerSettings
+    from gpustack_worker.simulate.scenario import NodeSpec
 
 __all__ = (
     "CPUS",
     "LONG_PRODUCTS",
     "MANAGED_VALUES",
     "PRODUCTS",
+    "Damage",
+    "DamagedFleet",
     "Fleet",
+    "damaged_fleets",
+    "damages",
     "fleets",
     "grouping",
     "node_specs",
+    "rendering_damaged",
     "scenarios",
 )
 
@@ -286,3 +300,93 @@ def fleets(
         scenarios(min_nodes=min_nodes, max_nodes=max_nodes, long_names=long_names, ledgers=ledgers)
     )
     return Fleet(scenario, draw(grouping()))
+
+
+# --- Nodes NFD or the Device Manager left incomplete ------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Damage:
+    """What stage 1-2 left off one Node (the scenario format always writes these, so a damaged fleet is
+    rendered by the simulator and then has them removed — see :func:`rendering_damaged`)."""
+
+    #: ``kubernetes.io/os`` / ``kubernetes.io/arch`` missing on the Node (the Devices object keeps its own).
+    no_os: bool = False
+    no_arch: bool = False
+    #: ``kubernetes.io/hostname`` missing (the hostname-level of every profile).
+    no_hostname: bool = False
+    #: NFD's ``cpu-model.vendor_id`` missing (an unknown CPU), with or without its family and id.
+    no_vendor: bool = False
+    no_family_id: bool = False
+    #: The ``feature.gpustack.ai/cpu-name`` annotation missing.
+    no_cpu_name: bool = False
+    #: The Device Manager's NodeFeature missing while the ``Devices`` object stays.
+    no_device_manager: bool = False
+
+    def node(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The rendered Node with this damage."""
+        meta = dict(body["metadata"])
+        labels = dict(meta.get("labels") or {})
+        drop = {
+            keys.OS: self.no_os,
+            keys.ARCH: self.no_arch,
+            keys.HOSTNAME: self.no_hostname,
+            keys.NFD_CPU_VENDOR: self.no_vendor,
+            keys.NFD_CPU_FAMILY: self.no_family_id,
+            keys.NFD_CPU_ID: self.no_family_id,
+        }
+        meta["labels"] = {k: v for k, v in labels.items() if not drop.get(k, False)}
+        if self.no_cpu_name:
+            meta["annotations"] = {
+                k: v for k, v in (meta.get("annotations") or {}).items() if k != keys.CPU_NAME_ANNOTATION
+            }
+        return {**body, "metadata": meta}
+
+
+def damages() -> st.SearchStrategy[Damage]:
+    """Mostly a whole Node, sometimes one or more pieces missing."""
+    rare = st.integers(0, 5).map(lambda n: n == 5)
+    return st.builds(
+        Damage,
+        no_os=rare,
+        no_arch=rare,
+        no_hostname=rare,
+        no_vendor=rare,
+        no_family_id=rare,
+        no_cpu_name=rare,
+        no_device_manager=rare,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DamagedFleet:
+    """A fleet and what stage 1-2 left off some of its Nodes (Node name → damage)."""
+
+    fleet: Fleet
+    damage: dict[str, Damage]
+
+
+@st.composite
+def damaged_fleets(draw: st.DrawFn, *, max_nodes: int = 6) -> DamagedFleet:
+    """A fleet with a damage drawn for every Node."""
+    fleet = draw(fleets(max_nodes=max_nodes, long_names=False))
+    return DamagedFleet(fleet, {n.name: draw(damages()) for n in fleet.scenario.nodes})
+
+
+@contextlib.contextmanager
+def rendering_damaged(damage: dict[str, Damage]) -> Iterator[None]:
+    """While open, the simulator's renderer (what ``plan`` and the tests render stages 1-2 with) leaves
+    each Node's damage off: its real output, with the pieces removed. ``plan`` takes a scenario only, and a
+    scenario always writes these pieces, so this is the one way to plan a partially labelled fleet."""
+    real_node, real_feature = render.render_node, render.render_node_feature
+
+    def node(spec: NodeSpec, ready_since: str) -> dict[str, Any]:
+        body = real_node(spec, ready_since)
+        return damage[spec.name].node(body) if spec.name in damage else body
+
+    def feature(spec: NodeSpec, node_uid: str) -> dict[str, Any] | None:
+        hurt = damage.get(spec.name)
+        return None if hurt is not None and hurt.no_device_manager else real_feature(spec, node_uid)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(render, "render_node", node)
+        patch.setattr(render, "render_node_feature", feature)
+        yield

@@ -42,7 +42,7 @@ from gpustack_worker.runtime.quantity import parse
 from gpustack_worker.simulate import render
 from gpustack_worker.simulate.checks import check_scenario
 from gpustack_worker.simulate.scenario import Scenario
-from tests.chain.fleets import Fleet, fleets
+from tests.chain.fleets import DamagedFleet, Fleet, damaged_fleets, fleets, rendering_damaged
 from tests.placement.test_fit_agreement import gate3_ready, gt_admits, share_request, slice_request
 from tests.placement.test_gate3 import pod_template
 
@@ -151,10 +151,7 @@ def test_every_managed_node_is_counted_once_per_key(fleet: Fleet) -> None:
         assert node_class.is_managed(labels) is managed_expected(spec, manual=fleet.grouping.manual)
 
 
-@settings(max_examples=300)
-@given(fleet=fleets())
-def test_every_flavor_is_in_exactly_one_queue(fleet: Fleet) -> None:
-    plan = plan_of(fleet)
+def assert_one_queue_per_flavor(plan: PlannedChain) -> None:
     listed = Counter(
         f["name"]
         for q in plan.cluster_queues.values()
@@ -168,10 +165,7 @@ def test_every_flavor_is_in_exactly_one_queue(fleet: Fleet) -> None:
     assert sorted(plan.local_queues.values()) == sorted(plan.cluster_queues)
 
 
-@settings(max_examples=300)
-@given(fleet=fleets())
-def test_a_flavor_selects_exactly_its_contributors(fleet: Fleet) -> None:
-    plan = plan_of(fleet)
+def assert_selectors_select_contributors(fleet: Fleet, plan: PlannedChain) -> None:
     nodes = nodes_of(fleet, plan)
     hardware = [h for n in nodes.values() if (h := node_hardware(n)) is not None]
     contributors = {
@@ -185,10 +179,7 @@ def test_a_flavor_selects_exactly_its_contributors(fleet: Fleet) -> None:
         assert capacity_of(flavor) == len(selected) * per_node_count(flavor), name
 
 
-@settings(max_examples=300)
-@given(fleet=fleets())
-def test_queue_quota_is_the_flavors_capacity(fleet: Fleet) -> None:
-    plan = plan_of(fleet)
+def assert_quota_is_capacity(plan: PlannedChain) -> None:
     for name, queue in plan.cluster_queues.items():
         for group in queue["spec"].get("resourceGroups") or ():
             covered = list(group["coveredResources"])
@@ -202,6 +193,24 @@ def test_queue_quota_is_the_flavors_capacity(fleet: Fleet) -> None:
                 assert [r["name"] for r in entry["resources"]] == covered == [resource], name
                 (quota,) = (parse(r["nominalQuota"]) for r in entry["resources"])
                 assert quota == capacity_of(flavor) * (M if accelerated else 1), (name, entry["name"])
+
+
+@settings(max_examples=300)
+@given(fleet=fleets())
+def test_every_flavor_is_in_exactly_one_queue(fleet: Fleet) -> None:
+    assert_one_queue_per_flavor(plan_of(fleet))
+
+
+@settings(max_examples=300)
+@given(fleet=fleets())
+def test_a_flavor_selects_exactly_its_contributors(fleet: Fleet) -> None:
+    assert_selectors_select_contributors(fleet, plan_of(fleet))
+
+
+@settings(max_examples=300)
+@given(fleet=fleets())
+def test_queue_quota_is_the_flavors_capacity(fleet: Fleet) -> None:
+    assert_quota_is_capacity(plan_of(fleet))
 
 
 def _object_problems(obj: Mapping[str, Any]) -> list[str]:
@@ -325,3 +334,18 @@ def test_the_plan_is_deterministic_in_the_fleet_and_its_node_order(fleet: Fleet,
     order.shuffle(shuffled)
     again = Fleet(Scenario(nodes=shuffled), fleet.grouping)
     assert plan_of(again).as_dict() == first
+
+
+@settings(max_examples=300)
+@given(damaged=damaged_fleets())
+def test_a_partially_labelled_fleet_keeps_the_chains_invariants(damaged: DamagedFleet) -> None:
+    """Nodes without os/arch, hostname, CPU vendor, family/id or CPU name, or with the Device Manager's
+    labels gone while ``Devices`` remains: the plan still counts each flavor's selected Nodes exactly,
+    every flavor is in one queue with its capacity as quota, and every object is valid."""
+    fleet = damaged.fleet
+    with rendering_damaged(damaged.damage):
+        plan = plan_of(fleet)
+        assert_selectors_select_contributors(fleet, plan)
+        assert_one_queue_per_flavor(plan)
+        assert_quota_is_capacity(plan)
+        assert plan_problems(fleet, plan) == []
