@@ -47,7 +47,7 @@ that depend on Kueue read only a status written for the queue's current generati
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from gpustack_worker.api import keys, kinds
@@ -183,13 +183,23 @@ def _live(obj: Mapping[str, Any]) -> bool:
     return not (obj.get("metadata") or {}).get("deletionTimestamp")
 
 
-def pool_nodes(pool: pools.PoolIdentity, nodes: Iterable[NodeHardware], *, mixed_on_node: bool) -> list[str]:
-    """Managed, profiled Nodes that belong to the pool (the mixing rule applied)."""
+def pool_nodes(
+    pool: pools.PoolIdentity,
+    nodes: Iterable[NodeHardware],
+    *,
+    mixed_on_node: bool,
+    selector: Mapping[str, str] | None = None,
+) -> list[str]:
+    """Managed, profiled Nodes that belong to the pool (the mixing rule applied; with ``selector``, the
+    CPU rule of the queue's flavor selector, :func:`pools.in_scope`, which the grouping setting decides)."""
     chosen = []
     for node in nodes:
         if node.os != pool.os or node.arch != pool.arch:
             continue
-        if pool.general_group not in ("", pools.GENERIC) and node.cpu.g_key != pool.general_group:
+        if selector is not None:
+            if not pools.in_scope(selector, node.cpu.g_key):
+                continue
+        elif pool.general_group not in ("", pools.GENERIC) and node.cpu.g_key != pool.general_group:
             continue
         if pool.acceleratable:
             if any(d.a_key == pool.accelerator_group for d in node.devices):
@@ -286,7 +296,8 @@ def plan_queue(
         covered.add(_resource(pool, flavor))
     if len(covered) > 1:
         return Refusal("DuplicateCoveredResource", f"flavors cover different resources: {sorted(covered)}")
-    missing = sorted(set(pool_nodes(pool, nodes, mixed_on_node=mixed_on_node)) - set(selected_by) - replacing)
+    pooled = pool_nodes(pool, nodes, mixed_on_node=mixed_on_node, selector=selector)
+    missing = sorted(set(pooled) - set(selected_by) - replacing)
     if missing:
         return Refusal(
             "NonConservedQuota",
@@ -324,61 +335,65 @@ def _resource(pool: pools.PoolIdentity, flavor: Mapping[str, Any]) -> str:
 
 
 # --- what Kueue reports ---------------------------------------------------------------------------
-def _status_current(queue: Mapping[str, Any] | None) -> bool:
-    """Kueue wrote the queue's status for its current generation."""
-    return _active(queue) is not None
+@dataclass(frozen=True, slots=True)
+class _Reported:
+    """Kueue's status of the queue, written for the queue's current generation.
+
+    The only view of Kueue's status the decision has: :func:`_reported` gives it, or nothing while Kueue
+    has not caught up with the generation (an older status describes resource groups and a stop policy
+    the queue no longer has, so reading it — even as "everything in use" — would act on a queue that is
+    gone). Every decision that depends on Kueue first asks for it and waits (``AwaitingQueueStatus``)
+    without it.
+    """
+
+    active: Mapping[str, Any]
+    status: Mapping[str, Any]
+
+    def stopped(self) -> bool:
+        """Kueue reports the queue stopped by its stop policy (``Active=False``, reason ``Stopped``: Kueue
+        lists that reason first whenever a stop policy is set)."""
+        return self.active.get("status") == "False" and self.active.get("reason") == ACTIVE_STOPPED
+
+    def workloads(self) -> int:
+        """Workloads holding quota in the queue (Kueue counts admitted ones among the reserving ones)."""
+        counts = [self.status.get("reservingWorkloads") or 0, self.status.get("admittedWorkloads") or 0]
+        # An unreadable count may hide a reservation: it counts as one.
+        return max(c if isinstance(c, int) and not isinstance(c, bool) and c >= 0 else 1 for c in counts)
+
+    def idle(self, flavor: str) -> bool:
+        """Kueue reports ``flavor`` with every reserved and admitted total at zero.
+
+        Kueue lists every flavor of the resource groups it knows in both ``flavorsReservation`` and
+        ``flavorsUsage``, zero totals included; a flavor missing from either list (or an unreadable total)
+        may be in use.
+        """
+        for field_name in ("flavorsReservation", "flavorsUsage"):
+            entry = next((f for f in self.status.get(field_name) or () if f.get("name") == flavor), None)
+            if entry is None:
+                return False
+            for resource in entry.get("resources") or ():
+                if parse(resource.get("total") or "0") != 0:  # None (unreadable) may be in use
+                    return False
+        return True
+
+    def in_use(self, dropped: Sequence[str]) -> list[str]:
+        """The ``dropped`` flavors Kueue does not report idle."""
+        return [f for f in dropped if not self.idle(f)]
 
 
-def _active(queue: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    """Kueue's ``Active`` condition, when it was written for the queue's current generation."""
+def _reported(queue: Mapping[str, Any] | None) -> _Reported | None:
+    """Kueue's status of ``queue`` when its ``Active`` condition was written for the current generation,
+    else None."""
     if queue is None:
         return None
     generation = (queue.get("metadata") or {}).get("generation")
-    for cond in (queue.get("status") or {}).get("conditions") or ():
-        if cond.get("type") == "Active":
-            return cond if generation is not None and cond.get("observedGeneration") == generation else None
-    return None
-
-
-def _stopped(queue: Mapping[str, Any] | None) -> bool:
-    """Kueue reports the queue stopped by its stop policy, at the current generation (``Active=False``,
-    reason ``Stopped``: Kueue lists that reason first whenever a stop policy is set)."""
-    cond = _active(queue)
-    return cond is not None and cond.get("status") == "False" and cond.get("reason") == ACTIVE_STOPPED
-
-
-def _workloads(queue: Mapping[str, Any] | None) -> int:
-    """Workloads holding quota in the queue (Kueue counts admitted ones among the reserving ones)."""
-    status = (queue or {}).get("status") or {}
-    return max(int(status.get("reservingWorkloads") or 0), int(status.get("admittedWorkloads") or 0))
-
-
-def _idle(queue: Mapping[str, Any], flavor: str) -> bool:
-    """Kueue reports ``flavor`` with every reserved and admitted total at zero.
-
-    Kueue lists every flavor of the resource groups it knows in both ``flavorsReservation`` and
-    ``flavorsUsage``, zero totals included; a flavor missing from either list (or an unreadable total)
-    may be in use.
-    """
     status = queue.get("status") or {}
-    for field_name in ("flavorsReservation", "flavorsUsage"):
-        entry = next((f for f in status.get(field_name) or () if f.get("name") == flavor), None)
-        if entry is None:
-            return False
-        for resource in entry.get("resources") or ():
-            if parse(resource.get("total") or "0") != 0:
-                return False
-    return True
-
-
-def _in_use(queue: Mapping[str, Any] | None, dropped: Sequence[str]) -> list[str]:
-    """The ``dropped`` flavors that may be in use: every one when Kueue has not reported the current
-    generation, else those Kueue does not report idle."""
-    if not dropped:
-        return []
-    if queue is None or not _status_current(queue):
-        return list(dropped)
-    return [f for f in dropped if not _idle(queue, f)]
+    for cond in status.get("conditions") or ():
+        if cond.get("type") == "Active":
+            if generation is not None and cond.get("observedGeneration") == generation:
+                return _Reported(cond, status)
+            return None
+    return None
 
 
 def _flavor_names(groups: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -481,6 +496,8 @@ class _Queue:
     phase: str | None
     saved: str | None
     drain_when_no_flavors: bool
+    #: Kueue's status for the current generation, or None until Kueue reports it (the one view of it).
+    reported: _Reported | None
 
     def body(
         self, annotations: Mapping[str, str], groups: Sequence[Mapping[str, Any]], policy: str | None
@@ -493,6 +510,20 @@ class _Queue:
         """``groups`` with the base policy and no migration annotations (in place, or restored)."""
         return QueueDecision(
             self.body({keys.TAS_QUEUE: "true"}, groups, self.base), condition=condition, notes=list(notes)
+        )
+
+    def awaiting(self) -> QueueDecision:
+        """Kueue has not reported the current generation: the queue as it is — its groups, no hold started,
+        no migration state changed (a running migration keeps its hold) — until it does (Kueue's status
+        update wakes the queue; the requeue is the fallback)."""
+        if self.phase is not None:
+            return self.hold(self.groups, self.phase, _awaiting(), DRAIN_POLL_S)
+        if not self.groups:
+            return self.held_empty(_awaiting(), DRAIN_POLL_S)
+        return QueueDecision(
+            self.body({keys.TAS_QUEUE: "true"}, self.groups, self.base),
+            condition=_awaiting(),
+            requeue_after=DRAIN_POLL_S,
         )
 
     def hold(
@@ -537,10 +568,17 @@ class _Queue:
         )
 
     def held_empty(self, condition: Condition, requeue_after: float | None) -> QueueDecision:
-        """No resource groups: a migrated or drained queue stays HoldAndDrain; anything else is a marked
-        ``Hold`` (a queue without resource groups admits everything under ``IgnoreUndeclared``)."""
+        """No resource groups (a queue without them admits everything under ``IgnoreUndeclared``): a
+        migrated or drained queue stays HoldAndDrain; someone else's stop is left theirs, unmarked (the
+        ``inactive`` backfill must see it, and the groups that arrive must not release it); an inactive
+        type's ``Hold`` is the type's; only otherwise is it the chain's ``Hold``, marked
+        ``topology.gpustack.ai/empty-plan-hold``."""
         if self.phase is not None:
             return self.hold((), self.phase, condition, requeue_after)
+        if self.base != NONE:
+            return QueueDecision(
+                self.body({}, (), self.base), condition=condition, requeue_after=requeue_after
+            )
         return QueueDecision(
             self.body({keys.EMPTY_PLAN_HOLD: "true"}, (), HOLD),
             condition=condition,
@@ -596,6 +634,7 @@ def decide(inp: QueueInputs) -> QueueDecision:
         phase=annotations.get(keys.MIGRATION_PHASE),
         saved=annotations.get(keys.MIGRATION_STOP_POLICY),
         drain_when_no_flavors=inp.drain_when_no_flavors,
+        reported=_reported(queue),
     )
     problem = migration_problem(annotations)
     if problem is not None:
@@ -646,12 +685,26 @@ def _invalid(q: _Queue, problem: str, *, owns_stop_policy: bool) -> QueueDecisio
 
 def _refused(q: _Queue, refusal: Refusal, flavors: Sequence[Mapping[str, Any]]) -> QueueDecision:
     """Keep the last complete plan — minus finalizing flavors: dropping them is the update Kueue waits for
-    before it releases them (a flavor replaced under the same name would otherwise deadlock)."""
+    before it releases them (a flavor replaced under the same name would otherwise deadlock).
+
+    When that would leave no group on a queue that has groups, the refusal goes through the no-live-flavor
+    drain instead: the groups stay until Kueue reports, for the current generation, no Workload reserving
+    quota — never an empty queue under reservations on flavors Kueue would then let go of.
+    """
     condition = Condition("False", refusal.reason, refusal.message)
     finalizing = {_name(f) for f in flavors if not _live(f)}
     kept = _without_flavors(q.groups, finalizing)
     if not kept:
-        return q.held_empty(condition, refusal.requeue_after)
+        if not q.groups:
+            return q.held_empty(condition, refusal.requeue_after)
+        drained = _no_live_flavor(q)
+        if drained.condition is not None and drained.condition.reason != "AwaitingQueueStatus":
+            condition = Condition(
+                "False", refusal.reason, f"{refusal.message}; every flavor is finalizing: "
+                f"{drained.condition.message}"
+            )
+            return replace(drained, condition=condition, requeue_after=_sooner(drained, refusal))
+        return drained
     if q.phase is not None:
         return q.hold(kept, q.phase, condition, refusal.requeue_after)
     return QueueDecision(
@@ -659,6 +712,11 @@ def _refused(q: _Queue, refusal: Refusal, flavors: Sequence[Mapping[str, Any]]) 
         condition=condition,
         requeue_after=refusal.requeue_after,
     )
+
+
+def _sooner(decision: QueueDecision, refusal: Refusal) -> float | None:
+    waits = [w for w in (decision.requeue_after, refusal.requeue_after) if w is not None]
+    return min(waits) if waits else None
 
 
 def _no_live_flavor(q: _Queue) -> QueueDecision:
@@ -671,16 +729,12 @@ def _no_live_flavor(q: _Queue) -> QueueDecision:
         )
         return q.held_empty(Condition("True", "Ready", message), None)
     holding = q.drain_when_no_flavors or q.phase is not None
-    count = _workloads(q.obj)
-    if not _status_current(q.obj):
-        if holding:
-            return q.hold(q.groups, q.phase or PHASE_DRAINING, _awaiting(), DRAIN_POLL_S)
-        return QueueDecision(
-            q.body({keys.TAS_QUEUE: "true"}, q.groups, q.base),
-            condition=_awaiting(),
-            requeue_after=DRAIN_POLL_S,
-        )
-    if count == 0:
+    if q.reported is None:
+        return q.awaiting()
+    count = q.reported.workloads()
+    # Held: emptied only once Kueue reports the queue stopped, so nothing is admitted between its report
+    # and the emptying write.
+    if count == 0 and (q.reported.stopped() or not holding):
         return q.hold(
             (),
             PHASE_SWITCHED,
@@ -692,7 +746,13 @@ def _no_live_flavor(q: _Queue) -> QueueDecision:
         return q.hold(
             q.groups,
             PHASE_DRAINING,
-            Condition("False", "Migrating", f"no live flavor: draining {count} workload(s)"),
+            Condition(
+                "False",
+                "Migrating",
+                f"no live flavor: draining {count} workload(s)"
+                if count
+                else "no live flavor: waiting for Kueue to report the queue stopped",
+            ),
             DRAIN_POLL_S,
         )
     return QueueDecision(
@@ -706,7 +766,12 @@ def _planned(q: _Queue, plan: Plan) -> QueueDecision:
     """A complete, non-empty plan: in place, or the HoldAndDrain migration (reference §6.8)."""
     ready = Condition("True", "Ready", f"{len(plan.flavors)} topology-aware flavor(s)")
     dropped = sorted(set(_flavor_names(q.groups)) - set(plan.flavors))
-    count = _workloads(q.obj)
+    if q.phase is None and not dropped:  # added flavors and quota changes need nothing from Kueue
+        return q.placed(plan.groups, ready)
+    if q.reported is None:
+        return q.awaiting()
+    reported = q.reported
+    count = reported.workloads()
 
     def draining(detail: str) -> QueueDecision:
         condition = Condition(
@@ -719,18 +784,13 @@ def _planned(q: _Queue, plan: Plan) -> QueueDecision:
 
     restored = [f"restored the stop policy saved by the migration ({q.saved})"] if q.saved else []
     if q.phase is None:
-        busy = _in_use(q.obj, dropped)
-        if not busy:
+        if not reported.in_use(dropped):
             return q.placed(plan.groups, ready)
-        if not _status_current(q.obj):
-            return q.hold(q.groups, PHASE_DRAINING, _awaiting(), DRAIN_POLL_S)
         return draining("switching once Kueue reports none")
-    if not _status_current(q.obj):
-        return q.hold(q.groups, q.phase, _awaiting(), DRAIN_POLL_S)
     if q.phase == PHASE_DRAINING:
         if not dropped:  # nothing left to drop (the old flavors came back): end the migration
             return q.placed(plan.groups, ready, restored)
-        if not _stopped(q.obj):
+        if not reported.stopped():
             return draining("waiting for Kueue to report the queue stopped")
         if count:
             return draining("switching once Kueue reports none")
@@ -747,7 +807,7 @@ def _planned(q: _Queue, plan: Plan) -> QueueDecision:
             notes=[f"switched the flavor plan after the queue drained (dropped {_listed(dropped)})"],
         )
     # Switched: Kueue has seen the new plan (or the emptied queue waits for a flavor that has now returned).
-    if _in_use(q.obj, dropped):
+    if reported.in_use(dropped):
         return draining("a flavor dropped after the switch is still in use")
     return q.placed(plan.groups, ready, restored)
 

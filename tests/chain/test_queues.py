@@ -50,14 +50,14 @@ def _inputs(it: dict[str, Any] | None, queue: dict[str, Any] | None = None, **kw
 
 
 def _queue(decision: queues.QueueDecision, **status: Any) -> dict[str, Any]:
-    """The queue as the server would hold it after applying ``decision`` (Kueue status optional)."""
+    """The queue as the server would hold it after applying ``decision`` (Kueue status optional: its
+    ``Active`` condition follows the stop policy, as Kueue writes it)."""
     assert decision.body is not None
     body = {**decision.body, "metadata": {**decision.body["metadata"], "generation": 1}}
     if status:
-        body["status"] = {
-            "conditions": [{"type": "Active", "status": "True", "observedGeneration": 1}],
-            **status,
-        }
+        stopped = body["spec"].get("stopPolicy", "None") != "None"
+        active = {"type": "Active", "status": "False" if stopped else "True", "observedGeneration": 1}
+        body["status"] = {"conditions": [{**active, "reason": "Stopped" if stopped else "Ready"}], **status}
     return body
 
 

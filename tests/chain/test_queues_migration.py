@@ -233,34 +233,39 @@ def test_idle_dropped_flavors_are_replaced_in_place() -> None:
 
 
 @pytest.mark.parametrize(
-    ("status", "reason"),
+    "status",
     [
-        ({"reserving": 1, "busy": frozenset(OLD_T4[1:])}, "Migrating"),
-        ({"usage_only": frozenset(OLD_T4[:1])}, "Migrating"),
-        ({"unreported": frozenset(OLD_T4[:1])}, "Migrating"),
-        ({"observed": 0}, "AwaitingQueueStatus"),
+        {"reserving": 1, "busy": frozenset(OLD_T4[1:])},
+        {"usage_only": frozenset(OLD_T4[:1])},
+        {"unreported": frozenset(OLD_T4[:1])},
     ],
-    ids=["reserved", "usage-only", "unreported", "stale-generation"],
+    ids=["reserved", "usage-only", "unreported"],
 )
-def test_a_dropped_flavor_that_may_be_in_use_starts_the_migration(
-    status: dict[str, Any], reason: str
-) -> None:
+def test_a_dropped_flavor_that_may_be_in_use_starts_the_migration(status: dict[str, Any]) -> None:
     queue = _running_old_queue(**status)
     decision = _decide(queue)
     assert _names(decision) == OLD_T4  # the current groups are kept
     assert _policy(decision) == "HoldAndDrain"
     assert _annotations(decision) == {SAVED: "None", PHASE: "draining", TAS: "true"}
-    assert _reason(decision) == reason
+    assert _reason(decision) == "Migrating"
     assert decision.requeue_after == queues.DRAIN_POLL_S
-    if reason == "Migrating":
-        assert decision.condition is not None and decision.condition.status == "False"
-        message = decision.condition.message
-        assert all(name in message for name in OLD_T4)
-        assert f"{status.get('reserving', 0)} workload(s) reserve quota" in message
-    else:
-        assert decision.condition == queues.Condition(
-            "Unknown", "AwaitingQueueStatus", "waiting for Kueue to report the queue's current generation"
-        )
+    assert decision.condition is not None and decision.condition.status == "False"
+    message = decision.condition.message
+    assert all(name in message for name in OLD_T4)
+    assert f"{status.get('reserving', 0)} workload(s) reserve quota" in message
+
+
+def test_a_stale_status_starts_nothing_it_waits_for_the_current_one() -> None:
+    """Issue 16 defect 2: a status one generation old is no answer — neither "idle" nor "in use". The queue
+    stays as it is (no hold), reports AwaitingQueueStatus and requeues."""
+    queue = _running_old_queue(reserving=1, busy=frozenset(OLD_T4), observed=0)
+    decision = _decide(queue)
+    assert _names(decision) == OLD_T4 and _policy(decision) == "None"
+    assert _annotations(decision) == {TAS: "true"}
+    assert decision.condition == queues.Condition(
+        "Unknown", "AwaitingQueueStatus", "waiting for Kueue to report the queue's current generation"
+    )
+    assert decision.requeue_after == queues.DRAIN_POLL_S
 
 
 def test_the_saved_policy_is_the_stored_one() -> None:
@@ -369,11 +374,17 @@ def test_a_reverted_change_ends_the_drain_in_place() -> None:
 
 
 def test_a_refusal_during_the_migration_keeps_the_hold() -> None:
-    decision = _decide(_kueue(_draining()), topologies=frozenset({keys.topology_name(HOSTNAME_PROFILE)}))
+    only_old = frozenset({keys.topology_name(HOSTNAME_PROFILE)})
+    # Kueue still reports a reservation: the finalizing old flavors stay, the queue stays draining.
+    busy = _decide(_kueue(_draining(), reserving=1, busy=frozenset(OLD_T4)), topologies=only_old)
+    assert _reason(busy) == "MissingTopology"
+    assert _names(busy) == OLD_T4 and _policy(busy) == "HoldAndDrain"
+    assert _annotations(busy) == {SAVED: "None", PHASE: "draining", TAS: "true"}
+    # Stopped with none at the current generation: emptied through the drain, still held.
+    decision = _decide(_kueue(_draining()), topologies=only_old)
     assert _reason(decision) == "MissingTopology"
-    # The last complete plan minus the finalizing old flavors: nothing left, the queue stays held.
     assert _names(decision) == [] and _policy(decision) == "HoldAndDrain"
-    assert _annotations(decision) == {SAVED: "None", PHASE: "draining"}
+    assert _annotations(decision) == {SAVED: "None", PHASE: "switched"}
 
 
 def test_a_whole_migration_against_a_fake_kueue() -> None:
@@ -393,7 +404,7 @@ def test_a_whole_migration_against_a_fake_kueue() -> None:
         queue = server.apply(decision)
         steps.append((_annotations(decision).get(PHASE), _policy(decision), _reason(decision)))
         # During the migration, before Kueue's status for the new generation, the decision only waits.
-        if PHASE in _annotations(decision) and not queues._status_current(queue):
+        if PHASE in _annotations(decision) and queues._reported(queue) is None:
             waiting = _decide(queue)
             assert _reason(waiting) == "AwaitingQueueStatus"
             assert server.apply(waiting) == queue  # no change while waiting
@@ -477,10 +488,16 @@ def test_an_emptied_plan_drains_empties_and_stays_held() -> None:
     draining = _decide(busy, GONE)
     assert _names(draining) == OLD_T4 and _policy(draining) == "HoldAndDrain"
     assert _annotations(draining) == {SAVED: "None", PHASE: "draining", TAS: "true"}
-    # An idle queue whose plan empties is emptied and held at once (never left admitting).
+    # An idle queue whose plan empties is held first, and emptied once Kueue reports it stopped (nothing
+    # can be admitted between Kueue's report and the emptying write).
     idle = _decide(_running_old_queue(), GONE)
-    assert _names(idle) == [] and _policy(idle) == "HoldAndDrain"
-    assert _annotations(idle) == {SAVED: "None", PHASE: "switched"}
+    assert _names(idle) == OLD_T4 and _policy(idle) == "HoldAndDrain"
+    assert _annotations(idle) == {SAVED: "None", PHASE: "draining", TAS: "true"}
+    server = Server(_running_old_queue())
+    server.apply(idle)
+    emptied = _decide(server.kueue(), GONE)
+    assert _names(emptied) == [] and _policy(emptied) == "HoldAndDrain"
+    assert _annotations(emptied) == {SAVED: "None", PHASE: "switched"}
 
 
 def test_a_migration_whose_plan_then_empties_ends_emptied_and_held() -> None:
@@ -566,7 +583,7 @@ STATUSES: dict[str, dict[str, Any]] = {
 }
 # (phase, status) → (groups, stop policy, phase annotation, reason)
 EXPECTED = {
-    (None, "stale"): (OLD_T4, "HoldAndDrain", "draining", "AwaitingQueueStatus"),
+    (None, "stale"): (OLD_T4, "None", None, "AwaitingQueueStatus"),
     (None, "admitting-busy"): (OLD_T4, "HoldAndDrain", "draining", "Migrating"),
     (None, "stopped-busy"): (OLD_T4, "HoldAndDrain", "draining", "Migrating"),
     (None, "admitting-idle"): (NEW_T4, "None", None, "Ready"),
