@@ -580,8 +580,7 @@ def decide(
     counted = tally(deployment, listed)
     if hold.parked:
         if hold.parked_generation != observed or (token is not None and token != hold.retry):
-            why = "the spec changed" if hold.parked_generation != observed else "retry requested"
-            message = f"{counted.describe()}; retried at {_format_time(now)} ({why})"
+            message = f"{counted.describe()}; retried at {_format_time(now)}"
             condition = Condition(QUOTA_RESERVED, FALSE, Reason.WAITING.value, message, observed)
             return Decision(condition if multi else None, Hold(since=now, retry=consumed), Action.RETRY, None)
         if not (multi and counted.complete):

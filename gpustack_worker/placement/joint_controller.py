@@ -343,7 +343,7 @@ class JointCheck:
                 deployment, reason=joint.Reason.PARKED.value, action="Park", note=decision.condition.message
             )
         elif decision.action is joint.Action.RETRY:
-            _log.info("joint check retried a parked set", deployment=key)
+            _log.info("joint check retried a parked set", deployment=key, retry=decision.hold.retry)
         if decision.active is False:
             retry = await self._switch([w for w, _ in groups], active=False)
             if retry is not None:

@@ -137,14 +137,14 @@ def _gpu_spec(gpus: int) -> dict[str, Any]:
     }
 
 
-def _foreign_workload(name: str, queue: str) -> dict[str, Any]:
+def _foreign_workload(name: str, queue: str, *, count: int = 1) -> dict[str, Any]:
     return {
         "apiVersion": kinds.WORKLOAD.api_version,
         "kind": "Workload",
         "metadata": {"name": name, "namespace": TEAM},
         "spec": {
             "queueName": keys.local_queue_name(queue),
-            "podSets": [{"name": "main", "count": 1, "template": {"spec": _gpu_spec(1)}}],
+            "podSets": [{"name": "main", "count": count, "template": {"spec": _gpu_spec(1)}}],
         },
     }
 
@@ -231,6 +231,86 @@ async def _no_writes_on_resync(running: Running) -> None:
     assert running.check_client.writes == before
 
 
+async def _admitted(running: Running, name: str) -> dict[str, Any] | None:
+    wl = await _workload(running, name)
+    return wl if condition(wl, "Admitted").get("status") == "True" else None
+
+
+async def _parked(running: Running) -> dict[str, Any] | None:
+    dep = await running.admin.get(kinds.MODEL_DEPLOYMENT, DEPLOYMENT, TEAM)
+    return dep if condition(dep, joint.QUOTA_RESERVED).get("reason") == "Parked" else None
+
+
+async def _queue_idle(admin: Client, queue: str) -> dict[str, Any] | None:
+    """The ClusterQueue as Kueue reports it once nothing reserves quota in it."""
+    cq = await admin.get(kinds.CLUSTER_QUEUE, queue)
+    status = (cq or {}).get("status") or {}
+    flavors = status.get("flavorsReservation") or ()
+    totals = [str(r.get("total") or "0") for f in flavors for r in f.get("resources") or ()]
+    return cq if status.get("reservingWorkloads") == 0 and set(totals) <= {"0"} else None
+
+
+async def _released(running: Running) -> None:
+    """Every Workload of the set is deactivated, holds no reservation, and both queues are idle."""
+
+    async def released() -> bool:
+        for role in ("prefill", "decode"):
+            wl = await _workload(running, _group(role))
+            if wl is None or wl["spec"].get("active") is not False:
+                return False
+            if condition(wl, "QuotaReserved").get("status") == "True":
+                return False
+        return True
+
+    await eventually(released)
+    await eventually(functools.partial(_queue_idle, running.admin, T4))
+    # The Pods were never ungated and are kept (Kueue's Pod integration deletes no gated Pod).
+    pods = await _pods(running.admin)
+    assert len(pods) == 2
+    for pod in pods:
+        assert KUEUE_GATE in {g["name"] for g in pod["spec"].get("schedulingGates") or ()}, pod["metadata"]
+
+
+async def _park_events(admin: Client) -> list[dict[str, Any]]:
+    items, _ = await admin.list(kinds.EVENT, namespace=TEAM)
+    return [
+        e
+        for e in items
+        if e.get("regarding", {}).get("name") == DEPLOYMENT
+        and (e.get("type"), e.get("reason"), e.get("reportingController"))
+        == ("Warning", "Parked", keys.JOINT_CONTROLLER)
+    ]
+
+
+async def _waits_again(running: Running) -> dict[str, Any]:
+    """After a retry: the set is reactivated, prefill reserves and is held Pending, the deployment waits
+    (not parked, though its entry's old transition time is more than 30 minutes back on the clock)."""
+    admin = running.admin
+
+    async def waiting() -> dict[str, Any] | None:
+        dep = await admin.get(kinds.MODEL_DEPLOYMENT, DEPLOYMENT, TEAM)
+        cond = condition(dep, joint.QUOTA_RESERVED)
+        return dep if cond.get("reason") == "Waiting" and "retried at" in cond.get("message", "") else None
+
+    dep = await eventually(waiting)
+    assert "parkedAt" not in dep["status"]["hold"]
+    for role in ("prefill", "decode"):
+        assert (await _workload(running, _group(role)) or {})["spec"].get("active") is True
+
+    async def prefill_pending() -> dict[str, Any] | None:
+        wl = await _workload(running, _group("prefill"))
+        ok = condition(wl, "QuotaReserved").get("status") == "True" and _entry(wl).get("state") == "Pending"
+        return wl if ok and _entry(wl).get("message", "").startswith("1 of 2") else None
+
+    await eventually(prefill_pending)
+    running.check.resync()
+    await asyncio.sleep(1)
+    dep = await eventually(waiting)
+    message = condition(dep, joint.QUOTA_RESERVED)["message"]
+    assert message.startswith(f"1 of 2 groups reserved; waiting: {A10G}; retried at ")
+    return dep
+
+
 async def test_check_is_active_and_every_queue_references_it(running: Running) -> None:
     admin = running.admin
 
@@ -306,19 +386,51 @@ async def test_set_waits_pending_parks_then_admits_together(running: Running) ->
     # entries it co-owns; the no-op check still sees ours unchanged).
     await _no_writes_on_resync(running)
 
-    # 30 minutes (the injected clock) after prefill started waiting, the set is parked.
+    # 30 minutes (the injected clock) after prefill started waiting, the set is parked: the park is
+    # recorded, every Workload of the set is deactivated and Kueue releases what prefill held.
     running.wall.offset = joint.PARK_AFTER + dt.timedelta(minutes=1)
     running.check.resync()
+    dep = await eventually(functools.partial(_parked, running))
+    message = condition(dep, joint.QUOTA_RESERVED)["message"]
+    assert "its Workloads are deactivated and the quota they held is released" in message
+    assert joint.retry_command(dep) in message
+    assert dep["status"]["hold"]["parkedGeneration"] == dep["metadata"]["generation"]
+    await _released(running)
+    assert len(await _park_events(admin)) == 1
 
-    async def parked() -> dict[str, Any] | None:
-        dep = await admin.get(kinds.MODEL_DEPLOYMENT, DEPLOYMENT, TEAM)
-        return dep if condition(dep, joint.QUOTA_RESERVED).get("reason") == "Parked" else None
+    # The quota and the domain prefill held are free: a foreign Workload needing every T4 of the pool
+    # (the card prefill held included) is admitted now.
+    await admin.create(kinds.WORKLOAD, _foreign_workload("whole-t4", T4, count=5), namespace=TEAM)
+    await eventually(functools.partial(_admitted, running, "whole-t4"))
+    await admin.delete(kinds.WORKLOAD, "whole-t4", TEAM)
+    await eventually(functools.partial(_queue_idle, admin, T4))
 
-    dep = await eventually(parked)
-    assert condition(dep, joint.QUOTA_RESERVED)["message"].startswith(
-        f"1 of 2 groups reserved; waiting: {A10G}"
-    )
-    assert _entry(await _workload(running, _group("prefill")))["state"] == "Pending"
+    # Parked is stable: a full resync (our own status writes included) reactivates nothing.
+    await _no_writes_on_resync(running)
+    for role in ("prefill", "decode"):
+        assert (await _workload(running, _group(role)) or {})["spec"].get("active") is False
+
+    # An admin retries: a new value of the retry annotation reactivates the set, the clock restarts
+    # (the 31 minutes already on the injected clock do not park it again) and prefill waits again.
+    retry = {"metadata": {"annotations": {keys.JOINT_RETRY: "1"}}}
+    await admin.patch(kinds.MODEL_DEPLOYMENT, DEPLOYMENT, retry, namespace=TEAM)
+    dep = await _waits_again(running)
+    assert dep["status"]["hold"]["retry"] == "1"
+
+    # Parked again 30 minutes after the retry: a second Event, everything released again.
+    running.wall.offset += joint.PARK_AFTER + dt.timedelta(minutes=1)
+    running.check.resync()
+    await eventually(functools.partial(_parked, running))
+    await _released(running)
+    assert len(await _park_events(admin)) == 2
+
+    # A spec change retries as well.
+    changed = await admin.get(kinds.MODEL_DEPLOYMENT, DEPLOYMENT, TEAM)
+    assert changed is not None
+    changed["spec"]["roles"][1]["template"].setdefault("metadata", {})["labels"] = {"example.com/try": "2"}
+    await admin.replace(kinds.MODEL_DEPLOYMENT, changed)
+    dep = await _waits_again(running)
+    assert dep["status"]["hold"]["retry"] == "1"  # consumed once: the spec change retried this time
 
     # Free the A10G: decode reserves, both groups are Ready and admitted together.
     await admin.delete(kinds.WORKLOAD, "blocker", TEAM)
