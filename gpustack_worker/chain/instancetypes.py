@@ -8,8 +8,11 @@ chain "The InstanceType lifecycle", reference §2.3, §5.4). It:
   the finalizer only after Kueue has removed the queue (the queue controller sees the deletion and sets
   ``HoldAndDrain``, so Kueue evicts and lets go);
 - back-fills ``spec.inactive=true`` — one-way and sticky — when the queue was stopped by anyone but the
-  chain itself (an admin's ``Hold``); the chain's own stops (the marked empty-plan ``Hold``, a drain
-  waiting for flavors, a queue being deleted) are never mirrored into ``inactive``;
+  chain itself (an admin's ``Hold``): a stop whose ``spec.stopPolicy`` the queue controller's field
+  manager does not own. The chain's own stops (the marked empty-plan ``Hold``, a drain waiting for
+  flavors, a queue being deleted) are the queue controller's and never mirrored into ``inactive``; the
+  queue controller never marks or takes over a stop it does not own, so a marker or a migration annotation
+  on someone else's stop does not make it the chain's;
 - keeps ``status`` fresh: the entrance LocalQueue, the phase (``Active``; ``Inactive`` for ``Hold`` or a
   drained ``HoldAndDrain``; ``Draining`` while Kueue still reports reservations) with a message saying
   why, and the capacity views (:mod:`gpustack_worker.chain.views`).
@@ -110,14 +113,12 @@ def decide_type(
         and not queue_stop_is_ours
         and not _meta(queue).get("deletionTimestamp")
     ):
+        # Who owns the stop policy decides whose stop it is, never an annotation: the chain's own stops (the
+        # marked empty-plan Hold, a migration's HoldAndDrain) are applied by the queue controller's field
+        # manager, and the queue controller never marks, or takes over, a stop it does not own. A marker or
+        # a migration annotation left on someone else's stop is no reason to keep the stop from the type.
         policy = str((queue.get("spec") or {}).get("stopPolicy") or "None")
-        annotations: Mapping[str, str] = _meta(queue).get("annotations") or {}
-        # The chain's own stops carry their mark, and only the policy the chain writes there: an admin's
-        # Hold on a queue in a migration is still theirs (the queue controller waits for this backfill).
-        ours = (annotations.get(keys.EMPTY_PLAN_HOLD) == "true" and policy == "Hold") or (
-            keys.MIGRATION_STOP_POLICY in annotations and policy == "HoldAndDrain"
-        )
-        backfill = policy in ("Hold", "HoldAndDrain") and not ours
+        backfill = policy in ("Hold", "HoldAndDrain")
     return TypeDecision(
         add_finalizer=not held, backfill_inactive=backfill, phase=phase, phase_message=message
     )

@@ -23,26 +23,34 @@ Stop policy — one state machine, recorded on the queue (``topology.gpustack.ai
 1. queue or InstanceType being deleted → ``HoldAndDrain`` (Kueue evicts, then drops its finalizer);
 2. migration annotations the machine cannot follow (unknown phase or saved policy, one without the other)
    → ``InvalidMigrationState``: nothing is switched, restored or released;
-3. no migration, a complete plan that drops no flavor Kueue may still use (a dropped flavor reported idle
-   at the current generation, an added flavor, a quota change) → the plan in place, with the base policy
-   (``Hold`` when the type is ``inactive``; left to its owner while someone else's stop waits for the
-   ``inactive`` backfill; else ``None``);
-4. a complete plan dropping a flavor Kueue reports reservation or usage on, does not report, or reports
-   for an older generation → ``HoldAndDrain`` with the current groups, previous policy saved, phase
-   ``draining``; once Kueue reports the queue stopped with no reserving Workload at the current
-   generation → the new plan, phase ``switched``; on the next decision with a current status → the base
-   policy restored, both annotations removed. The hold is never taken over from someone else's stop
-   that still waits for the ``inactive`` backfill (it would hide the stop from the backfill and lose it
-   at the restore): the queue waits for the backfill first;
+3. no migration, a complete plan that drops no flavor Kueue may still use (a dropped flavor Kueue reports
+   idle, an added flavor, a quota change) → the plan in place, with the base policy (``Hold`` when the
+   type is ``inactive``; left to its owner while someone else's stop waits for the ``inactive``
+   backfill; else ``None``);
+4. a complete plan dropping a flavor Kueue reports reservation or usage on, or does not report →
+   ``HoldAndDrain`` with the current groups, previous policy saved, phase ``draining``; once Kueue reports
+   the queue stopped with no reserving Workload → the new plan, phase ``switched``; on the next decision
+   → the base policy restored, both annotations removed. The hold is never taken over from someone
+   else's stop that still waits for the ``inactive`` backfill (it would hide the stop from the backfill
+   and lose it at the restore): the queue waits for the backfill first;
 5. no live flavor while the queue still has groups → the same drain (only when
-   ``instance-type-drain-when-no-flavors``; otherwise wait, unheld, for reservations to clear), then the
-   groups emptied (phase ``switched``) and held ``HoldAndDrain`` until a flavor returns;
+   ``instance-type-drain-when-no-flavors``; otherwise wait, unheld, for reservations to clear), then —
+   once Kueue reports the held queue stopped with no reserving Workload — the groups emptied (phase
+   ``switched``) and held ``HoldAndDrain`` until a flavor returns;
 6. no groups and no plan → ``Hold`` marked ``topology.gpustack.ai/empty-plan-hold`` (a queue without
-   resource groups admits everything under ``IgnoreUndeclared``).
+   resource groups admits everything under ``IgnoreUndeclared``) — only when the stop policy is the
+   chain's: someone else's stop is left theirs and unmarked (the ``inactive`` backfill must see it), and
+   an inactive type's ``Hold`` is the type's.
 
-A refused plan keeps the last complete plan (minus finalizing flavors) and the current phase. Decisions
-that depend on Kueue read only a status written for the queue's current generation; until then
-``TopologyReady=Unknown/AwaitingQueueStatus``.
+A refused plan keeps the last complete plan (minus finalizing flavors) and the current phase; when that
+would leave no group on a queue that has groups, it goes through the drain of 5 instead — empty groups are
+never written while Kueue may report a reservation.
+
+Every decision that depends on Kueue (a dropped flavor idle, the queue stopped, its reserving Workloads)
+reads Kueue's status through one view, :func:`_reported`, which gives a status only when Kueue wrote it
+for the queue's current generation. Without one the queue is kept as it is — no hold started, no phase
+changed — with ``TopologyReady=Unknown/AwaitingQueueStatus`` and a requeue (Kueue's status update also
+wakes the queue): a status one generation old is neither "idle" nor "in use".
 """
 
 from __future__ import annotations

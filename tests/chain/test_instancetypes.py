@@ -53,16 +53,25 @@ def test_teardown_deletes_the_queue_once_then_waits_then_releases() -> None:
         (_cq("Hold"), False, True),  # an admin Hold
         (_cq("HoldAndDrain"), False, True),  # an admin HoldAndDrain
         (_cq("Hold"), True, False),  # our own Hold (the queue controller applied it)
-        (
-            _cq("Hold", {"topology.gpustack.ai/empty-plan-hold": "true"}),
-            False,
-            False,
-        ),  # marked empty-plan hold
-        (_cq("HoldAndDrain", {"topology.gpustack.ai/migration-stop-policy": "None"}), False, False),  # drain
+        (_cq("Hold", {"topology.gpustack.ai/empty-plan-hold": "true"}), True, False),  # our empty-plan hold
+        (_cq("HoldAndDrain", {"topology.gpustack.ai/migration-stop-policy": "None"}), True, False),  # drain
+        # Issue 16 defect 6: an admin's stop is theirs whatever annotation is left on the queue.
+        (_cq("Hold", {"topology.gpustack.ai/empty-plan-hold": "true"}), False, True),
+        (_cq("HoldAndDrain", {"topology.gpustack.ai/migration-stop-policy": "None"}), False, True),
         (_cq("HoldAndDrain", deleting=True), False, False),  # queue being deleted
         (_cq("None"), False, False),  # a foreign release is not a stop
     ],
-    ids=["admin-hold", "admin-drain", "our-hold", "empty-plan-hold", "drained", "deleting", "foreign-none"],
+    ids=[
+        "admin-hold",
+        "admin-drain",
+        "our-hold",
+        "empty-plan-hold",
+        "drained",
+        "admin-hold-left-marked",
+        "admin-drain-in-a-migration",
+        "deleting",
+        "foreign-none",
+    ],
 )
 def test_inactive_backfill(queue: dict[str, Any], ours: bool, want: bool) -> None:
     assert decide_type(_it(), queue, queue_stop_is_ours=ours).backfill_inactive is want
