@@ -68,6 +68,7 @@ def desired_labels(
     g_key = identity.general_key(node.labels, node.annotations)
     labels[keys.general_key(cpu_mfr)] = "true"
     labels[keys.general_key(g_key)] = "true"
+    labels[keys.cpu_key_label(g_key, cpu_mfr)] = "true"  # the ``.bare`` label of a bare-manufacturer gKey
     cores = ceil_quantity(node.capacity.get("cpu"))
     if cores > 0:
         labels[keys.count_key(keys.general_key(g_key))] = str(cores)

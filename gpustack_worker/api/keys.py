@@ -112,6 +112,9 @@ SCHEDULE_QUEUE_ANNOTATION: Final = "schedule.gpustack.ai/queue"
 DERIVED_FROM_NODE: Final = "schedule.gpustack.ai/derived-from-node"
 FINALIZER_CONTROLLED: Final = "gpustack.ai/controlled"
 LOCAL_QUEUE_PREFIX: Final = "gpustack-fnv64-"
+#: ClusterQueue / InstanceType schedule label of a chain-derived type the other grouping named: its queue
+#: selects no flavor (no flavor carries the label), so one flavor feeds one derived queue.
+OTHER_GROUPING: Final = "schedule.gpustack.ai/other-grouping"
 #: InstanceType label naming its entrance LocalQueue.
 QUEUE_ENTRANCE: Final = "schedule.gpustack.ai/queue-entrance"
 #: ``resource.gpustack.ai/type`` values: operator flavors, operator queues, generated Topologies.
@@ -166,24 +169,89 @@ JOINT_RETRY: Final = "modeldeployment.gpustack.ai/retry"
 
 
 # --- builders ---------------------------------------------------------------------------------------
+#: The longest name part of a label key or extended-resource name, and the longest label value.
+NAME_PART_MAX: Final = 63
+#: Hex digits of the FNV-1a 64 tag a shortened name part ends its head with.
+SHORT_TAG_LEN: Final = 8
+_SEPARATOR_CHARS: Final = "-_."
+
+
+def shortened(variable: str, *, before: str = "", after: str = "", limit: int = NAME_PART_MAX) -> str:
+    """``before + variable + after`` when it fits ``limit``; else ``variable`` is cut and tagged.
+
+    The one shortening rule for every name part, label value and object name the worker builds from an
+    unbounded identity (docs/chain.md "Shortened keys"): the fixed parts (``before``, e.g.
+    ``gpu.partitioned.``, and ``after``, e.g. ``.capacity``) are kept whole so a reader still sees what
+    the key is, and the variable part (an ``aKey``, a ``gKey``, a profile) becomes its head cut to fit,
+    trailing separators dropped, plus ``-`` and the first :data:`SHORT_TAG_LEN` hex digits of FNV-1a 64
+    over the whole variable part. Deterministic, so the agent, the Device Manager, the chain and ``plan``
+    that all call this build the same key; the tag keeps two long identities sharing a head apart; and
+    a key that fits is left exactly as the reference spells it."""
+    whole = f"{before}{variable}{after}"
+    if len(whole.encode()) <= limit:
+        return whole
+    tag = fnv64a_hex(variable)[:SHORT_TAG_LEN]
+    room = limit - len(before.encode()) - len(after.encode()) - len(tag) - 1
+    if room < 1:
+        raise ValueError(f"{before!r} and {after!r} leave no room for a variable part within {limit}")
+    head = variable.encode()[:room].decode(errors="ignore").rstrip(_SEPARATOR_CHARS)
+    return f"{before}{head}-{tag}{after}" if head else f"{before}{tag}{after}"
+
+
+def _suffixed(feature_key: str, suffix: str) -> str:
+    """``<prefix>/<name><suffix>`` with the name part kept within 63 (:func:`shortened`)."""
+    prefix, slash, name = feature_key.rpartition("/")
+    return f"{prefix}{slash}" + shortened(name, after=suffix)
+
+
 def general_key(g_key: str) -> str:
     """``general.feature.gpustack.ai/<gKey>`` (also used with the bare CPU manufacturer)."""
-    return f"{GENERAL_PREFIX}{g_key}"
+    return f"{GENERAL_PREFIX}{shortened(g_key)}"
 
 
 def accelerator_key(a_key: str) -> str:
     """``acceleratable.feature.gpustack.ai/<aKey>``."""
-    return f"{ACCELERATABLE_PREFIX}{a_key}"
+    return f"{ACCELERATABLE_PREFIX}{shortened(a_key)}"
 
 
 def count_key(feature_key: str) -> str:
     """``<feature key>.count``: per-node CPU cores or accelerator cards."""
-    return f"{feature_key}.count"
+    return _suffixed(feature_key, ".count")
 
 
 def capacity_key(feature_key: str) -> str:
     """``<feature key>.capacity``: a flavor's contributing nodes × per-node count."""
-    return f"{feature_key}.capacity"
+    return _suffixed(feature_key, ".capacity")
+
+
+def descriptor_key(feature_key: str, descriptor: str) -> str:
+    """``<feature key>.<descriptor>``: the Device Manager's ``.product``, ``.memory``, ``.cores``,
+    ``.family``, ``.comcap``, ``.driver-version``, ``.runtime-version`` labels."""
+    return _suffixed(feature_key, f".{descriptor}")
+
+
+#: The suffix of the label a Node whose CPU key is the bare manufacturer carries (see :func:`cpu_key_label`).
+BARE_CPU_SUFFIX: Final = ".bare"
+
+
+def is_bare_cpu_key(g_key: str, cpu_manufacturer: str) -> bool:
+    """The CPU key is the bare manufacturer (no CPU name, family or id): ``amd``, ``intel``, ``generic``.
+
+    Its ``general.feature.gpustack.ai/<gKey>`` label is the manufacturer label every Node of that
+    manufacturer carries, so it cannot tell these Nodes from their named siblings."""
+    return g_key == cpu_manufacturer
+
+
+def cpu_key_label(g_key: str, cpu_manufacturer: str) -> str:
+    """The label that is ``true`` on exactly the Nodes whose CPU key is ``g_key``: what a flavor's
+    ``spec.nodeLabels`` pin and what the agent publishes.
+
+    ``general.feature.gpustack.ai/<gKey>`` for a named CPU; for a bare-manufacturer CPU key, which that
+    label cannot tell apart (every AMD Node carries ``general.…/amd=true``),
+    ``general.feature.gpustack.ai/<gKey>.bare`` — a label only those Nodes carry."""
+    if is_bare_cpu_key(g_key, cpu_manufacturer):
+        return _suffixed(general_key(g_key), BARE_CPU_SUFFIX)
+    return general_key(g_key)
 
 
 SLICED_FIT_PREFIX: Final = "sliced-max-free-units.fit.gpustack.ai/"
@@ -193,12 +261,12 @@ FIT_LABEL_DOMAINS: Final = (SLICED_FIT_PREFIX, SHARED_FIT_PREFIX)
 
 def sliced_max_free_units_key(a_key: str) -> str:
     """Per-card fit label: the largest free slice units on any one card of the model."""
-    return f"{SLICED_FIT_PREFIX}{a_key}"
+    return f"{SLICED_FIT_PREFIX}{shortened(a_key)}"
 
 
 def shared_free_cards_key(a_key: str) -> str:
     """Per-card fit label: how many cards of the model can still grant an ownership share."""
-    return f"{SHARED_FIT_PREFIX}{a_key}"
+    return f"{SHARED_FIT_PREFIX}{shortened(a_key)}"
 
 
 def credits_resource(manufacturer: str) -> str:
@@ -213,14 +281,22 @@ PARTITIONED_SUFFIX: Final = ".partitioned"
 SLICED_COUNTING_SUFFIXES: Final = ("units", "cores-percentage", "memory-percentage", "memory-mib")
 
 
+def _family_resource(base: str, family: str, suffix: str | None) -> str:
+    if not suffix:
+        return f"{base}{family}"
+    prefix, slash, name = base.rpartition("/")
+    return f"{prefix}{slash}" + shortened(suffix, before=f"{name}{family}.")
+
+
 def sliced_resource(base: str, suffix: str | None = None) -> str:
     """``<base>.sliced`` or ``<base>.sliced.<suffix>``."""
-    return f"{base}{SLICED_SUFFIX}" + (f".{suffix}" if suffix else "")
+    return _family_resource(base, SLICED_SUFFIX, suffix)
 
 
 def partitioned_resource(base: str, suffix: str | None = None) -> str:
-    """``<base>.partitioned`` or ``<base>.partitioned.<suffix>`` (``units`` or ``<kind>-<profile>``)."""
-    return f"{base}{PARTITIONED_SUFFIX}" + (f".{suffix}" if suffix else "")
+    """``<base>.partitioned`` or ``<base>.partitioned.<suffix>`` (``units`` or ``<kind>-<profile>``; a
+    long profile is shortened, :func:`shortened`)."""
+    return _family_resource(base, PARTITIONED_SUFFIX, suffix)
 
 
 def worker_nodefeature_name(node: str) -> str:
@@ -275,20 +351,43 @@ def object_name(name: str) -> str:
     return name.replace("_", "-")
 
 
+#: The longest object name the worker builds (a DNS-1123 subdomain and Kueue's reference types allow 253).
+OBJECT_NAME_MAX: Final = 253
+
+
+def _object(head: str, variable: str, tail: str) -> str:
+    return object_name(shortened(variable, before=head, after=tail, limit=OBJECT_NAME_MAX))
+
+
 def cpu_flavor_name(g_key: str, os: str, arch: str, cores: int, profile: str) -> str:
     """``gpustack--<gKey>-<os>-<arch>-<cores>c-<profile>``."""
-    return object_name(f"gpustack--{g_key}-{os}-{arch}-{cores}c-{profile}")
+    return _object("gpustack--", f"{g_key}-{os}-{arch}", f"-{cores}c-{profile}")
 
 
 def device_flavor_name(g_key: str, a_key: str, os: str, arch: str, cards: int, profile: str) -> str:
     """``gpustack--<gKey>--<aKey>-<os>-<arch>-<cards>d-<profile>``."""
-    return object_name(f"gpustack--{g_key}--{a_key}-{os}-{arch}-{cards}d-{profile}")
+    return _object("gpustack--", f"{g_key}--{a_key}-{os}-{arch}", f"-{cards}d-{profile}")
 
 
-def pool_name(os: str, arch: str, a_key: str = "", g_key: str = "generic") -> str:
-    """ClusterQueue / InstanceType name for a pool (``g_key='generic'`` when awareness is off)."""
-    if a_key:
-        head = f"gpustack--{a_key}" if g_key == "generic" else f"gpustack--{g_key}--{a_key}"
-    else:
-        head = f"gpustack--{g_key}"
-    return object_name(f"{head}-{os}-{arch}")
+#: The CPU key of a collapsed (awareness off) pool, and the catalog's collapsed CPU entry.
+GENERIC_POOL: Final = "generic"
+
+
+def _group_head(a_key: str, g_key: str, *, aware: bool) -> str:
+    if aware:
+        return f"{g_key}--{a_key}" if a_key else g_key
+    return a_key or GENERIC_POOL
+
+
+def pool_name(os: str, arch: str, a_key: str = "", g_key: str = "", *, aware: bool = False) -> str:
+    """ClusterQueue / InstanceType name for a pool, decided by the grouping setting (never by the
+    gKey's value): aware ``gpustack--<gKey>[--<aKey>]-<os>-<arch>`` whatever the gKey (``generic``
+    included), collapsed ``gpustack--generic-<os>-<arch>`` / ``gpustack--<aKey>-<os>-<arch>``."""
+    head = _group_head(a_key, g_key, aware=aware)
+    return _object("gpustack--", f"{head}-{os}-{arch}", "")
+
+
+def catalog_name(a_key: str = "", g_key: str = "", *, aware: bool) -> str:
+    """InstanceTypeFlavor catalog entry name: the pool name without os/arch (same grouping rule)."""
+    head = _group_head(a_key, g_key, aware=aware)
+    return _object("gpustack--", head, "")

@@ -9,6 +9,12 @@ blanket ``{operator: Exists}`` toleration; ``spec.topologyName`` references the 
 The per-node count is part of the selector (``<key>.count``), so two flavors of one queue never select
 the same Node. ``instance-type-mixed-on-node=false`` keeps accelerated Nodes out of CPU flavors and adds
 ``feature.gpustack.ai/cpu-only=true`` to the CPU flavors' selector.
+
+The CPU part of the selector is :func:`gpustack_worker.api.keys.cpu_key_label`: ``general.…/<gKey>=true``
+for a named CPU, ``general.…/<gKey>.bare=true`` for a bare-manufacturer gKey (``amd``, ``generic``), whose
+plain label every Node of that manufacturer carries — the agent publishes the same label, so the selector
+selects exactly the contributors. Every key is built by :mod:`gpustack_worker.api.keys`, which shortens
+an over-long name part the same way for the agent, the Device Manager and this module.
 """
 
 from __future__ import annotations
@@ -103,7 +109,8 @@ def node_labels(plan: FlavorPlan, *, mixed_on_node: bool) -> dict[str, str]:
         keys.MANAGED: "true",
         keys.OS: plan.os,
         keys.ARCH: plan.arch,
-        keys.general_key(plan.cpu.g_key): "true",
+        # exactly the Nodes of this CPU key: a bare-manufacturer key pins its own ``.bare`` label
+        keys.cpu_key_label(plan.cpu.g_key, plan.cpu.manufacturer): "true",
         keys.count_key(plan.own_key): str(plan.count),
         keys.TOPOLOGY_PROFILE: plan.profile,
     }

@@ -119,10 +119,10 @@ def _devices(labels: Mapping[str, str]) -> tuple[DeviceIdentity, ...]:
             a_key=d.a_key,
             manufacturer=d.manufacturer,
             cards=d.cards,
-            product=labels.get(f"{d.key}.product", ""),
-            memory=labels.get(f"{d.key}.memory", ""),
-            cores=labels.get(f"{d.key}.cores", ""),
-            family=labels.get(f"{d.key}.family", ""),
+            product=labels.get(keys.descriptor_key(d.key, "product"), ""),
+            memory=labels.get(keys.descriptor_key(d.key, "memory"), ""),
+            cores=labels.get(keys.descriptor_key(d.key, "cores"), ""),
+            family=labels.get(keys.descriptor_key(d.key, "family"), ""),
         )
         for d in node_class.device_labels(labels)
     )
@@ -154,7 +154,8 @@ def _cpu(labels: Mapping[str, str], annotations: Mapping[str, str]) -> CpuIdenti
 
 def node_hardware(node: Mapping[str, Any]) -> NodeHardware | None:
     """The chain's view of a Node, or None when it is not managed, has no profile, no os/arch, or no
-    ``general.<gKey>=true`` label (every flavor's selector pins it, so no flavor could select the Node)."""
+    ``true`` CPU-key label (``keys.cpu_key_label``: every flavor's selector pins it, so no flavor could
+    select the Node)."""
     meta = node.get("metadata") or {}
     labels: Mapping[str, str] = meta.get("labels") or {}
     if not node_class.is_managed(labels):
@@ -165,7 +166,7 @@ def node_hardware(node: Mapping[str, Any]) -> NodeHardware | None:
         return None
     annotations: Mapping[str, str] = meta.get("annotations") or {}
     cpu = _cpu(labels, annotations)
-    if labels.get(keys.general_key(cpu.g_key)) != "true":
+    if labels.get(keys.cpu_key_label(cpu.g_key, cpu.manufacturer)) != "true":
         return None
     return NodeHardware(
         name=str(meta.get("name", "")),

@@ -4,7 +4,16 @@ Flavors are setting-independent; pools are grouped by ``instance-type-aware-cpu-
 (scheduling-chain "Naming and grouping", reference §2.3, §2.4 and Appendix A.3-A.4):
 
 - aware=false: ``gpustack--generic-<os>-<arch>`` (all CPUs collapse) and ``gpustack--<aKey>-<os>-<arch>``;
-- aware=true: ``gpustack--<gKey>-<os>-<arch>`` and ``gpustack--<gKey>--<aKey>-<os>-<arch>``.
+- aware=true: ``gpustack--<gKey>-<os>-<arch>`` and ``gpustack--<gKey>--<aKey>-<os>-<arch>``, whatever the
+  gKey — ``generic`` (a CPU of unknown manufacturer) included.
+
+The setting, never the gKey's value, decides a pool's name and selector: under awareness ``generic`` is
+a CPU key like any other (selector ``general.…/generic=true``), not the collapsed sentinel. A derived
+InstanceType of the *other* grouping (``schedule.gpustack.ai/derived-from-node=true`` but named
+differently from what the current setting calls its identity) stays — types are create-only and never
+garbage-collected — but its queue selects no flavor (label ``schedule.gpustack.ai/other-grouping=true``),
+so no flavor's capacity is promised by two chain-derived queues; an admin-authored type is served by its
+identity under the current setting.
 
 A pool's *schedule labels* come from the InstanceType spec identity; the queue's flavors are the operator
 flavors whose labels contain the selector built from them, so an admin-authored InstanceType is served
@@ -31,12 +40,13 @@ __all__ = (
     "flavor_selector",
     "flavors_of",
     "identity_of",
+    "in_scope",
     "pool_of",
     "schedule_labels",
 )
 
 #: The CPU key of a collapsed (awareness off) pool.
-GENERIC: Final = "generic"
+GENERIC: Final = keys.GENERIC_POOL
 #: ``spec.displayName`` is at most 64 characters (runes).
 DISPLAY_NAME_MAX: Final = 64
 #: Display name of the collapsed CPU pool.
@@ -52,11 +62,27 @@ class PoolIdentity:
     general_group: str
     os: str
     arch: str
+    #: The grouping this identity is named under (:meth:`name`); the setting at the time it is asked.
+    aware: bool = False
+    #: The InstanceType's own name and whether the chain derived it (``identity_of``); empty for a
+    #: flavor's pool (``pool_of``).
+    declared_name: str = ""
+    derived: bool = False
+
+    def name_under(self, *, aware: bool) -> str:
+        """The InstanceType / ClusterQueue name the grouping ``aware`` gives this identity."""
+        a_key = self.accelerator_group if self.acceleratable else ""
+        return keys.pool_name(self.os, self.arch, a_key, self.general_group or GENERIC, aware=aware)
 
     @property
     def name(self) -> str:
-        """The InstanceType / ClusterQueue name of this identity."""
-        return keys.pool_name(self.os, self.arch, self.accelerator_group, self.general_group or GENERIC)
+        """The InstanceType / ClusterQueue name of this identity under its grouping."""
+        return self.name_under(aware=self.aware)
+
+    def other_grouping(self, *, aware: bool) -> bool:
+        """A chain-derived type the *other* grouping named: its name is not what ``aware`` calls it."""
+        named = self.declared_name
+        return self.derived and bool(named) and named != self.name_under(aware=aware)
 
 
 def pool_of(plan: FlavorPlan, *, aware: bool) -> PoolIdentity:
@@ -67,23 +93,31 @@ def pool_of(plan: FlavorPlan, *, aware: bool) -> PoolIdentity:
         general_group=plan.cpu.g_key if aware else GENERIC,
         os=plan.os,
         arch=plan.arch,
+        aware=aware,
     )
 
 
 def identity_of(instance_type: Mapping[str, Any]) -> PoolIdentity:
     """The identity an InstanceType object declares (the webhook's ``generalGroup`` default applied)."""
     spec = instance_type.get("spec") or {}
+    meta = instance_type.get("metadata") or {}
     return PoolIdentity(
         acceleratable=bool(spec.get("acceleratable", False)),
         accelerator_group=str(spec.get("acceleratorGroup") or ""),
         general_group=str(spec.get("generalGroup") or GENERIC),
         os=str(spec.get("os") or ""),
         arch=str(spec.get("arch") or ""),
+        declared_name=str(meta.get("name") or ""),
+        derived=((meta.get("labels") or {}).get(keys.DERIVED_FROM_NODE) == "true"),
     )
 
 
 def schedule_labels(pool: PoolIdentity, *, aware: bool) -> dict[str, str]:
-    """The queue's schedule labels (reference Appendix A.4)."""
+    """The queue's schedule labels (reference Appendix A.4, with the grouping deciding the CPU part).
+
+    Aware: ``general.feature.gpustack.ai/<generalGroup>=true`` whatever the gKey (``generic`` too);
+    collapsed: no CPU part. A derived type of the other grouping also gets
+    ``schedule.gpustack.ai/other-grouping=true``, which no flavor carries, so it selects none."""
     labels = {
         keys.ACCELERATABLE: "true" if pool.acceleratable else "false",
         keys.OS: pool.os,
@@ -91,15 +125,26 @@ def schedule_labels(pool: PoolIdentity, *, aware: bool) -> dict[str, str]:
     }
     if pool.acceleratable and pool.accelerator_group:
         labels[keys.accelerator_key(pool.accelerator_group)] = "true"
-    if aware and pool.general_group not in ("", GENERIC):
+    if aware and pool.general_group:
         labels[keys.general_key(pool.general_group)] = "true"
+    if pool.other_grouping(aware=aware):
+        labels[keys.OTHER_GROUPING] = "true"
     return labels
 
 
+def in_scope(selector: Mapping[str, str], g_key: str) -> bool:
+    """Whether a Node with CPU key ``g_key`` belongs to the pool whose flavor selector is ``selector``:
+    the same CPU rule the selector applies to flavors (none for a type of the other grouping)."""
+    if selector.get(keys.OTHER_GROUPING) == "true":
+        return False
+    wanted = keys.general_key(g_key)
+    return all(k == wanted for k, v in selector.items() if v == "true" and k.startswith(keys.GENERAL_PREFIX))
+
+
 def flavor_selector(labels: Mapping[str, str]) -> dict[str, str]:
-    """The part of a queue's labels a flavor must carry: os/arch, the acceleratable discriminator and any
-    feature key set to ``true``."""
-    keep = {keys.OS, keys.ARCH, keys.ACCELERATABLE}
+    """The part of a queue's labels a flavor must carry: os/arch, the acceleratable discriminator, any
+    feature key set to ``true`` and the other-grouping mark (which no flavor carries)."""
+    keep = {keys.OS, keys.ARCH, keys.ACCELERATABLE, keys.OTHER_GROUPING}
     return {
         k: v
         for k, v in labels.items()
@@ -123,7 +168,7 @@ def flavors_of(selector: Mapping[str, str], flavors: Iterable[Mapping[str, Any]]
 def _display_name(plan: FlavorPlan, pool: PoolIdentity) -> str:
     if plan.device is not None:
         name = plan.device.product or plan.device.a_key
-    elif pool.general_group == GENERIC:
+    elif not pool.aware:
         name = CPU_ONLY_DISPLAY
     else:
         name = plan.cpu.product or plan.cpu.g_key

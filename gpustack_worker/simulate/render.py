@@ -196,19 +196,19 @@ def render_node_feature(node: NodeSpec, node_uid: str) -> Obj | None:
         model = keys.accelerator_key(a_key(acc))
         labels[mfr_key] = "true"
         if acc.driverVersion:
-            labels[f"{mfr_key}.driver-version"] = acc.driverVersion
+            labels[keys.descriptor_key(mfr_key, "driver-version")] = acc.driverVersion
         if acc.runtimeVersion:
-            labels[f"{mfr_key}.runtime-version"] = acc.runtimeVersion
+            labels[keys.descriptor_key(mfr_key, "runtime-version")] = acc.runtimeVersion
         labels[model] = "true"
-        labels[f"{model}.product"] = acc.product
-        labels[f"{model}.memory"] = identity.memory_quantity(acc.memoryMiB)
+        labels[keys.descriptor_key(model, "product")] = acc.product
+        labels[keys.descriptor_key(model, "memory")] = identity.memory_quantity(acc.memoryMiB)
         if acc.cores is not None:
-            labels[f"{model}.cores"] = str(acc.cores)
+            labels[keys.descriptor_key(model, "cores")] = str(acc.cores)
         labels[keys.count_key(model)] = str(acc.count)
         if acc.family:
-            labels[f"{model}.family"] = acc.family
+            labels[keys.descriptor_key(model, "family")] = acc.family
         if acc.computeCapability:
-            labels[f"{model}.comcap"] = acc.computeCapability
+            labels[keys.descriptor_key(model, "comcap")] = acc.computeCapability
     return {
         "apiVersion": kinds.NODE_FEATURE.api_version,
         "kind": kinds.NODE_FEATURE.kind,

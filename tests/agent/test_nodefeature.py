@@ -4,6 +4,7 @@ import pytest
 
 from gpustack_worker.agent import nodefeature
 from gpustack_worker.api import keys
+from gpustack_worker.api.normalize import fnv64a_hex
 
 from .builders import card, devices, group, node_of
 
@@ -67,7 +68,9 @@ def cpu_node(
 )
 def test_cpu_keys(inputs: dict[str, dict[str, str]], cpu_mfr: str, g_key: str) -> None:
     labels = nodefeature.desired_labels(node_of(inputs), None, manual=True, mixed_on_node=True)
-    assert labels == {G + cpu_mfr: "true", G + g_key: "true", f"{G}{g_key}.count": "4"}
+    # A bare-manufacturer gKey also gets the label only its Nodes carry (issue 16 defect 3).
+    bare = {f"{G}{g_key}.bare": "true"} if g_key == cpu_mfr else {}
+    assert labels == {G + cpu_mfr: "true", G + g_key: "true", f"{G}{g_key}.count": "4", **bare}
 
 
 @pytest.mark.parametrize(
@@ -85,14 +88,17 @@ def test_cpu_count_rounds_up(cpu: str, count: str | None) -> None:
     assert labels.get(f"{G}amd-epyc-7r32.count") == count
 
 
-def test_count_key_over_63_chars_is_skipped() -> None:
-    # A 63-char gKey is itself valid, but "<gKey>.count" is not a qualified name: skip only that key.
+def test_count_key_of_a_63_char_gkey_is_shortened() -> None:
+    # A 63-char gKey is itself valid; "<gKey>.count" would not be, so its name part is shortened by the
+    # one rule in api/keys (the chain pins the same key): head, FNV tag, suffix kept (issue 16 defect 4).
     long_name = "AMD " + "X" * 80
     labels = nodefeature.desired_labels(
         node_of(cpu_node("AMD", long_name)), None, manual=True, mixed_on_node=True
     )
     g_key = "amd-" + "x" * 59
-    assert labels == {G + "amd": "true", G + g_key: "true"}
+    count = keys.count_key(keys.general_key(g_key))
+    assert count == f"{G}{g_key[:48]}-{fnv64a_hex(g_key)[:8]}.count"  # 48 + 1 + 8 + 6 = 63
+    assert labels == {G + "amd": "true", G + g_key: "true", count: "4"}
 
 
 A10G = keys.accelerator_key("nvidia-a10g")

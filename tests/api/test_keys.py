@@ -70,9 +70,12 @@ def test_local_queue_name(cluster_queue: str) -> None:
         ),
         (keys.pool_name("linux", "amd64"), "gpustack--generic-linux-amd64"),
         (keys.pool_name("linux", "amd64", "nvidia-a10g"), "gpustack--nvidia-a10g-linux-amd64"),
-        (keys.pool_name("linux", "amd64", g_key="amd-epyc-7r32"), "gpustack--amd-epyc-7r32-linux-amd64"),
         (
-            keys.pool_name("linux", "amd64", "nvidia-a10g", "amd-epyc-7r32"),
+            keys.pool_name("linux", "amd64", g_key="amd-epyc-7r32", aware=True),
+            "gpustack--amd-epyc-7r32-linux-amd64",
+        ),
+        (
+            keys.pool_name("linux", "amd64", "nvidia-a10g", "amd-epyc-7r32", aware=True),
             "gpustack--amd-epyc-7r32--nvidia-a10g-linux-amd64",
         ),
     ],

@@ -298,12 +298,6 @@ NOT_OURS: list[tuple[str, World, dict[str, Any], str]] = [
         "is not a valid label key",
     ),
     (
-        "acceleratorGroup too long for a label name",
-        World.of((local_queue(),), (cluster_queue(),), (instance_type(group="nvidia-" + "x" * 60),)),
-        request(workload()),
-        "is not a valid label key",
-    ),
-    (
         "UPDATE while the old Workload holds a quota reservation",
         full_world(),
         request(workload(), operation="UPDATE", old=workload(reserved=True)),

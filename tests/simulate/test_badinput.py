@@ -71,25 +71,6 @@ CASES: list[tuple[str, bytes, list[str]]] = [
         ["nodes[0] (name=GPU_A).name: 'GPU_A' is not a DNS subdomain (a Node name): must be lowercase"],
     ),
     (
-        "product-200-chars",
-        _doc(_node("gpu", accelerators=[_gpu(product="X" * 200)])),
-        [
-            "nodes[0] (name=gpu).accelerators[0].product: NodeFeature gpu-gpustack-device-manager feature "
-            "label (nfd-master drops it) acceleratable.feature.gpustack.ai/nvidia-" + "x" * 56 + ".{",
-            "}: name part must be no more than 63 characters",
-        ],
-    ),
-    (
-        "product-one-past-the-longest-suffix",
-        # aKey nvidia-<49 chars> is 56 characters: "<aKey>.product" has a 64-character name part.
-        _doc(_node("gpu", accelerators=[_gpu(product="p" * 49)])),
-        [
-            "nodes[0] (name=gpu).accelerators[0].product: NodeFeature gpu-gpustack-device-manager feature "
-            "label (nfd-master drops it) acceleratable.feature.gpustack.ai/nvidia-" + "p" * 49 + ".product: "
-            "name part must be no more than 63 characters (is 64)",
-        ],
-    ),
-    (
         "label-value-64-chars",
         _doc(_node("cpu", labels={"topology.gpustack.ai/rack": "r" * 64})),
         ["nodes[0] (name=cpu).labels.topology.gpustack.ai/rack: 'rrrr", "must be no more than 63 characters"],
@@ -372,10 +353,6 @@ async def _objects_of(client: Client, names: list[str]) -> list[str]:
 
 CLUSTER_CASES = {
     "node-name-too-long": (_doc(_node("bi-first", accelerators=[_gpu()]), _node("n" * 100)), ["bi-first"]),
-    "product-200-chars": (
-        _doc(_node("bi-ok"), _node("bi-long-product", accelerators=[_gpu(product="X" * 200)])),
-        ["bi-ok", "bi-long-product"],
-    ),
     "not-utf8": (
         b"nodes:\n  - {name: bi-latin1, cpu: {vendor: AMD, model: caf\xe9, cores: 1}, memory: 1Gi}\n",
         ["bi-latin1"],
