@@ -450,7 +450,11 @@ def test_an_admin_hold_during_the_migration_is_kept_and_restored() -> None:
 def test_the_chains_own_migration_hold_is_never_backfilled() -> None:
     queue = _kueue(_draining(), reserving=2, busy=frozenset(OLD_T4))
     assert not instancetypes.decide_type(_t4(), queue, queue_stop_is_ours=True).backfill_inactive
-    assert not instancetypes.decide_type(_t4(), queue, queue_stop_is_ours=False).backfill_inactive
+    # A HoldAndDrain the queue controller does not own is an admin's, migration annotations or not: it is
+    # back-filled, and the migration then goes on under the chain's own hold (the type is inactive now).
+    assert instancetypes.decide_type(_t4(), queue, queue_stop_is_ours=False).backfill_inactive
+    resumed = _decide(queue, it=_t4(inactive=True), owns_stop_policy=False)
+    assert _policy(resumed) == "HoldAndDrain" and _annotations(resumed)[PHASE] == "draining"
 
 
 def test_an_admin_hold_not_yet_backfilled_delays_the_start() -> None:
