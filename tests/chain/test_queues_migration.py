@@ -20,7 +20,7 @@ from gpustack_worker.api import keys, kinds
 from gpustack_worker.chain import flavors, instancetypes, pools, queues
 from gpustack_worker.chain.nodes import NodeHardware, node_hardware
 from gpustack_worker.runtime.client import Client
-from tests.chain.builders import HOSTNAME_PROFILE, mixed_cluster
+from tests.chain.builders import HOSTNAME_PROFILE, mixed_cluster, node
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -640,6 +640,174 @@ def test_every_phase_and_status_resumes_without_memory(phase: str | None, status
     assert _decide(copy.deepcopy(queue)) == decision
 
 
+# --- issue 16: a refusal never empties a reserving queue (defect 1) ------------------------------------
+ONLY_OLD_TOPOLOGY = frozenset({keys.topology_name(HOSTNAME_PROFILE)})
+NEW_NODE = node(
+    "t4-c",
+    vendor="AMD",
+    cpu_name="AMD EPYC 7R13 Processor",
+    cores=48,
+    devices=(("nvidia", "Tesla T4", 2, 15360),),
+    profile=ZONE_PROFILE,
+)
+#: Refusals that arrive while the old flavors finalize: the new profile's Topology not cached yet, or a
+#: new node whose flavor does not exist yet.
+REFUSALS: dict[str, dict[str, Any]] = {
+    "topology-missing": {"topologies": ONLY_OLD_TOPOLOGY},
+    "flavor-missing": {"nodes": [*NEW.nodes, *(h for h in [node_hardware(NEW_NODE)] if h is not None)]},
+}
+
+
+def _groups_of(queue: dict[str, Any] | None) -> list[str]:
+    groups = ((queue or {}).get("spec") or {}).get("resourceGroups") or ()
+    return [f["name"] for g in groups for f in g["flavors"]]
+
+
+@pytest.mark.parametrize("refusal", sorted(REFUSALS))
+def test_a_refusal_while_every_flavor_finalizes_keeps_the_groups_under_a_reservation(refusal: str) -> None:
+    """The old flavors finalize, the replacement plan is refused: the queue never loses its groups while
+    Kueue reports a reservation; it drains them, and empties only at zero. When the refusal clears, the
+    new plan goes in and the saved policy comes back — no Workload left reserving on a gone flavor."""
+    server = Server(_running_old_queue(reserving=1, busy=frozenset(OLD_T4[1:])))
+    refused = _decide(server.queue, **REFUSALS[refusal])
+    assert _reason(refused) in ("MissingTopology", "NonConservedQuota")
+    assert _names(refused) == OLD_T4 and _policy(refused) == "HoldAndDrain"
+    assert _annotations(refused) == {SAVED: "None", PHASE: "draining", TAS: "true"}
+    server.apply(refused)
+    # Not yet reported at the new generation: kept as it is.
+    waiting = _decide(server.queue, **REFUSALS[refusal])
+    assert _reason(waiting) == "AwaitingQueueStatus" and _names(waiting) == OLD_T4
+    # Kueue sees the hold, still evicting: kept.
+    still = _decide(server.kueue(reserving=1, busy=frozenset(OLD_T4[1:])), **REFUSALS[refusal])
+    assert _names(still) == OLD_T4 and _policy(still) == "HoldAndDrain"
+    server.apply(still)
+    # Evicted: emptied, held HoldAndDrain (never the marked Hold, which the groups would release).
+    emptied = _decide(server.kueue(), **REFUSALS[refusal])
+    assert _names(emptied) == [] and _policy(emptied) == "HoldAndDrain"
+    assert _annotations(emptied) == {SAVED: "None", PHASE: "switched"}
+    server.apply(emptied)
+    server.kueue()
+    # The refusal clears: the new plan, the policy restored.
+    back = _decide(server.queue)
+    assert _names(back) == NEW_T4 and _policy(back) == "None" and _annotations(back) == {TAS: "true"}
+
+
+@pytest.mark.parametrize("refusal", sorted(REFUSALS))
+def test_a_refusal_that_clears_mid_drain_switches_only_at_zero(refusal: str) -> None:
+    server = Server(_running_old_queue(reserving=1, busy=frozenset(OLD_T4)))
+    server.apply(_decide(server.queue, **REFUSALS[refusal]))
+    server.kueue(reserving=1, busy=frozenset(OLD_T4))
+    # The refusal clears while Kueue still reports the reservation: the migration keeps the old groups.
+    cleared = _decide(server.queue)
+    assert _names(cleared) == OLD_T4 and _policy(cleared) == "HoldAndDrain"
+    assert _reason(cleared) == "Migrating"
+    server.apply(cleared)
+    switched = _decide(server.kueue())
+    assert _names(switched) == NEW_T4 and _annotations(switched)[PHASE] == "switched"
+
+
+@pytest.mark.parametrize("refusal", sorted(REFUSALS))
+def test_a_refusal_on_a_stale_status_keeps_the_queue_as_it_is(refusal: str) -> None:
+    queue = _running_old_queue(reserving=1, busy=frozenset(OLD_T4), observed=0)
+    decision = _decide(queue, **REFUSALS[refusal])
+    assert _names(decision) == OLD_T4 and _policy(decision) == "None"
+    assert _annotations(decision) == {TAS: "true"} and _reason(decision) == "AwaitingQueueStatus"
+
+
+def test_a_refusal_without_the_drain_setting_waits_unheld_with_the_groups() -> None:
+    queue = _running_old_queue(reserving=2, busy=frozenset(OLD_T4))
+    decision = _decide(queue, topologies=ONLY_OLD_TOPOLOGY, drain_when_no_flavors=False)
+    assert _names(decision) == OLD_T4 and _policy(decision) == "None"
+    assert _reason(decision) == "MissingTopology"
+
+
+# --- issue 16: decide only on the current generation's status (defect 2) ---------------------------------
+def test_a_generation_bump_right_before_an_idle_drop_never_drains() -> None:
+    """The joint check turns Active (a spec change: the generation moves past Kueue's status), then the old
+    flavors are dropped. The stale status says nothing: the queue waits as it is; Kueue's current status
+    shows them idle → in place, never a hold."""
+    server = Server()
+    server.apply(_decide(None, OLD))
+    server.kueue()
+    bumped = _decide(server.queue, OLD, active_checks=frozenset({keys.JOINT_CHECK}))
+    generation = server.queue["metadata"]["generation"] if server.queue else 0
+    server.apply(bumped)
+    assert server.queue is not None and server.queue["metadata"]["generation"] == generation + 1
+    dropped = _decide(server.queue, active_checks=frozenset({keys.JOINT_CHECK}))
+    assert _reason(dropped) == "AwaitingQueueStatus" and dropped.requeue_after == queues.DRAIN_POLL_S
+    assert _names(dropped) == OLD_T4 and _policy(dropped) == "None" and _annotations(dropped) == {TAS: "true"}
+    server.apply(dropped)
+    assert server.queue["metadata"]["generation"] == generation + 1  # waiting writes no spec change
+    in_place = _decide(server.kueue(), active_checks=frozenset({keys.JOINT_CHECK}))
+    assert _names(in_place) == NEW_T4 and _policy(in_place) == "None"
+    assert _annotations(in_place) == {TAS: "true"} and _reason(in_place) == "Ready"
+
+
+@pytest.mark.parametrize("inactive", [True, False], ids=["inactive", "reactivated"])
+def test_an_inactive_toggle_before_a_drop_waits_then_decides_on_the_current_status(inactive: bool) -> None:
+    server = Server()
+    server.apply(_decide(None, OLD))
+    server.kueue()
+    server.apply(_decide(server.queue, OLD, it=_t4(inactive=True)))  # Hold: a new generation
+    if not inactive:
+        server.kueue()
+        server.apply(_decide(server.queue, OLD))  # and back to None: another one
+    waiting = _decide(server.queue, it=_t4(inactive=inactive))
+    assert _reason(waiting) == "AwaitingQueueStatus" and _names(waiting) == OLD_T4
+    assert _policy(waiting) == ("Hold" if inactive else "None") and PHASE not in _annotations(waiting)
+    server.apply(waiting)
+    # Kueue's current status: one old flavor busy → only now the migration starts.
+    busy = _decide(server.kueue(reserving=1, busy=frozenset(OLD_T4[:1])), it=_t4(inactive=inactive))
+    assert _policy(busy) == "HoldAndDrain" and _annotations(busy)[PHASE] == "draining"
+    assert _annotations(busy)[SAVED] == ("Hold" if inactive else "None")
+
+
+def test_a_draining_or_switched_queue_on_a_stale_status_changes_nothing() -> None:
+    for stored in (_draining(), _switched()):
+        queue = _kueue(stored, observed=stored["metadata"]["generation"] - 1)
+        decision = _decide(queue)
+        assert _names(decision) == _groups_of(stored) and _policy(decision) == "HoldAndDrain"
+        assert _annotations(decision) == stored["metadata"]["annotations"]
+
+
+# --- issue 16: the empty-plan hold never takes over an admin's stop (defect 6) ---------------------------
+@pytest.mark.parametrize("admin", ["Hold", "HoldAndDrain"])
+def test_an_admin_stop_on_a_groupless_queue_is_theirs_until_they_clear_inactive(admin: str) -> None:
+    server = Server()
+    created = _decide(None, GONE)
+    assert _policy(created) == "Hold" and _annotations(created) == {keys.EMPTY_PLAN_HOLD: "true"}
+    server.apply(created)
+    # The admin stops the queue (their own field manager now owns spec.stopPolicy).
+    assert server.queue is not None
+    server.queue["spec"]["stopPolicy"] = admin
+    theirs = _decide(server.queue, GONE, owns_stop_policy=False)
+    assert _policy(theirs) is None and keys.EMPTY_PLAN_HOLD not in _annotations(theirs)
+    assert _names(theirs) == []
+    stored = server.apply(theirs)
+    assert stored["spec"]["stopPolicy"] == admin
+    # The InstanceType controller back-fills inactive (the stop is theirs, unmarked).
+    assert instancetypes.decide_type(_t4(), stored, queue_stop_is_ours=False).backfill_inactive
+    # Inactive: the type's own Hold, unmarked; the flavors arrive and the queue stays held.
+    held = _decide(stored, GONE, it=_t4(inactive=True), owns_stop_policy=False)
+    assert _policy(held) == "Hold" and keys.EMPTY_PLAN_HOLD not in _annotations(held)
+    server.apply(held)
+    filled = _decide(server.kueue(), OLD, it=_t4(inactive=True))
+    assert _names(filled) == OLD_T4 and _policy(filled) == "Hold"
+    assert _annotations(filled) == {TAS: "true"}
+    server.apply(filled)
+    # Only the admin clearing inactive releases it.
+    released = _decide(server.kueue(), OLD)
+    assert _policy(released) == "None"
+
+
+def test_clearing_inactive_on_a_groupless_queue_marks_its_hold() -> None:
+    held = Server()
+    held.apply(_decide(None, GONE, it=_t4(inactive=True)))
+    assert held.queue is not None and held.queue["spec"]["stopPolicy"] == "Hold"
+    marked = _decide(held.queue, GONE)
+    assert _policy(marked) == "Hold" and _annotations(marked) == {keys.EMPTY_PLAN_HOLD: "true"}
+
+
 # --- the thin steps: drift is reported, never patched; a foreign queue gets a condition only --------------
 class RecordingClient:
     """Records every write the steps issue (the steps read only their caches)."""
@@ -778,21 +946,23 @@ async def test_real_kueue_reports_idle_flavors_and_a_stop_the_way_the_decision_r
 
         async def current() -> bool:
             seen["queue"] = await admin.get(kinds.CLUSTER_QUEUE, queue_name)
-            return queues._status_current(seen["queue"])
+            return queues._reported(seen["queue"]) is not None
 
         await _until(current)
         queue = seen["queue"]
         for listed in ("flavorsReservation", "flavorsUsage"):
             assert sorted(f["name"] for f in queue["status"][listed]) == names
-        assert queues._in_use(queue, names[1:]) == []  # idle, reported: dropped in place
-        assert queues._in_use(queue, ["probe-never-listed"]) == ["probe-never-listed"]
-        assert not queues._stopped(queue)
+        reported = queues._reported(queue)
+        assert reported is not None
+        assert reported.in_use(names[1:]) == []  # idle, reported: dropped in place
+        assert reported.in_use(["probe-never-listed"]) == ["probe-never-listed"]
+        assert not reported.stopped()
 
         body["spec"]["stopPolicy"] = "HoldAndDrain"
         await admin.apply(kinds.CLUSTER_QUEUE, body, field_manager="probe")
         await _until(current)
-        assert queues._stopped(seen["queue"])
-        assert queues._workloads(seen["queue"]) == 0
+        stopped = queues._reported(seen["queue"])
+        assert stopped is not None and stopped.stopped() and stopped.workloads() == 0
     finally:
         await admin.delete(kinds.CLUSTER_QUEUE, queue_name)
         for name in names:
