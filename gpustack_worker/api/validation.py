@@ -28,7 +28,7 @@ newline does not slip through as ``$`` would let it.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -48,7 +48,9 @@ __all__ = (
     "label_value",
     "nfd_feature_label",
     "object_annotations",
+    "object_problems",
     "qualified_name",
+    "quantity",
 )
 
 #: A DNS-1123 label (namespace names, the parts of a subdomain).
@@ -185,3 +187,134 @@ def is_qualified_name(key: str) -> bool:
 def is_label_value(value: str) -> bool:
     """``value`` is a valid label value."""
     return not label_value(value)
+
+
+# --- whole objects, as the API server and Kueue's CRD schemas check them ------------------------------
+#: Kueue v1beta2 kubebuilder limits (apis/kueue/v1beta2): ResourceFlavor ``spec.nodeLabels``
+#: MaxProperties=8, ``nodeTaints`` / ``tolerations`` MaxItems=8; ClusterQueue ``resourceGroups``
+#: MaxItems=16, a group's ``coveredResources`` and ``flavors`` 1..64, a flavor's ``resources`` 1..64 and
+#: as many as the group covers; Topology ``levels`` 1..16 with ``nodeLabel`` a qualified name ≤ 316;
+#: every reference (flavor, topology, cluster queue) a DNS-1123 subdomain ≤ 253.
+KUEUE_NODE_LABELS_MAX: Final = 8
+KUEUE_TOLERATIONS_MAX: Final = 8
+KUEUE_RESOURCE_GROUPS_MAX: Final = 16
+KUEUE_GROUP_ITEMS_MAX: Final = 64
+KUEUE_TOPOLOGY_LEVELS_MAX: Final = 16
+KUEUE_LEVEL_LABEL_MAX: Final = 316
+#: InstanceType ``spec.displayName`` (runes).
+DISPLAY_NAME_MAX: Final = 64
+
+_QUANTITY = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|[numkMGTPE]|[KMGTPE]i)?")
+
+
+def quantity(value: object) -> list[str]:
+    """Problems of ``value`` as a resource quantity (``resource.ParseQuantity``'s grammar)."""
+    text = str(value)
+    return [] if _QUANTITY.fullmatch(text) else [f"{text!r} is not a quantity"]
+
+
+def _meta_problems(body: Mapping[str, object]) -> list[tuple[str, str]]:
+    meta = body.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    out = [("metadata.name", m) for m in dns1123_subdomain(str(meta.get("name", "")))]
+    for key, value in (meta.get("labels") or {}).items():
+        out += [(f"metadata.labels[{key}]", f"key {m}") for m in qualified_name(key)]
+        out += [(f"metadata.labels[{key}]", f"value {m}") for m in label_value(str(value))]
+    out += [("metadata.annotations", m) for m in object_annotations(meta.get("annotations") or {})]
+    return out
+
+
+def _ref(path: str, value: object) -> list[tuple[str, str]]:
+    return [(path, m) for m in dns1123_subdomain(str(value))]
+
+
+def _flavor(spec: Mapping[str, Any]) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    node_labels: Mapping[str, Any] = spec.get("nodeLabels") or {}
+    if len(node_labels) > KUEUE_NODE_LABELS_MAX:
+        too_many = f"must have at most {KUEUE_NODE_LABELS_MAX} entries (has {len(node_labels)})"
+        out.append(("spec.nodeLabels", too_many))
+    for key, value in node_labels.items():
+        out += [(f"spec.nodeLabels[{key}]", f"key {m}") for m in qualified_name(key)]
+        out += [(f"spec.nodeLabels[{key}]", f"value {m}") for m in label_value(str(value))]
+    if spec.get("topologyName") is not None:
+        out += _ref("spec.topologyName", spec["topologyName"])
+        if not node_labels:
+            out.append(("spec.nodeLabels", "at least one nodeLabel is required when topology is set"))
+    if len(spec.get("tolerations") or ()) > KUEUE_TOLERATIONS_MAX:
+        out.append(("spec.tolerations", f"must have at most {KUEUE_TOLERATIONS_MAX} items"))
+    return out
+
+
+def _cluster_queue(spec: Mapping[str, Any]) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    groups = spec.get("resourceGroups") or ()
+    if len(groups) > KUEUE_RESOURCE_GROUPS_MAX:
+        out.append(("spec.resourceGroups", f"must have at most {KUEUE_RESOURCE_GROUPS_MAX} items"))
+    for g, group in enumerate(groups):
+        path = f"spec.resourceGroups[{g}]"
+        covered = group.get("coveredResources") or ()
+        flavors = group.get("flavors") or ()
+        for field, items in (("coveredResources", covered), ("flavors", flavors)):
+            if not 1 <= len(items) <= KUEUE_GROUP_ITEMS_MAX:
+                count = f"must have 1 to {KUEUE_GROUP_ITEMS_MAX} items (has {len(items)})"
+                out.append((f"{path}.{field}", count))
+        out += [
+            (f"{path}.coveredResources[{i}]", m) for i, r in enumerate(covered) for m in qualified_name(r)
+        ]
+        for f, flavor in enumerate(flavors):
+            fpath = f"{path}.flavors[{f}]"
+            out += _ref(f"{fpath}.name", flavor.get("name", ""))
+            resources = flavor.get("resources") or ()
+            if len(resources) != len(covered):
+                same = "flavors must have the same number of resources as the coveredResources"
+                out.append((f"{fpath}.resources", same))
+            for r, res in enumerate(resources):
+                quota = res.get("nominalQuota")
+                out += [(f"{fpath}.resources[{r}].nominalQuota", m) for m in quantity(quota)]
+    return out
+
+
+def _topology(spec: Mapping[str, Any]) -> list[tuple[str, str]]:
+    levels = spec.get("levels") or ()
+    out: list[tuple[str, str]] = []
+    if not 1 <= len(levels) <= KUEUE_TOPOLOGY_LEVELS_MAX:
+        out.append(("spec.levels", f"must have 1 to {KUEUE_TOPOLOGY_LEVELS_MAX} items"))
+    for i, level in enumerate(levels):
+        label = str(level.get("nodeLabel", ""))
+        if len(label) > KUEUE_LEVEL_LABEL_MAX:
+            longest = f"must be no more than {KUEUE_LEVEL_LABEL_MAX} characters"
+            out.append((f"spec.levels[{i}].nodeLabel", longest))
+        out += [(f"spec.levels[{i}].nodeLabel", m) for m in qualified_name(label)]
+    return out
+
+
+def _instance_type(spec: Mapping[str, Any]) -> list[tuple[str, str]]:
+    display = str(spec.get("displayName") or "")
+    if len(display) > DISPLAY_NAME_MAX:
+        return [("spec.displayName", f"must be no more than {DISPLAY_NAME_MAX} characters")]
+    return []
+
+
+def _local_queue(spec: Mapping[str, Any]) -> list[tuple[str, str]]:
+    return _ref("spec.clusterQueue", spec.get("clusterQueue", ""))
+
+
+_SPEC_RULES: Final = {
+    "ResourceFlavor": _flavor,
+    "ClusterQueue": _cluster_queue,
+    "Topology": _topology,
+    "InstanceType": _instance_type,
+    "LocalQueue": _local_queue,
+}
+
+
+def object_problems(body: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """What the API server (apimachinery's metadata rules, and the kind's CRD schema for Kueue's kinds
+    and InstanceType) would refuse in ``body``, as ``(field path, rule)`` pairs; empty when accepted."""
+    out = _meta_problems(body)
+    rule = _SPEC_RULES.get(str(body.get("kind", "")))
+    spec = body.get("spec")
+    if rule is not None and isinstance(spec, dict):
+        out += rule(spec)
+    return out

@@ -47,7 +47,7 @@ def _entry(flavor: Mapping[str, Any], *, aware: bool) -> dict[str, Any]:
             "sliceable": bool(mfr and mfr.logical_slices),
             "generalGroup": g_key if aware else "",
         }
-        name = f"gpustack--{g_key}--{a_key}" if aware else f"gpustack--{a_key}"
+        name = keys.catalog_name(a_key, g_key, aware=aware)
     else:
         group = g_key if aware else GENERIC
         spec = {
@@ -61,10 +61,10 @@ def _entry(flavor: Mapping[str, Any], *, aware: bool) -> dict[str, Any]:
             "sliceable": False,
             "generalGroup": group,
         }
-        name = f"gpustack--{group}"
+        name = keys.catalog_name(g_key=group, aware=aware)
     # Empty strings are left out (``acceleratable`` and ``sliceable`` are always serialized).
     return {
-        "name": keys.object_name(name),
+        "name": name,
         "spec": {k: v for k, v in spec.items() if v != "" or isinstance(v, bool)},
     }
 

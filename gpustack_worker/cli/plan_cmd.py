@@ -224,6 +224,10 @@ def render_text(plan: PlannedChain) -> str:
     lines.append("")
     rows = [[n, q] for n, q in plan.local_queues.items()]
     lines += _table("LOCAL QUEUES (in every non-system namespace)", ("NAME", "CLUSTER QUEUE"), rows)
+    if plan.refused:
+        rows = [[r["kind"], r["name"], r["path"], r["rule"]] for r in plan.refused]
+        lines.append("")
+        lines += _table("REFUSED BY THE API SERVER (not created)", ("KIND", "NAME", "FIELD", "RULE"), rows)
     for note in plan.notes:
         lines += ["", f"note: {note}"]
     return "\n".join(lines)

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from gpustack_worker.agent import fit, nodefeature, validate
 from gpustack_worker.agent.facts import node_facts
-from gpustack_worker.api import keys, kinds
+from gpustack_worker.api import keys, kinds, validation
 from gpustack_worker.api.devices_view import DevicesFacts, devices_facts
 from gpustack_worker.chain import flavors as chain_flavors
 from gpustack_worker.chain import instancetypes, localqueues, managers, pools, queues
@@ -88,6 +88,10 @@ class PlannedChain:
     #: The TopologySource's decided status (None without one).
     topology_source: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    #: Objects the API server would refuse (``api.validation.object_problems``): kind, name, field path
+    #: and rule. A refused object is not in the maps above — it would not exist — and a queue it feeds
+    #: is planned without it (so it is not Ready).
+    refused: list[dict[str, str]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """The plan as plain JSON values (``-o json`` / ``-o yaml``)."""
@@ -103,6 +107,7 @@ class PlannedChain:
             "clusterQueues": list(self.cluster_queues.values()),
             "localQueues": [{"name": n, "clusterQueue": q} for n, q in sorted(self.local_queues.items())],
             "notes": list(self.notes),
+            "refused": list(self.refused),
         }
 
 
@@ -330,6 +335,15 @@ def _capacity_status(
     return pool_status(pool.accelerator_group if pool.acceleratable else None, pool_flavors, chosen, cores, 0)
 
 
+def _accepted(body: Mapping[str, Any], refused: list[dict[str, str]]) -> bool:
+    """Whether the API server would accept ``body``; each problem it would refuse it for is recorded."""
+    problems = validation.object_problems(body)
+    name = str((body.get("metadata") or {}).get("name", ""))
+    kind = str(body.get("kind", ""))
+    refused.extend({"kind": kind, "name": name, "path": path, "rule": rule} for path, rule in problems)
+    return not problems
+
+
 def plan_chain(
     scenario: Scenario,
     settings: WorkerSettings,
@@ -362,9 +376,11 @@ def plan_chain(
         }
         source_status.pop("lastSuccessfulRefreshTime", None)
 
+    refused: list[dict[str, str]] = []
     topologies = {
         keys.topology_name(profile): profiles.topology_body(levels) for profile, levels in levels_of.items()
     }
+    topologies = {name: body for name, body in topologies.items() if _accepted(body, refused)}
     hardware = [h for n in nodes.values() if (h := node_hardware(n.current)) is not None]
     aware = settings.instance_type_aware_cpu_manufacturer
     mixed = settings.instance_type_mixed_on_node
@@ -373,11 +389,13 @@ def plan_chain(
         p.name: stamp(chain_flavors.flavor_body(p, mixed_on_node=mixed, aware=aware), managers.OWNER_FLAVORS)
         for p in plans
     }
+    flavor_bodies = {name: body for name, body in flavor_bodies.items() if _accepted(body, refused)}
     instance_types: dict[str, dict[str, Any]] = {}
     if settings.instance_type_derived_from_node:
         for p in plans:
             body = pools.derived_instance_type(p, aware=aware)
-            instance_types.setdefault(body["metadata"]["name"], body)
+            if body["metadata"]["name"] not in instance_types and _accepted(body, refused):
+                instance_types[body["metadata"]["name"]] = body
     else:
         notes.append(
             "instance-type-derived-from-node=false: no InstanceType is authored, so no ClusterQueue exists "
@@ -405,7 +423,21 @@ def plan_chain(
         if decision_q.body is None:
             continue
         body = dict(decision_q.body)
-        if decision_q.condition is not None:
+        accepted = _accepted(body, refused)
+        if not accepted:
+            body["status"] = {
+                "conditions": [
+                    {
+                        "type": keys.TOPOLOGY_READY,
+                        "status": "False",
+                        "reason": "RefusedByAPIServer",
+                        "message": "; ".join(
+                            f"{r['path']}: {r['rule']}" for r in refused if r["name"] == name
+                        ),
+                    }
+                ]
+            }
+        elif decision_q.condition is not None:
             c = decision_q.condition
             body["status"] = {
                 "conditions": [
@@ -439,4 +471,5 @@ def plan_chain(
         local_queues={n: str(b["spec"]["clusterQueue"]) for n, b in sorted(local.items())},
         topology_source=source_status,
         notes=notes,
+        refused=refused,
     )
