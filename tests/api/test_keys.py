@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from gpustack_worker.api import keys
+from gpustack_worker.api import identity, keys, manufacturers, validation
 from gpustack_worker.api.normalize import fnv64a_hex
 
 DEFAULT_PROFILE = "fnv64-87bf574bea2a4f23"  # reference §2.1.2 (DERIVED)
@@ -156,3 +158,165 @@ def test_cpu_detail_annotations_cover_the_catalogue() -> None:
         "cache-l2",
         "cache-l3",
     ]
+
+
+# --- shortened keys (issue 16 defect 4) ------------------------------------------------------------
+RTX_PRO = "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition"
+
+
+def _suffixed_keys(feature_key: str) -> list[str]:
+    return [
+        keys.count_key(feature_key),
+        keys.capacity_key(feature_key),
+        *(keys.descriptor_key(feature_key, d) for d in ("product", "memory", "cores", "family", "comcap")),
+    ]
+
+
+def test_the_named_product_keeps_every_key_that_fits_and_shortens_capacity() -> None:
+    a_key = identity.accelerator_key("nvidia", RTX_PRO)
+    assert a_key == "nvidia-rtx-pro-6000-blackwell-max-q-workstation-edition" and len(a_key) == 55
+    feature = keys.accelerator_key(a_key)
+    # What fits is spelled exactly as the reference spells it (the Device Manager's own keys).
+    assert keys.count_key(feature) == f"{feature}.count"
+    assert keys.descriptor_key(feature, "product") == f"{feature}.product"  # 63: fits
+    # ".capacity" would make a 64-character name part: head, '-', 8 hex of FNV-1a over the aKey, suffix.
+    capacity = keys.capacity_key(feature)
+    assert capacity == f"{keys.ACCELERATABLE_PREFIX}{a_key[:45]}-{fnv64a_hex(a_key)[:8]}.capacity"
+    assert len(capacity.split("/")[1]) == 63
+    assert all(validation.is_qualified_name(k) for k in _suffixed_keys(feature))
+
+
+@pytest.mark.parametrize(
+    "feature",
+    [
+        keys.accelerator_key("nvidia-" + "b" * 56),  # a 63-character aKey
+        keys.general_key("amd-" + "x" * 59),  # a 63-character gKey
+    ],
+    ids=["akey-63", "gkey-63"],
+)
+def test_a_63_character_key_gets_every_suffix_shortened_with_one_tag(feature: str) -> None:
+    stem = feature.split("/")[1]
+    assert len(stem) == 63 and validation.is_qualified_name(feature)
+    built = _suffixed_keys(feature)
+    tag = fnv64a_hex(stem)[:8]
+    for key in built:
+        name = key.split("/")[1]
+        assert validation.is_qualified_name(key), key
+        assert len(name) == 63 and f"-{tag}." in name
+    assert len(set(built)) == len(built)
+    bare = keys.cpu_key_label("x" * 63, "x" * 63)
+    assert validation.is_qualified_name(bare) and bare.endswith(keys.BARE_CPU_SUFFIX)
+
+
+def test_a_long_partition_profile_keeps_its_family_prefix() -> None:
+    resource = keys.partitioned_resource("nvidia.com/gpu", "mig-" + "7g.80gb-me." * 8)
+    assert resource.startswith("nvidia.com/gpu.partitioned.mig-7g.80gb")
+    assert validation.is_qualified_name(resource)
+
+
+def test_shortening_is_only_for_what_does_not_fit() -> None:
+    assert keys.shortened("a" * 63) == "a" * 63
+    assert keys.shortened("a" * 57, after=".count") == "a" * 57 + ".count"
+    cut = keys.shortened("a" * 58, after=".count")
+    assert cut == "a" * 48 + "-" + fnv64a_hex("a" * 58)[:8] + ".count"
+    # Separators at the cut are dropped, so the head still ends in a letter or digit.
+    assert keys.shortened("ab" + "-" * 60 + "z", after=".count").startswith("ab-")
+    with pytest.raises(ValueError, match="no room"):
+        keys.shortened("x", before="p" * 60, after=".capacity")
+
+
+@pytest.mark.parametrize(
+    ("a_key", "g_key", "aware", "expected"),
+    [
+        ("", "generic", False, "gpustack--generic-linux-amd64"),
+        ("", "amd-epyc-7r32", False, "gpustack--generic-linux-amd64"),
+        ("nvidia-a10g", "generic", False, "gpustack--nvidia-a10g-linux-amd64"),
+        ("", "generic", True, "gpustack--generic-linux-amd64"),
+        ("", "amd", True, "gpustack--amd-linux-amd64"),
+        # Issue 16 defect 3: under awareness ``generic`` is a gKey like any other.
+        ("nvidia-a10g", "generic", True, "gpustack--generic--nvidia-a10g-linux-amd64"),
+        ("hygon-k100_ai", "amd", True, "gpustack--amd--hygon-k100-ai-linux-amd64"),
+    ],
+)
+def test_pool_name_is_decided_by_the_grouping_not_the_gkey(
+    a_key: str, g_key: str, aware: bool, expected: str
+) -> None:
+    assert keys.pool_name("linux", "amd64", a_key, g_key, aware=aware) == expected
+
+
+def test_cpu_key_label_pins_a_bare_manufacturer_with_its_own_label() -> None:
+    assert keys.cpu_key_label("amd-epyc-7r32", "amd") == keys.general_key("amd-epyc-7r32")
+    assert keys.cpu_key_label("amd", "amd") == "general.feature.gpustack.ai/amd.bare"
+    assert keys.cpu_key_label("generic", "generic") == "general.feature.gpustack.ai/generic.bare"
+    assert keys.cpu_key_label("generic-25-1", "generic") == keys.general_key("generic-25-1")
+
+
+_NAME_TEXT = st.text(
+    st.sampled_from([*"abcXYZ0189 -_.@()/", "é", "ß", "Ⅻ", "🙂", "\t"]), min_size=0, max_size=120
+)
+
+
+@settings(max_examples=300)
+@given(
+    mfr=st.sampled_from(sorted(manufacturers.MANUFACTURERS)),
+    products=st.lists(_NAME_TEXT, min_size=2, max_size=4, unique=True),
+    # vendor_id is itself an NFD label value, so at most 63 characters; a gKey can then exceed 63.
+    vendor=st.sampled_from(["AMD", "Intel", "HygonGenuine", "", "VendorUnknown", "A" * 63]),
+    cpu_name=_NAME_TEXT,
+    os=st.sampled_from(["linux", "windows"]),
+    cards=st.integers(1, 64),
+    cores=st.integers(1, 4096),
+)
+def test_every_built_key_name_and_value_is_valid_deterministic_and_distinct(
+    mfr: str, products: list[str], vendor: str, cpu_name: str, os: str, cards: int, cores: int
+) -> None:
+    labels = {keys.NFD_CPU_VENDOR: vendor} if vendor else {}
+    g_key = identity.general_key(labels, {keys.CPU_NAME_ANNOTATION: cpu_name})
+    cpu_mfr = identity.cpu_manufacturer(labels)
+    profile = keys.topology_profile([keys.HOSTNAME])
+    a_keys = sorted({identity.accelerator_key(mfr, p) for p in products} - {f"{mfr}-"})
+    built_by_a_key: dict[str, list[str]] = {}
+    for a_key in a_keys:
+        feature = keys.accelerator_key(a_key)
+        label_keys = [
+            feature,
+            *_suffixed_keys(feature),
+            keys.sliced_max_free_units_key(a_key),
+            keys.shared_free_cards_key(a_key),
+        ]
+        names = [
+            keys.device_flavor_name(g_key, a_key, os, "amd64", cards, profile),
+            *(keys.pool_name(os, "amd64", a_key, g_key, aware=aware) for aware in (False, True)),
+            *(keys.catalog_name(a_key, g_key, aware=aware) for aware in (False, True)),
+        ]
+        for key in label_keys:
+            assert validation.is_qualified_name(key), key
+        for name in names:
+            assert validation.is_dns1123_subdomain(name), name
+            assert validation.is_dns1123_subdomain(keys.local_queue_name(name))
+        assert validation.is_label_value(a_key)
+        # Deterministic: built twice, the same.
+        assert label_keys == [
+            feature,
+            *_suffixed_keys(keys.accelerator_key(a_key)),
+            keys.sliced_max_free_units_key(a_key),
+            keys.shared_free_cards_key(a_key),
+        ]
+        built_by_a_key[a_key] = label_keys + names
+    # Distinct identities never share a key or a name (the FNV tag tells shortened heads apart).
+    for i, a in enumerate(a_keys):
+        for b in a_keys[i + 1 :]:
+            assert not set(built_by_a_key[a]) & set(built_by_a_key[b]), (a, b)
+    cpu_keys = [
+        keys.general_key(g_key),
+        keys.general_key(cpu_mfr),
+        keys.count_key(keys.general_key(g_key)),
+        keys.capacity_key(keys.general_key(g_key)),
+        keys.cpu_key_label(g_key, cpu_mfr),
+    ]
+    assert all(validation.is_qualified_name(k) for k in cpu_keys), cpu_keys
+    for name in (
+        keys.cpu_flavor_name(g_key, os, "amd64", cores, profile),
+        *(keys.pool_name(os, "amd64", "", g_key, aware=aware) for aware in (False, True)),
+    ):
+        assert validation.is_dns1123_subdomain(name), name

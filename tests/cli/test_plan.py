@@ -9,13 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from gpustack_worker.api import keys, kinds
+from gpustack_worker.api import identity, keys, kinds, validation
 from gpustack_worker.cli.main import main
 from gpustack_worker.cli.plan_cmd import parse_sets
-from gpustack_worker.cli.planning import PlanError, plan_chain, project
+from gpustack_worker.cli.planning import PlanError, PlannedChain, plan_chain, project
 from gpustack_worker.runtime.quantity import parse
-from gpustack_worker.simulate.load import packaged_scenario, packaged_scenario_names
+from gpustack_worker.simulate.load import packaged_scenario, packaged_scenario_names, parse_scenario
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -322,3 +324,150 @@ def test_node_labels_source_needs_no_snapshot(tmp_path: Path, capsys: pytest.Cap
     snap.write_text(rack_snapshot())
     assert main(["plan", "topology-8", "--topology-source", str(source), "--snapshot", str(snap)]) == 2
     assert "no configMap or webhook arm" in capsys.readouterr().err
+
+
+# --- issue 16 defects 3 and 4: one flavor one queue; every generated name fits ---------------------
+RTX_PRO = "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition"
+LONG_CPU = "AMD Ryzen Threadripper PRO 7995WX 96-Cores with a very long marketing name indeed v2 ultra"
+
+
+def _gpu(product: str, count: int = 1) -> dict[str, Any]:
+    return {"manufacturer": "nvidia", "product": product, "memoryMiB": 98304, "cores": 24064, "count": count}
+
+
+def _node(name: str, vendor: str, model: str, *gpus: dict[str, Any], cores: int = 8) -> dict[str, Any]:
+    node: dict[str, Any] = {"name": name, "cpu": {"vendor": vendor, "model": model, "cores": cores}}
+    node["memory"] = "64Gi"
+    if gpus:
+        node["accelerators"] = list(gpus)
+    return node
+
+
+def _plan(nodes: list[dict[str, Any]], *sets: str) -> PlannedChain:
+    return plan_chain(parse_scenario({"nodes": nodes}), parse_sets(sets))
+
+
+def _selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def assert_sound(plan: PlannedChain) -> None:
+    """What the defects break: every object valid, every flavor selecting exactly its contributors (stage
+    3's labels equal stage 4's keys), every flavor in exactly one queue, every queue Ready."""
+    assert plan.refused == []
+    bodies = [*plan.flavors.values(), *plan.instance_types.values(), *plan.cluster_queues.values()]
+    for body in bodies:
+        assert validation.object_problems(body) == [], body["metadata"]["name"]
+    owners: dict[str, list[str]] = {}
+    for name, queue in plan.cluster_queues.items():
+        ready = queue["status"]["conditions"][0]
+        assert (ready["status"], ready["reason"]) == ("True", "Ready"), (name, ready)
+        for group in queue["spec"].get("resourceGroups") or ():
+            for flavor in group["flavors"]:
+                owners.setdefault(flavor["name"], []).append(name)
+    for name, flavor in plan.flavors.items():
+        assert len(owners.get(name, [])) == 1, (name, owners.get(name))
+        selector = flavor["spec"]["nodeLabels"]
+        selected = [n for n, labels in plan.node_labels.items() if _selects(selector, labels)]
+        capacity = next(int(v) for k, v in flavor["metadata"]["labels"].items() if k.endswith(".capacity"))
+        count = next(int(v) for k, v in selector.items() if k.endswith(".count"))
+        assert capacity == len(selected) * count, (name, selected)
+
+
+@pytest.mark.parametrize("aware", ["true", "false"])
+@pytest.mark.parametrize("mixed", ["true", "false"])
+def test_the_named_product_and_a_long_cpu_plan_a_ready_chain(aware: str, mixed: str) -> None:
+    plan = _plan(
+        [
+            _node("rtx-a", "AMD", LONG_CPU, _gpu(RTX_PRO, 2)),
+            _node("rtx-b", "AMD", "AMD EPYC 7R32", _gpu(RTX_PRO, 2)),
+            _node("cpu-a", "AMD", LONG_CPU),
+        ],
+        f"instance-type-aware-cpu-manufacturer={aware}",
+        f"instance-type-mixed-on-node={mixed}",
+    )
+    a_key = identity.accelerator_key("nvidia", RTX_PRO)
+    assert len(a_key) == 55
+    capacity_keys = {k for f in plan.flavors.values() for k in f["metadata"]["labels"] if "capacity" in k}
+    assert keys.capacity_key(keys.accelerator_key(a_key)) in capacity_keys
+    assert_sound(plan)
+
+
+@pytest.mark.parametrize("aware", ["true", "false"])
+def test_generic_gkey_feeds_one_queue_under_either_grouping(aware: str) -> None:
+    plan = _plan(
+        [
+            _node("gen-gpu", "VendorUnknown", "@unreported", _gpu("NVIDIA A10G")),
+            _node("epyc-gpu", "AMD", "AMD EPYC 7R32", _gpu("NVIDIA A10G")),
+            _node("gen-cpu", "VendorUnknown", "@unreported"),
+            _node("epyc-cpu", "AMD", "AMD EPYC 7R32"),
+        ],
+        f"instance-type-aware-cpu-manufacturer={aware}",
+    )
+    if aware == "true":
+        assert set(plan.cluster_queues) == {
+            "gpustack--generic--nvidia-a10g-linux-amd64",
+            "gpustack--amd-epyc-7r32--nvidia-a10g-linux-amd64",
+            "gpustack--generic-linux-amd64",
+            "gpustack--amd-epyc-7r32-linux-amd64",
+        }
+    else:
+        assert set(plan.cluster_queues) == {A10G, GENERIC}
+    assert_sound(plan)
+
+
+@pytest.mark.parametrize("aware", ["true", "false"])
+@pytest.mark.parametrize("mixed", ["true", "false"])
+def test_a_bare_vendor_gkey_selects_only_its_own_nodes(aware: str, mixed: str) -> None:
+    # gKey "amd" (no CPU name, family or id) next to several AMD nodes of other gKeys, same GPU and count:
+    # every AMD node carries general.feature.gpustack.ai/amd=true, so only the .bare label tells them apart.
+    plan = _plan(
+        [
+            _node("bare-1", "AMD", "@unreported", _gpu("NVIDIA A10G")),
+            _node("bare-2", "AMD", "@unreported", _gpu("NVIDIA A10G")),
+            _node("epyc-1", "AMD", "AMD EPYC 7R32", _gpu("NVIDIA A10G")),
+            _node("epyc-2", "AMD", "AMD EPYC 7763 64-Core Processor", _gpu("NVIDIA A10G")),
+            _node("bare-cpu", "AMD", "@unreported"),
+        ],
+        f"instance-type-aware-cpu-manufacturer={aware}",
+        f"instance-type-mixed-on-node={mixed}",
+    )
+    bare = "gpustack--amd--nvidia-a10g-linux-amd64-1d-" + P
+    selector = plan.flavors[bare]["spec"]["nodeLabels"]
+    assert selector[keys.cpu_key_label("amd", "amd")] == "true"
+    assert keys.general_key("amd") not in selector
+    selected = sorted(n for n, labels in plan.node_labels.items() if _selects(selector, labels))
+    assert selected == ["bare-1", "bare-2"]
+    assert plan.node_labels["epyc-1"].get("general.feature.gpustack.ai/amd.bare") is None
+    assert_sound(plan)
+
+
+@settings(max_examples=25)
+@given(
+    products=st.lists(
+        st.sampled_from([RTX_PRO, "NVIDIA A10G", "Tesla T4", "N" * 80, "NVIDIA " + "é-x_" * 20]),
+        min_size=1,
+        max_size=3,
+    ),
+    cpus=st.lists(
+        st.tuples(
+            st.sampled_from(["AMD", "Intel", "VendorUnknown"]),
+            st.sampled_from([LONG_CPU, "@unreported", "EPYC 7R32"]),
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    aware=st.sampled_from(["true", "false"]),
+    mixed=st.sampled_from(["true", "false"]),
+)
+def test_random_fleets_plan_sound_chains(
+    products: list[str], cpus: list[tuple[str, str]], aware: str, mixed: str
+) -> None:
+    nodes = [
+        _node(f"gpu-{i}", *cpus[i % len(cpus)], _gpu(product, 1 + i % 2))
+        for i, product in enumerate(products)
+    ]
+    nodes += [_node(f"cpu-{i}", vendor, model) for i, (vendor, model) in enumerate(cpus)]
+    assert_sound(
+        _plan(nodes, f"instance-type-aware-cpu-manufacturer={aware}", f"instance-type-mixed-on-node={mixed}")
+    )
