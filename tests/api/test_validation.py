@@ -135,3 +135,118 @@ def test_annotations_count_bytes_and_check_keys_ignoring_case() -> None:
 )
 def test_nfd_feature_label(key: str, value: str, problems: list[str]) -> None:
     assert validation.nfd_feature_label(key, value) == problems
+
+
+# --- whole objects (plan's check, issue 16 defect 4) -----------------------------------------------
+LONG_KEY = (
+    "acceleratable.feature.gpustack.ai/nvidia-rtx-pro-6000-blackwell-max-q-workstation-edition.capacity"
+)
+
+
+def _flavor(**spec: object) -> dict[str, object]:
+    return {
+        "kind": "ResourceFlavor",
+        "metadata": {"name": "gpustack--x-linux-amd64-1d", "labels": {"resource.gpustack.ai/type": "nodes"}},
+        "spec": {"nodeLabels": {"gpustack.ai/managed": "true"}, "topologyName": "gpustack-t", **spec},
+    }
+
+
+def test_a_valid_flavor_has_no_problem() -> None:
+    assert validation.object_problems(_flavor()) == []
+
+
+@pytest.mark.parametrize(
+    ("body", "path", "rule"),
+    [
+        (
+            {**_flavor(), "metadata": {"name": "f", "labels": {LONG_KEY: "2"}}},
+            f"metadata.labels[{LONG_KEY}]",
+            "key name part must be no more than 63 characters (is 64)",
+        ),
+        (
+            {**_flavor(), "metadata": {"name": "F_1"}},
+            "metadata.name",
+            "must be lowercase letters, digits, '-' and '.'",
+        ),
+        (_flavor(nodeLabels={f"k{i}": "v" for i in range(9)}), "spec.nodeLabels", "at most 8 entries"),
+        (_flavor(nodeLabels={}), "spec.nodeLabels", "at least one nodeLabel is required"),
+        (_flavor(nodeLabels={"a": "b c"}), "spec.nodeLabels[a]", "value must be letters"),
+        (_flavor(tolerations=[{"operator": "Exists"}] * 9), "spec.tolerations", "at most 8 items"),
+        (
+            {
+                "kind": "ClusterQueue",
+                "metadata": {"name": "q"},
+                "spec": {
+                    "resourceGroups": [
+                        {"coveredResources": ["cpu"], "flavors": [{"name": "f", "resources": []}]}
+                    ]
+                },
+            },
+            "spec.resourceGroups[0].flavors[0].resources",
+            "same number of resources as the coveredResources",
+        ),
+        (
+            {
+                "kind": "ClusterQueue",
+                "metadata": {"name": "q"},
+                "spec": {
+                    "resourceGroups": [
+                        {
+                            "coveredResources": ["cpu"],
+                            "flavors": [
+                                {"name": "f", "resources": [{"name": "cpu", "nominalQuota": "1x"}]}
+                            ],
+                        }
+                    ]
+                },
+            },
+            "spec.resourceGroups[0].flavors[0].resources[0].nominalQuota",
+            "is not a quantity",
+        ),
+        (
+            {"kind": "ClusterQueue", "metadata": {"name": "q"}, "spec": {"resourceGroups": [{}] * 17}},
+            "spec.resourceGroups",
+            "at most 16 items",
+        ),
+        (
+            {"kind": "Topology", "metadata": {"name": "t"}, "spec": {"levels": []}},
+            "spec.levels",
+            "must have 1 to 16 items",
+        ),
+        (
+            {"kind": "InstanceType", "metadata": {"name": "t"}, "spec": {"displayName": "x" * 65}},
+            "spec.displayName",
+            "no more than 64",
+        ),
+        (
+            {"kind": "LocalQueue", "metadata": {"name": "l"}, "spec": {"clusterQueue": "Q"}},
+            "spec.clusterQueue",
+            "must be lowercase",
+        ),
+    ],
+    ids=[
+        "long-label-key",
+        "bad-name",
+        "nine-node-labels",
+        "topology-without-node-labels",
+        "bad-node-label-value",
+        "nine-tolerations",
+        "resources-vs-covered",
+        "bad-quantity",
+        "seventeen-groups",
+        "no-levels",
+        "long-display-name",
+        "bad-cluster-queue-ref",
+    ],
+)
+def test_object_problems_name_the_field_and_the_rule(body: dict[str, object], path: str, rule: str) -> None:
+    problems = validation.object_problems(body)
+    assert any(p == path and rule in r for p, r in problems), problems
+
+
+@pytest.mark.parametrize(
+    ("text", "valid"),
+    [("1", True), ("6400k", True), ("1.5Gi", True), ("1e3", True), ("-2", True), ("1x", False), ("", False)],
+)
+def test_quantity(text: str, valid: bool) -> None:
+    assert (validation.quantity(text) == []) == valid
