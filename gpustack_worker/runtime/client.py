@@ -483,13 +483,17 @@ class Client:
         field_manager: str,
         force: bool = False,
         subresource: str | None = None,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
-        """Server-side apply ``body`` (name/namespace from its metadata) as ``field_manager``."""
+        """Server-side apply ``body`` (name/namespace from its metadata) as ``field_manager``; with
+        ``dry_run`` the server validates and admits it without persisting anything."""
         meta = body.get("metadata") or {}
         path = resource.object_path(meta["name"], meta.get("namespace"), subresource)
         params = {"fieldManager": field_manager}
         if force:
             params["force"] = "true"
+        if dry_run:
+            params["dryRun"] = "All"
         return await self._request(
             "PATCH", path, params=params, body=body, content_type=_PATCH_TYPES["apply"]
         )
