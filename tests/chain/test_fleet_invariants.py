@@ -53,8 +53,6 @@ if TYPE_CHECKING:
 
 M: Final = keys.UNITS_PER_ACCELERATOR
 _EPOCH: Final = "1970-01-01T00:00:00Z"
-_CAPACITY: Final = ".capacity"
-_COUNT: Final = ".count"
 
 
 # --- reading a plan -----------------------------------------------------------------------------------
@@ -75,18 +73,26 @@ def _selector(flavor: Mapping[str, Any]) -> dict[str, str]:
     return dict((flavor.get("spec") or {}).get("nodeLabels") or {})
 
 
+def _notes(flavor: Mapping[str, Any]) -> dict[str, str]:
+    return dict((flavor.get("metadata") or {}).get("annotations") or {})
+
+
 def own_key(flavor: Mapping[str, Any]) -> str:
-    """The feature key the flavor counts (``<key>.capacity`` on its metadata)."""
-    (key,) = [k.removesuffix(_CAPACITY) for k in _labels(flavor) if k.endswith(_CAPACITY)]
-    return key
+    """The feature key the flavor counts, from its identity notes: ``acceleratable.…/<aKey>`` or
+    ``general.…/<gKey>`` (its ``.count`` and ``.capacity`` keys are built from it by api/keys)."""
+    notes = _notes(flavor)
+    a_key = notes.get(f"{keys.NOTE_PREFIX}acceleratorGroup")
+    if a_key:
+        return keys.accelerator_key(a_key)
+    return keys.general_key(notes[f"{keys.NOTE_PREFIX}generalGroup"])
 
 
 def capacity_of(flavor: Mapping[str, Any]) -> int:
-    return int(_labels(flavor)[own_key(flavor) + _CAPACITY])
+    return int(_labels(flavor)[keys.capacity_key(own_key(flavor))])
 
 
 def per_node_count(flavor: Mapping[str, Any]) -> int:
-    return int(_selector(flavor)[own_key(flavor) + _COUNT])
+    return int(_selector(flavor)[keys.count_key(own_key(flavor))])
 
 
 def nodes_of(fleet: Fleet, plan: PlannedChain) -> dict[str, dict[str, Any]]:
@@ -186,10 +192,8 @@ def assert_quota_is_capacity(plan: PlannedChain) -> None:
             for entry in group["flavors"]:
                 flavor = plan.flavors[entry["name"]]
                 accelerated = _labels(flavor).get(keys.ACCELERATABLE) == "true"
-                notes = flavor["metadata"].get("annotations") or {}
-                resource = (
-                    keys.credits_resource(notes[f"{keys.NOTE_PREFIX}manufacturer"]) if accelerated else "cpu"
-                )
+                manufacturer = _notes(flavor)[f"{keys.NOTE_PREFIX}manufacturer"]
+                resource = keys.credits_resource(manufacturer) if accelerated else "cpu"
                 assert [r["name"] for r in entry["resources"]] == covered == [resource], name
                 (quota,) = (parse(r["nominalQuota"]) for r in entry["resources"])
                 assert quota == capacity_of(flavor) * (M if accelerated else 1), (name, entry["name"])

@@ -83,6 +83,13 @@ async def test_plan_equals_the_live_chain_on_a_generated_fleet(seed: int) -> Non
         finally:
             await admin.close()
         async with running_stack(cluster, fleet.scenario, namespaces=(TEAM,)) as stack:
-            await _converged(stack, nodes, expected)
+            try:
+                await _converged(stack, nodes, expected)
+            except AssertionError:
+                live = await live_view(stack.admin, nodes)
+                # One section at a time, so pytest shows the difference where it is.
+                for section in expected:
+                    assert live[section] == expected[section], (section, fleet)
+                raise
             await eventually(lambda: _idle(stack), within=CONVERGE_S)
             assert await live_view(stack.admin, nodes) == expected
