@@ -5,8 +5,11 @@ A two-role ModelDeployment (prefill on the T4 pool, decode on the single-A10G po
 whose A10G is taken by a foreign Workload: Kueue reserves the prefill group only; the check answers
 ``Pending`` "1 of 2 groups reserved; waiting: <A10G type>" (never ``Retry``), nothing is admitted and no
 Pod is ungated or bound; the deployment reads ``QuotaReserved=False/Waiting`` and, once the injected
-clock has moved 30 minutes on, ``Parked``. Freeing the A10G lets decode reserve: both groups are ``Ready``
-and admitted, the deployment reads ``Reserved``.
+clock has moved 30 minutes on, ``Parked``: both Workloads are deactivated, Kueue frees the T4 queue (so
+foreign Workloads take every T4), one Warning Event says so, and a resync changes nothing. A new value of
+the retry annotation reactivates the set with a fresh clock; parked again 30 minutes later (a second
+Event), a spec change retries it too. Freeing the A10G lets decode reserve: both groups are ``Ready`` and
+admitted, the deployment reads ``Reserved``.
 
 The role Pods are created here the way the deployments controller renders them (a controller reference to
 the deployment, its uid and role labels, a Kueue pod group of one with the role as role hash); Kueue
@@ -398,11 +401,14 @@ async def test_set_waits_pending_parks_then_admits_together(running: Running) ->
     await _released(running)
     assert len(await _park_events(admin)) == 1
 
-    # The quota and the domain prefill held are free: a foreign Workload needing every T4 of the pool
-    # (the card prefill held included) is admitted now.
-    await admin.create(kinds.WORKLOAD, _foreign_workload("whole-t4", T4, count=5), namespace=TEAM)
-    await eventually(functools.partial(_admitted, running, "whole-t4"))
-    await admin.delete(kinds.WORKLOAD, "whole-t4", TEAM)
+    # The quota and the domain prefill held are free: foreign Workloads taking every T4 of the pool (four
+    # cards on t4-b, the one on t4-a: each PodSet fits one node's flavor) are both admitted, whichever
+    # card prefill held.
+    for name, count in (("all-of-t4-b", 4), ("all-of-t4-a", 1)):
+        await admin.create(kinds.WORKLOAD, _foreign_workload(name, T4, count=count), namespace=TEAM)
+        await eventually(functools.partial(_admitted, running, name))
+    for name in ("all-of-t4-b", "all-of-t4-a"):
+        await admin.delete(kinds.WORKLOAD, name, TEAM)
     await eventually(functools.partial(_queue_idle, admin, T4))
 
     # Parked is stable: a full resync (our own status writes included) reactivates nothing.
