@@ -10,9 +10,9 @@ Keys (reference §3.2, built per §3.3 so they are byte-identical to other compo
 - ``general.feature.gpustack.ai/<cpuMfr>``, ``…/<gKey>`` and ``…/<gKey>.count`` (CPU capacity cores
   rounded up, only when known);
 - ``feature.gpustack.ai/cpu-only=true`` — only when ``instance-type-mixed-on-node=false`` and the node
-  has no detected accelerator: :func:`gpustack_worker.api.node_class.cpu_only`, the predicate the
-  chain's CPU flavors count their members with, over the same input (the Node's labels — not the
-  ``Devices`` ledger, which no flavor selector can see);
+  has no detected accelerator (neither a Device Manager label nor a card in ``Devices`` says so):
+  :func:`gpustack_worker.api.node_class.cpu_only`. The chain counts a node in a CPU flavor exactly when
+  it carries this label (``node_class.in_cpu_flavors``), the label the CPU flavor's selector pins;
 - the RDMA labels of :mod:`gpustack_worker.agent.rdma`.
 
 A key that is not a valid qualified label name (a 63-character gKey plus ``.count``) is skipped, since
@@ -72,7 +72,7 @@ def desired_labels(
     cores = ceil_quantity(node.capacity.get("cpu"))
     if cores > 0:
         labels[keys.count_key(keys.general_key(g_key))] = str(cores)
-    if node_class.cpu_only(node.labels, mixed_on_node=mixed_on_node):
+    if node_class.cpu_only(node.labels, devices, mixed_on_node=mixed_on_node):
         labels[keys.CPU_ONLY] = "true"
     if devices is not None:
         labels.update(rdma.desired_labels(devices.interfaces))

@@ -20,19 +20,19 @@ projecting the worker NodeFeature's stamp (or an admin's own NodeFeature / NodeF
   NodeFeature (:func:`stamps_managed`) and already publishes the node's counting keys and fit labels
   (:func:`agent_counts_managed`), so a fresh node is complete the moment nfd-master projects the stamp.
 
-**Accelerated** (scheduling-chain "Naming and grouping", reference §4.2 ``instance-type-mixed-on-node``):
-the Device Manager detected an accelerator on the Node, as its labels show — ``feature.gpustack.ai/
-acceleratable=true`` or any ``acceleratable.feature.gpustack.ai/<mfr>`` / ``…/<aKey>`` set to ``true``
-(:func:`accelerated`). With mixing off the agent publishes ``cpu-only=true`` on a Node that is not
-(:func:`cpu_only`), and the chain counts a Node in a CPU flavor exactly when it carries that label
-(:func:`in_cpu_flavors`) — the label the CPU flavor's selector pins, so the flavor counts the Nodes it
-selects at every instant, also while a Device Manager change is still on its way through the agent
-and nfd-master. The ``Devices`` ledger is not an input: no flavor selector can see it, so a Node
-whose Device Manager labels are gone while its ``Devices`` still lists cards reads as not accelerated
-by every stage alike (it gets ``cpu-only`` and is counted in, and selected by, its CPU flavor). A Node
-with the Device Manager's ``acceleratable=true`` but no model a device flavor can be built from (no
-valid ``<aKey>`` with a ``.count``) is accelerated: with mixing off it contributes to no flavor until the
-Device Manager's labels are whole.
+**Accelerated, and cpu-only** (scheduling-chain "Naming and grouping", reference §4.2
+``instance-type-mixed-on-node``): with mixing off, ``feature.gpustack.ai/cpu-only=true`` is decided once,
+by the agent (:func:`cpu_only`), and the chain counts a Node in a CPU flavor exactly when the Node
+carries it (:func:`in_cpu_flavors`). That label is what the CPU flavor's selector pins, so a flavor
+counts exactly the Nodes it selects — at every instant, whatever the Device Manager's labels say
+meanwhile — and a Node between two readings can never get a CPU pool refused. The agent publishes it
+only on a Node with no detected accelerator (the spec's words): no Device Manager label says one was
+detected (:func:`accelerated`: ``feature.gpustack.ai/acceleratable=true`` or any
+``acceleratable.feature.gpustack.ai/<mfr>`` / ``…/<aKey>`` set to ``true``) and its ``Devices`` lists no
+card. A Node whose Device Manager labels are lost while its ``Devices`` keeps its cards, or that has
+``acceleratable=true`` but no model a device flavor can be built from, therefore contributes to no
+flavor while that lasts — a CPU workload never lands on a GPU Node that mixing off keeps for
+accelerators — instead of being counted in a CPU flavor that cannot select it.
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ from gpustack_worker.api import keys, manufacturers
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    from gpustack_worker.api.devices_view import DevicesFacts
 
 __all__ = (
     "DEVICE_DESCRIPTOR_SUFFIXES",
@@ -187,15 +189,17 @@ def accelerated(labels: Mapping[str, str]) -> bool:
     )
 
 
-def cpu_only(labels: Mapping[str, str], *, mixed_on_node: bool) -> bool:
-    """Whether the agent publishes ``feature.gpustack.ai/cpu-only=true``: mixing is off and the Device
-    Manager detected no accelerator."""
-    return not mixed_on_node and not accelerated(labels)
+def cpu_only(labels: Mapping[str, str], devices: DevicesFacts | None, *, mixed_on_node: bool) -> bool:
+    """Whether the agent publishes ``feature.gpustack.ai/cpu-only=true``: mixing is off and no
+    accelerator was detected — by the Device Manager's labels or by a card in the node's ``Devices``."""
+    if mixed_on_node or accelerated(labels):
+        return False
+    return devices is None or not devices.has_accelerators()
 
 
 def in_cpu_flavors(labels: Mapping[str, str], *, mixed_on_node: bool) -> bool:
-    """Whether the chain counts the Node in a CPU flavor (the mixing rule): always with mixing on;
-    with mixing off, when it carries ``cpu-only=true`` — the label the CPU flavors' selector pins, decided
-    by :func:`cpu_only` over these same labels. Reading the label, not re-deriving it, keeps count and
-    selector equal while a Device Manager change is still on its way through the agent and nfd-master."""
+    """Whether the chain counts the Node in a CPU flavor (the mixing rule): always with mixing on; with
+    mixing off, exactly when it carries the ``cpu-only=true`` the CPU flavors' selector pins, which the
+    agent decides with :func:`cpu_only` — one decision, read by the chain's count and by Kueue's
+    selector alike."""
     return mixed_on_node or labels.get(keys.CPU_ONLY) == "true"

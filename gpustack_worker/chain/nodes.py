@@ -99,7 +99,8 @@ class NodeHardware:
     devices: tuple[DeviceIdentity, ...]
     #: The Node's labels (for checking a flavor's ``nodeLabels`` selects it).
     labels: Mapping[str, str]
-    #: The Device Manager detected an accelerator (:func:`gpustack_worker.api.node_class.accelerated`).
+    #: The Device Manager's labels say an accelerator was detected
+    #: (:func:`gpustack_worker.api.node_class.accelerated`); the CPU-flavor rule reads ``cpu_only``.
     accelerated: bool
     #: The Node carries ``feature.gpustack.ai/cpu-only=true``, which the agent publishes by
     #: :func:`gpustack_worker.api.node_class.cpu_only` and the CPU flavors pin when mixing is off.
@@ -107,9 +108,9 @@ class NodeHardware:
 
     def cpu_member(self, *, mixed_on_node: bool) -> bool:
         """Whether the Node contributes its cores to a CPU flavor: it has cores, and (mixing off) it
-        carries the ``cpu-only`` label the CPU flavor's selector pins — so the flavor counts exactly the
-        Nodes it selects at every instant, also while a Device Manager label change is still on its way
-        through the agent and nfd-master (:func:`gpustack_worker.api.node_class.in_cpu_flavors`)."""
+        carries the ``cpu-only`` label the agent decided and the CPU flavor's selector pins — so the
+        flavor counts exactly the Nodes it selects, at every instant
+        (:func:`gpustack_worker.api.node_class.in_cpu_flavors`)."""
         return self.cpu.cores > 0 and node_class.in_cpu_flavors(self.labels, mixed_on_node=mixed_on_node)
 
 

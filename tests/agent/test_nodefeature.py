@@ -113,9 +113,9 @@ NVIDIA = group("a10g", "nvidia", 23028, [card("GPU-1", logical=128, overcommit=T
         pytest.param(
             False, False, {keys.ACCELERATABLE: "true"}, None, True, False, id="dm-label-means-accelerated"
         ),
-        # Issue 16 defect 5: the Devices ledger is not an input (no flavor selector can see it), so a node
-        # whose Device Manager labels are gone is cpu-only, exactly as the chain counts it.
-        pytest.param(False, False, {}, devices([NVIDIA]), True, True, id="devices-cards-without-dm-labels"),
+        # Issue 16 defect 5: a card in Devices is a detected accelerator even with the Device Manager's
+        # labels gone — no cpu-only, and the chain (which counts by this label) leaves the node out.
+        pytest.param(False, False, {}, devices([NVIDIA]), True, False, id="devices-cards-without-dm-labels"),
         pytest.param(
             False,
             False,

@@ -4,6 +4,7 @@ decide every Node alike, and that every flavor's selector selects exactly the No
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from gpustack_worker.agent import capacity, managed, nodefeature, validate
 from gpustack_worker.agent.facts import DevicesFacts, node_facts
-from gpustack_worker.api import identity, keys, node_class
+from gpustack_worker.api import keys, node_class
 from gpustack_worker.chain import flavors, pools, queues
 from gpustack_worker.chain.nodes import node_hardware
 from tests.agent.builders import card, devices, group
@@ -131,8 +132,11 @@ def test_accelerated_and_device_models(
     assert node_class.accelerated(labels) is accelerated
     # Every model a device flavor is built from makes the node accelerated.
     assert not models or accelerated
-    assert node_class.cpu_only(labels, mixed_on_node=True) is False
-    assert node_class.cpu_only(labels, mixed_on_node=False) is not accelerated
+    assert node_class.cpu_only(labels, None, mixed_on_node=True) is False
+    assert node_class.cpu_only(labels, None, mixed_on_node=False) is not accelerated
+    # A card in Devices is a detected accelerator too.
+    assert node_class.cpu_only(labels, _devices_with(1), mixed_on_node=False) is False
+    assert node_class.cpu_only(labels, _devices_with(0), mixed_on_node=False) is not accelerated
     # The chain counts a node in a CPU flavor by the label the agent publishes from these labels.
     published = {**labels, keys.CPU_ONLY: "true"} if not accelerated else labels
     assert node_class.in_cpu_flavors(published, mixed_on_node=False) is not accelerated
@@ -220,11 +224,13 @@ def _dm_labels(spec: Spec, *, lost: bool | None = None) -> dict[str, str]:
     return labels
 
 
+def _devices_with(cards: int, name: str = "n1") -> DevicesFacts:
+    accelerators = [card(f"GPU-{i}", logical=8) for i in range(cards)]
+    return devices([group("a10g", "nvidia", 23028, accelerators, name="NVIDIA A10G")], name=name)
+
+
 def _devices(spec: Spec) -> DevicesFacts | None:
-    if not spec.ledger_cards:
-        return None
-    cards = [card(f"GPU-{i}", logical=8) for i in range(spec.ledger_cards)]
-    return devices([group("a10g", "nvidia", 23028, cards, name="NVIDIA A10G")], name=spec.name)
+    return _devices_with(spec.ledger_cards, spec.name) if spec.ledger_cards else None
 
 
 def _node(spec: Spec, labels: dict[str, str], annotations: dict[str, str]) -> dict[str, Any]:
@@ -312,8 +318,8 @@ def test_agent_and_chain_read_every_node_alike(
             assert capacity.desired(facts, _devices(spec), manual=manual) == {}
         reasons = {f.reason for f in validate.check(facts, _devices(spec)).findings}
         assert (validate.REASON_MANAGED_IGNORED in reasons) is (spec.managed not in (None, "true", "false"))
-        # Accelerated: the agent's cpu-only label is the chain's CPU-flavor rule, over the same labels
-        # (once the agent has seen the Device Manager's latest labels).
+        # cpu-only: decided once by the agent, and the chain's CPU-flavor rule reads exactly that label
+        # (also at the instant the Device Manager's labels changed and the agent has not caught up).
         hw = hardware.get(spec.name)
         published_cpu_only = labels.get(keys.CPU_ONLY) == "true"
         if hw is not None:
@@ -322,9 +328,10 @@ def test_agent_and_chain_read_every_node_alike(
             )
         if spec.dm_flip:
             continue
-        assert published_cpu_only is node_class.cpu_only(labels, mixed_on_node=mixed)
+        cards = spec.ledger_cards > 0
+        assert published_cpu_only is node_class.cpu_only(labels, _devices(spec), mixed_on_node=mixed)
         if hw is not None:
-            assert published_cpu_only is (not mixed and not hw.accelerated)
+            assert published_cpu_only is (not mixed and not hw.accelerated and not cards)
 
     plans = flavors.plan_flavors(hardware.values(), mixed_on_node=mixed)
     bodies = [flavors.flavor_body(p, mixed_on_node=mixed, aware=aware) for p in plans]
@@ -352,38 +359,53 @@ def test_agent_and_chain_read_every_node_alike(
         assert isinstance(result, queues.Plan), result
 
 
-def test_a_node_between_the_two_definitions_keeps_the_cpu_pool() -> None:
-    """Issue 16 defect 5, as filed: mixing off, the Device Manager's labels gone, ``Devices`` still lists
-    cards. The agent publishes ``cpu-only`` (no detected accelerator in the labels the chain reads), so
-    the CPU flavor counts the node and selects it, and the CPU pool is planned, not refused."""
-    a10g = (("nvidia", "a10g", "1"),)
-    spec = Spec("gpu-1", CPUS[1], "8", "amd64", PROFILES[0], None, False, "true", a10g, True, 2)
-    cpu = Spec("cpu-1", CPUS[1], "8", "amd64", PROFILES[0], None, False, None, (), False, 0)
-    nodes = {s.name: _project(s, manual=False, mixed=False) for s in (spec, cpu)}
-    assert _labels(nodes["gpu-1"]).get(keys.CPU_ONLY) == "true"
+def _cpu_pool(nodes: dict[str, dict[str, Any]]) -> tuple[list[flavors.FlavorPlan], object]:
     hardware = [hw for n in nodes.values() if (hw := node_hardware(n)) is not None]
-    (plan,) = flavors.plan_flavors(hardware, mixed_on_node=False)
-    assert plan.nodes == ("cpu-1", "gpu-1")
-    body = flavors.flavor_body(plan, mixed_on_node=False, aware=False)
-    pool = pools.pool_of(plan, aware=False)
+    plans = [p for p in flavors.plan_flavors(hardware, mixed_on_node=False) if p.device is None]
+    bodies = [flavors.flavor_body(p, mixed_on_node=False, aware=False) for p in plans]
+    pool = pools.pool_of(plans[0], aware=False)
     selector = pools.flavor_selector(pools.schedule_labels(pool, aware=False))
     topologies = frozenset({keys.topology_name(PROFILES[0])})
-    result = queues.plan_queue(pool, selector, [body], hardware, topologies, mixed_on_node=False)
+    return plans, queues.plan_queue(pool, selector, bodies, hardware, topologies, mixed_on_node=False)
+
+
+CPU_NODE = Spec("cpu-1", CPUS[1], "8", "amd64", PROFILES[0], None, False, None, (), False, 0)
+
+
+def test_a_node_that_lost_its_dm_labels_keeps_the_cpu_pool_planned() -> None:
+    """Issue 16 defect 5, as filed: mixing off, the Device Manager's labels gone, ``Devices`` still lists
+    a card. The agent sees a detected accelerator and publishes no ``cpu-only``; the chain counts CPU
+    flavors by that label, so the node is in no CPU flavor, the flavor selects exactly what it counts and
+    the CPU pool is planned, not refused."""
+    a10g = (("nvidia", "a10g", "1"),)
+    lost = Spec("gpu-1", CPUS[1], "8", "amd64", PROFILES[0], None, False, "true", a10g, True, 2)
+    nodes = {s.name: _project(s, manual=False, mixed=False) for s in (lost, CPU_NODE)}
+    assert keys.CPU_ONLY not in _labels(nodes["gpu-1"])
+    (plan,), result = _cpu_pool(nodes)
+    assert plan.nodes == ("cpu-1",)
     assert isinstance(result, queues.Plan)
 
 
+def test_the_instant_before_the_agent_catches_up_keeps_the_cpu_pool_planned() -> None:
+    """The same node the instant its Device Manager labels come back (or go) while its ``cpu-only`` is
+    still the old one: counted exactly when the label its flavor's selector pins is on it."""
+    a10g = (("nvidia", "a10g", "1"),)
+    gone = Spec("gpu-1", CPUS[1], "8", "amd64", PROFILES[0], None, False, "true", a10g, True, 0)
+    for spec in (gone, dataclasses.replace(gone, dm_flip=True)):
+        nodes = {s.name: _project(s, manual=False, mixed=False) for s in (spec, CPU_NODE)}
+        (plan,), result = _cpu_pool(nodes)
+        assert plan.nodes == ("cpu-1", "gpu-1")
+        assert isinstance(result, queues.Plan)
+
+
 def test_a_dm_flag_without_a_usable_model_leaves_the_node_out_of_both_families() -> None:
-    """The other node between the two: ``acceleratable=true`` but no model a device flavor can be built
-    from. Mixing off, it is accelerated for both stages: no ``cpu-only``, no CPU flavor, no refusal."""
+    """``acceleratable=true`` but no model a device flavor can be built from: an accelerator was detected,
+    so no ``cpu-only``, no CPU flavor, no device flavor — and no refusal."""
     no_count = (("nvidia", "a10g", None),)
-    spec = Spec("gpu-1", CPUS[1], "8", "amd64", PROFILES[0], None, False, "true", no_count, False, 0)
-    cpu = Spec("cpu-1", CPUS[1], "8", "amd64", PROFILES[0], None, False, None, (), False, 0)
-    nodes = {s.name: _project(s, manual=False, mixed=False) for s in (spec, cpu)}
+    flagged = Spec("gpu-1", CPUS[1], "8", "amd64", PROFILES[0], None, False, "true", no_count, False, 0)
+    nodes = {s.name: _project(s, manual=False, mixed=False) for s in (flagged, CPU_NODE)}
     assert keys.CPU_ONLY not in _labels(nodes["gpu-1"])
-    hardware = [hw for n in nodes.values() if (hw := node_hardware(n)) is not None]
-    (plan,) = flavors.plan_flavors(hardware, mixed_on_node=False)
+    assert node_hardware(nodes["gpu-1"]) is not None
+    (plan,), result = _cpu_pool(nodes)
     assert plan.nodes == ("cpu-1",)
-    pool = pools.pool_of(plan, aware=False)
-    assert queues.pool_nodes(pool, hardware, mixed_on_node=False) == ["cpu-1"]
-    g_key = identity.general_key(_labels(nodes["gpu-1"]), {keys.CPU_NAME_ANNOTATION: CPUS[1][1]})
-    assert _labels(nodes["gpu-1"])[keys.general_key(g_key)] == "true"
+    assert isinstance(result, queues.Plan)

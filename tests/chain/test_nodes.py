@@ -81,14 +81,18 @@ def test_mixing_off_keeps_a_dm_flagged_node_out_of_cpu_flavors_even_without_a_mo
     assert cpu.device is None
 
 
-def test_dm_labels_lost_reads_as_a_cpu_node() -> None:
-    """Issue 16 defect 5: the Device Manager's labels are gone (``Devices`` may still list cards, which no
-    flavor selector can see): not accelerated, so with mixing off the node is a CPU-flavor member — and
-    the agent publishes ``cpu-only`` on it by the same predicate (tests/api/test_node_class.py)."""
-    obj = node("gpu-x", vendor="Intel", cpu_name=INTEL, cores=4, cpu_only_label=True)
+@pytest.mark.parametrize("cpu_only", [True, False])
+def test_a_cpu_flavor_counts_exactly_the_nodes_carrying_cpu_only(cpu_only: bool) -> None:
+    """Issue 16 defect 5: with mixing off the chain counts a node in a CPU flavor exactly when it carries the
+    ``cpu-only`` label the flavor's selector pins (the agent's decision) — here a node whose Device Manager
+    labels are gone: with the label (no card in its Devices either) it is counted and selected, without
+    (its Devices still lists a card) neither."""
+    obj = node("gpu-x", vendor="Intel", cpu_name=INTEL, cores=4, cpu_only_label=cpu_only)
     hw = node_hardware(obj)
     assert hw is not None
     assert not hw.accelerated
-    (cpu,) = flavors.plan_flavors([hw], mixed_on_node=False)
-    assert cpu.nodes == ("gpu-x",)
-    assert flavors.flavor_nodes(flavors.flavor_body(cpu, mixed_on_node=False, aware=False), [hw]) == ["gpu-x"]
+    plans = flavors.plan_flavors([hw], mixed_on_node=False)
+    assert [p.nodes for p in plans] == ([("gpu-x",)] if cpu_only else [])
+    for plan in plans:
+        body = flavors.flavor_body(plan, mixed_on_node=False, aware=False)
+        assert flavors.flavor_nodes(body, [hw]) == list(plan.nodes)
