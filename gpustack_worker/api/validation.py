@@ -30,6 +30,10 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any, Final
 
+from pydantic import ValidationError
+
+from gpustack_worker.api.crds.instance_type import InstanceTypeSpec
+
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
@@ -290,9 +294,13 @@ def _topology(spec: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def _instance_type(spec: Mapping[str, Any]) -> list[tuple[str, str]]:
-    display = str(spec.get("displayName") or "")
-    if len(display) > DISPLAY_NAME_MAX:
-        return [("spec.displayName", f"must be no more than {DISPLAY_NAME_MAX} characters")]
+    """The InstanceType CRD's schema: the model the installed CRD is generated from."""
+    try:
+        InstanceTypeSpec.model_validate(dict(spec))
+    except ValidationError as exc:
+        return [
+            ("spec." + ".".join(str(p) for p in err["loc"]), str(err["msg"])) for err in exc.errors()
+        ]
     return []
 
 

@@ -216,7 +216,7 @@ def test_a_valid_flavor_has_no_problem() -> None:
         (
             {"kind": "InstanceType", "metadata": {"name": "t"}, "spec": {"displayName": "x" * 65}},
             "spec.displayName",
-            "no more than 64",
+            "at most 64 characters",
         ),
         (
             {"kind": "LocalQueue", "metadata": {"name": "l"}, "spec": {"clusterQueue": "Q"}},

@@ -471,3 +471,25 @@ def test_random_fleets_plan_sound_chains(
     assert_sound(
         _plan(nodes, f"instance-type-aware-cpu-manufacturer={aware}", f"instance-type-mixed-on-node={mixed}")
     )
+
+
+def test_an_object_the_server_would_refuse_is_reported_and_feeds_no_ready_queue(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A 63-character vendor_id (an NFD label value may be that long) leaves the CPU name no budget, so the
+    # gKey exceeds the InstanceType CRD's 63-character generalGroup: the derived type would be refused.
+    vendor = "V" * 63
+    nodes = [_node("odd", vendor, "Some CPU", _gpu("NVIDIA A10G"))]
+    plan = _plan(nodes, "instance-type-aware-cpu-manufacturer=true")
+    g_key = identity.general_key({keys.NFD_CPU_VENDOR: vendor}, {keys.CPU_NAME_ANNOTATION: "Some CPU"})
+    assert len(g_key) > 63
+    refused = [(r["kind"], r["path"]) for r in plan.refused]
+    assert ("InstanceType", "spec.generalGroup") in refused
+    # No queue is reported Ready for what the server would not create.
+    labels = [q["metadata"].get("labels") or {} for q in plan.cluster_queues.values()]
+    assert all(keys.general_key(g_key) not in queue_labels for queue_labels in labels)
+    path = tmp_path / "odd.yaml"
+    path.write_text(yaml.safe_dump({"nodes": nodes}))
+    assert main(["plan", str(path), "--set", "instance-type-aware-cpu-manufacturer=true"]) == 0
+    out = capsys.readouterr().out
+    assert "REFUSED BY THE API SERVER" in out and "spec.generalGroup" in out
