@@ -3,9 +3,10 @@ plane (the chain-4 scenario; the agent, topology and chain controllers as their 
 projecting the NodeFeatures).
 
 - Defect 5: with ``instance-type-mixed-on-node=false``, ``t4-a`` loses its Device Manager labels (the DM
-  NodeFeature is deleted) while its ``Devices`` keeps its card. The agent publishes ``cpu-only`` on it and
-  the chain counts it in the Intel CPU flavor by the same predicate, so the CPU pool's queue stays
-  ``TopologyReady=True`` (its condition never transitions) with the node's cores added.
+  NodeFeature is deleted) while its ``Devices`` keeps its card: still an accelerator, so no ``cpu-only``,
+  and the chain, which counts CPU flavors by that label, leaves it out — the CPU pool's queue stays
+  ``TopologyReady=True`` (its condition never transitions). Then its ``Devices`` loses the card too:
+  ``cpu-only`` appears and the node's cores join the Intel CPU flavor, counted and selected alike.
 - Defect 11: an admin overwrites the ``gpustack.ai/managed=true`` nfd-master projected on ``t4-b`` with
   ``yes``. A Warning Event naming the value appears on the Node (once), the node leaves both its flavors
   (the T4 and CPU queues lose that capacity and stay planned) and its fit labels and counting keys are
@@ -114,7 +115,8 @@ async def test_a_node_that_lost_its_dm_labels_keeps_the_cpu_pool_planned(running
         assert before["status"] == "True"
         assert keys.CPU_ONLY not in await _labels(admin, "t4-a")
 
-        # The Device Manager's labels go; its Devices (one T4 card) stays.
+        # The Device Manager's labels go; its Devices (one T4 card) stays: still a detected accelerator, so
+        # no cpu-only, and the chain (which counts by that label) keeps the node out of the CPU flavor.
         await admin.delete(
             kinds.NODE_FEATURE, keys.device_manager_nodefeature_name("t4-a"), kinds.SYSTEM_NAMESPACE
         )
@@ -123,9 +125,21 @@ async def test_a_node_that_lost_its_dm_labels_keeps_the_cpu_pool_planned(running
 
         async def dm_labels_gone() -> bool:
             labels = await _labels(admin, "t4-a")
-            return not node_class.accelerated(labels) and labels.get(keys.CPU_ONLY) == "true"
+            t4 = await _queue_flavors(admin, T4)
+            return not node_class.accelerated(labels) and t4 is not None and T4A_T4 not in t4
 
         await eventually(dm_labels_gone, within=SLOW)
+        assert keys.CPU_ONLY not in await _labels(admin, "t4-a")
+        assert await _queue_flavors(admin, GENERIC) == {INTEL_CPU: 4}
+        assert await _flavor_capacity(admin, INTEL_CPU, keys.general_key(INTEL)) == "4"
+        after = condition(await admin.get(kinds.CLUSTER_QUEUE, GENERIC), keys.TOPOLOGY_READY)
+        # Never refused on the way: the condition did not transition.
+        assert after["status"] == "True"
+        assert after["lastTransitionTime"] == before["lastTransitionTime"], after
+
+        # Its Devices loses the card too: no accelerator detected anywhere, so cpu-only, and the node's
+        # cores join the CPU flavor that now selects it.
+        await admin.patch(kinds.DEVICES, "t4-a", {"spec": {"groups": []}})
 
         async def counted_and_planned() -> dict[str, int] | None:
             quota = await _queue_flavors(admin, GENERIC)
@@ -133,10 +147,7 @@ async def test_a_node_that_lost_its_dm_labels_keeps_the_cpu_pool_planned(running
             return quota if quota and quota.get(INTEL_CPU) == 8 and capacity_label == "8" else None
 
         await eventually(counted_and_planned, within=SLOW)
-        after = condition(await admin.get(kinds.CLUSTER_QUEUE, GENERIC), keys.TOPOLOGY_READY)
-        # Never refused on the way: the condition did not transition.
-        assert after["status"] == "True"
-        assert after["lastTransitionTime"] == before["lastTransitionTime"], after
+        assert (await _labels(admin, "t4-a")).get(keys.CPU_ONLY) == "true"
     finally:
         await apply_scenario(admin, packaged_scenario("chain-4"))
         await write_settings(admin, {})
