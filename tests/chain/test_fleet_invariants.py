@@ -14,7 +14,8 @@ profiles, the chain) — and the plan is held to what the specification promises
 - a queue's nominal quota is its flavors' capacity (× M for accelerator credits);
 - every object the plan writes or implies passes the API server's rules
   (:mod:`gpustack_worker.api.validation`): object names, label keys and values, annotations, resource
-  names; the worker NodeFeature's labels pass nfd-master's rule;
+  names, each kind's CRD schema (``object_problems``), and plan refused none; the worker NodeFeature's
+  labels pass nfd-master's rule;
 - the fit labels admit a Node for a single Pod asking one accelerator exactly when Gate 3 would;
 - the plan is deterministic: the same fleet, or the same fleet with its nodes in another order, gives the
   same plan.
@@ -237,7 +238,21 @@ def _label_problems(where: str, labels: Mapping[str, str]) -> list[str]:
 
 def plan_problems(fleet: Fleet, plan: PlannedChain) -> list[str]:
     """Everything the API server (or nfd-master) would refuse in what the plan writes."""
-    problems: list[str] = []
+    # What plan itself refused (it leaves such an object out, as the API server would).
+    problems = [f"refused {r['kind']}/{r['name']} {r['path']}: {r['rule']}" for r in plan.refused]
+    bodies = [
+        *plan.flavors.values(),
+        *plan.cluster_queues.values(),
+        *plan.instance_types.values(),
+        *plan.topologies.values(),
+    ]
+    for body in bodies:
+        where = f"{body.get('kind')}/{body['metadata']['name']}"
+        problems += [f"{where} {path}: {rule}" for path, rule in validation.object_problems(body)]
+    for it in plan.instance_types.values():
+        for resource in (it.get("spec") or {}).get("unitResources") or {}:
+            refused = validation.qualified_name(resource)
+            problems += [f"InstanceType unit resource {resource}: {m}" for m in refused]
     for flavor in plan.flavors.values():
         problems += _object_problems(flavor)
         where = f"ResourceFlavor/{flavor['metadata']['name']} nodeLabels"
