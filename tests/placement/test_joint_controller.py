@@ -10,9 +10,14 @@ import pytest
 
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.placement import joint
-from gpustack_worker.placement.joint_controller import CONFLICT_RETRY_S, FIELD_MANAGER, JointCheck
+from gpustack_worker.placement.joint_controller import (
+    CONFLICT_RETRY_S,
+    FIELD_MANAGER,
+    JointCheck,
+    _deployment_view,
+)
 from gpustack_worker.runtime.client import Client, Conflict
-from gpustack_worker.runtime.controller import Result
+from gpustack_worker.runtime.controller import Result, semantic_changed
 from gpustack_worker.runtime.registry import InformerRegistry
 from gpustack_worker.runtime.settings import RuntimeSettings, SettingsSource
 
@@ -278,3 +283,14 @@ async def test_check_is_marked_active_once_it_exists(parts: tuple[JointCheck, Fa
             "observedGeneration": 1,
         }
     ]
+
+
+def test_the_deployment_decision_wakes_on_spec_and_retry_annotation_not_on_its_own_status() -> None:
+    wakes = semantic_changed(_deployment_view)
+    before = _deployment()
+    annotated = {**before, "metadata": {**before["metadata"], "annotations": {keys.JOINT_RETRY: "1"}}}
+    respec = {**before, "metadata": {**before["metadata"], "generation": 3}}
+    parked = {**before, "status": {"hold": {"parkedAt": T0_TEXT, "parkedGeneration": 2}}}
+    assert wakes("update", before, annotated)
+    assert wakes("update", before, respec)
+    assert not wakes("update", before, parked)  # our own status write retries nothing
