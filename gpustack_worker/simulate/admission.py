@@ -4,9 +4,8 @@ The shape and cross-field checks look at the scenario; this module looks at what
 :mod:`~gpustack_worker.simulate.render` actually produces from it — the same functions
 :mod:`~gpustack_worker.simulate.apply` writes with — so the check cannot drift from what is written.
 A name or label is only as valid as the object it ends up in: a 100-character node name is a fine DNS
-subdomain but not a ``kubernetes.io/hostname`` label value, and a long product name makes a fine
-``aKey`` (capped at 63) but ``<aKey>.product`` is a label key whose name part is too long, which
-nfd-master silently drops.
+subdomain but not a ``kubernetes.io/hostname`` label value. (A long product name is no such case: its
+``<aKey>.product`` and other suffixed keys are shortened by :func:`gpustack_worker.api.keys.shortened`.)
 
 Per node, the rendered objects are checked as follows (rules in :mod:`gpustack_worker.api.validation`):
 
