@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from gpustack_worker.api import keys, kinds
+from gpustack_worker.runtime.client import ApiError
+from gpustack_worker.runtime.resources import Resource
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import parse_text
 from tests.stack import Stack, condition, eventually, module_cluster, running_stack
@@ -209,6 +211,103 @@ async def _drop_small_flavor(admin: Client) -> None:
 
 
 # --- defect 2 --------------------------------------------------------------------------------------------
+FREEZE = "example.com/freeze-kueue-status"
+POLICY = Resource(
+    "admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicy", "validatingadmissionpolicies", False
+)
+BINDING = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "ValidatingAdmissionPolicyBinding",
+    "validatingadmissionpolicybindings",
+    False,
+)
+#: The devcluster runs Kueue with the admin kubeconfig: this is the identity of Kueue's status writes.
+KUEUE_USER = "devcluster-admin"
+
+
+@contextlib.asynccontextmanager
+async def kueue_status_freezable(admin: Client) -> AsyncIterator[None]:
+    """A ValidatingAdmissionPolicy refusing Kueue's writes to a ClusterQueue's status while the queue carries
+    the label ``FREEZE``: the race "the generation moved, Kueue has not reported it yet" held open for as
+    long as the test needs, instead of the milliseconds Kueue usually takes. The chain's own status writes
+    (another identity) go through."""
+    name = "queue-edges-freeze-kueue-status"
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [kinds.KUEUE_GROUP],
+                        "apiVersions": ["*"],
+                        "operations": ["UPDATE"],
+                        "resources": ["clusterqueues/status"],
+                    }
+                ]
+            },
+            "validations": [
+                {
+                    "expression": f"request.userInfo.username != '{KUEUE_USER}' || "
+                    f"!has(oldObject.metadata.labels) || !('{FREEZE}' in oldObject.metadata.labels)",
+                    "message": "Kueue's status writes are frozen by the test",
+                }
+            ],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
+    }
+    await admin.create(POLICY, policy)
+    await admin.create(BINDING, binding)
+    try:
+        yield
+    finally:
+        await admin.delete(BINDING, name)
+        await admin.delete(POLICY, name)
+
+
+async def _freeze(admin: Client) -> None:
+    """Label the queue and wait until the policy refuses a status write of Kueue's identity."""
+    await admin.patch(kinds.CLUSTER_QUEUE, T4, {"metadata": {"labels": {FREEZE: "true"}}})
+
+    async def refused() -> bool:
+        try:
+            await admin.patch(kinds.CLUSTER_QUEUE, T4, {"status": {}}, subresource="status")
+        except ApiError:
+            return True
+        return False
+
+    await eventually(refused, within=STEP_S)
+
+
+async def _thaw(admin: Client) -> None:
+    await admin.patch(kinds.CLUSTER_QUEUE, T4, {"metadata": {"labels": {FREEZE: None}}})
+
+
+async def _awaiting(admin: Client, policy: str) -> dict[str, Any] | None:
+    """The queue waiting for Kueue's current status: the idle flavor not yet dropped, no hold started."""
+    cq = await admin.get(kinds.CLUSTER_QUEUE, T4)
+    generation = ((cq or {}).get("metadata") or {}).get("generation")
+    ready = condition(cq, keys.TOPOLOGY_READY)
+    ok = (
+        ready.get("reason") == "AwaitingQueueStatus"
+        and ready.get("observedGeneration") == generation
+        and condition(cq, "Active").get("observedGeneration") != generation  # Kueue's status is older
+    )
+    if ok:
+        assert cq is not None
+        assert _flavors(cq) == [SMALL, LARGE] and cq["spec"].get("stopPolicy") == policy, cq["spec"]
+        assert keys.MIGRATION_PHASE not in _annotations(cq)
+    return cq if ok else None
+
+
 async def test_a_generation_bump_before_an_idle_flavor_drop_never_drains(running: Stack) -> None:
     admin = running.admin
     await eventually(lambda: _ready(admin, [SMALL, LARGE]), within=STEP_S)
@@ -218,20 +317,33 @@ async def test_a_generation_bump_before_an_idle_flavor_drop_never_drains(running
     assert _assigned(wl) == {LARGE}
     admission = wl["status"]["admission"]
     try:
-        async with sampling(admin) as sampler:
-            # 1. An admin edit of the queue's spec (a field the chain does not own), then at once the drop.
+        async with kueue_status_freezable(admin), sampling(admin) as sampler:
+            # 1. An admin edit of the queue's spec (a field the chain does not own) moves the generation
+            #    while Kueue's status stays on the older one; then the idle single-T4 flavor is dropped.
+            await _freeze(admin)
             await admin.patch(kinds.CLUSTER_QUEUE, T4, {"spec": {"queueingStrategy": "StrictFIFO"}})
             await _drop_small_flavor(admin)
+            try:
+                await eventually(lambda: _awaiting(admin, "None"), within=STEP_S)
+            finally:
+                await _thaw(admin)
+            # Kueue reports the current generation: the idle flavor is dropped in place, then re-created.
             await eventually(lambda: _ready(admin, [SMALL, LARGE]), within=STEP_S)
-            # 2. The InstanceType's inactive toggle (the chain writes Hold: a new generation), then the drop.
+            # 2. The InstanceType's inactive toggle: the chain writes Hold (a new generation Kueue cannot
+            #    report), then the drop.
+            await _freeze(admin)
             await admin.patch(kinds.INSTANCE_TYPE, T4, {"spec": {"inactive": True}})
 
             async def held() -> bool:
                 cq = await admin.get(kinds.CLUSTER_QUEUE, T4)
                 return ((cq or {}).get("spec") or {}).get("stopPolicy") == "Hold"
 
-            await eventually(held, within=STEP_S, every=0.05)
+            await eventually(held, within=STEP_S)
             await _drop_small_flavor(admin)
+            try:
+                await eventually(lambda: _awaiting(admin, "Hold"), within=STEP_S)
+            finally:
+                await _thaw(admin)
 
             async def replaced_while_held() -> bool:
                 cq = await admin.get(kinds.CLUSTER_QUEUE, T4)
@@ -255,6 +367,9 @@ async def test_a_generation_bump_before_an_idle_flavor_drop_never_drains(running
         assert now["status"]["admission"] == admission, "the Workload was re-admitted"
         assert not condition(now, "Evicted"), f"evicted: {condition(now, 'Evicted')}"
         assert not await _eviction_events(admin, name)
+    except BaseException:
+        await _diagnose(admin, name)
+        raise
     finally:
         await admin.delete(kinds.WORKLOAD, name, TEAM)
 
@@ -295,6 +410,8 @@ async def test_a_refusal_while_every_flavor_finalizes_never_empties_a_reserving_
 
             # Kueue evicts (the queue is drained first, its groups kept under the reservation) ...
             async def evicted() -> dict[str, Any] | None:
+                cq = await admin.get(kinds.CLUSTER_QUEUE, T4)
+                assert _flavors(cq) or not _reserving(cq), f"emptied under a reservation: {cq}"
                 wl = await admin.get(kinds.WORKLOAD, name, TEAM)
                 return wl if condition(wl, "Evicted").get("status") == "True" else None
 
