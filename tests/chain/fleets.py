@@ -15,6 +15,8 @@ What a drawn fleet covers (issue 16, "What to show"):
 - the admin's ``gpustack.ai/managed`` label absent, ``true``, ``false`` and not valid (``yes``, ``True``,
   ``1``, empty), under both values of ``node-management-manual``, ``instance-type-aware-cpu-manufacturer``
   and ``instance-type-mixed-on-node``;
+- sometimes a rack TopologySource (configMap snapshot) over the nodes labelled ``example.com/rack=r1``,
+  so a fleet has several topology profiles;
 - with :func:`damaged_fleets`, Nodes that stage 1-2 left incomplete: no os/arch, no hostname (so no
   profile), no CPU vendor (with or without family and id), no CPU name, the Device Manager's labels gone
   while ``Devices`` remains.
@@ -32,9 +34,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 import pytest
+import yaml
 from hypothesis import strategies as st
 
-from gpustack_worker.api import identity, keys, manufacturers
+from gpustack_worker.api import identity, keys, kinds, manufacturers
 from gpustack_worker.cli.plan_cmd import parse_sets
 from gpustack_worker.simulate import render
 from gpustack_worker.simulate.scenario import Scenario
@@ -53,11 +56,13 @@ __all__ = (
     "Damage",
     "DamagedFleet",
     "Fleet",
+    "Racks",
     "damaged_fleets",
     "damages",
     "fleets",
     "grouping",
     "node_specs",
+    "racks",
     "rendering_damaged",
     "scenarios",
 )
@@ -231,7 +236,7 @@ def node_specs(
     if managed is not None:
         labels[keys.MANAGED] = managed
     if draw(st.booleans()):
-        labels["example.com/rack"] = draw(st.sampled_from(("r1", "r2")))
+        labels[RACK_LABEL] = draw(st.sampled_from(("r1", "r2")))
     if labels:
         node["labels"] = labels
     models = draw(
@@ -283,23 +288,85 @@ def grouping() -> st.SearchStrategy[Grouping]:
     return st.builds(Grouping, aware=st.booleans(), mixed=st.booleans(), manual=st.booleans())
 
 
+#: The rack TopologySource's levels, coarsest first (the hostname level is added by the profiles).
+RACK_LEVELS: Final = (keys.PRIVATE_REGION, keys.PRIVATE_ZONE, keys.PRIVATE_RACK)
+#: The admin label the rack TopologySource selects by (drawn on some nodes by :func:`node_specs`).
+RACK_LABEL: Final = "example.com/rack"
+#: Where the source's snapshot ConfigMap lives.
+SNAPSHOT_CONFIG_MAP: Final = {"namespace": kinds.SYSTEM_NAMESPACE, "name": "fleet-inventory"}
+SNAPSHOT_KEY: Final = "snapshot.yaml"
+
+
+@dataclass(frozen=True, slots=True)
+class Racks:
+    """A configMap TopologySource selecting the nodes labelled ``example.com/rack=r1``, and its snapshot
+    placing each of them in a region, zone and rack (the other nodes keep the hostname-only profile)."""
+
+    #: Node name → (region, zone, rack).
+    placement: dict[str, tuple[str, str, str]]
+
+    def source(self) -> dict[str, Any]:
+        return {
+            "apiVersion": kinds.TOPOLOGY_SOURCE.api_version,
+            "kind": kinds.TOPOLOGY_SOURCE.kind,
+            "metadata": {"name": "fleet-racks"},
+            "spec": {
+                "nodeSelector": {"matchLabels": {RACK_LABEL: "r1"}},
+                "levels": list(RACK_LEVELS),
+                "configMap": {
+                    "configMapRef": dict(SNAPSHOT_CONFIG_MAP),
+                    "key": SNAPSHOT_KEY,
+                    "maxStaleness": "10m",
+                },
+            },
+        }
+
+    def snapshot(self) -> str:
+        nodes = {name: dict(zip(RACK_LEVELS, where, strict=True)) for name, where in self.placement.items()}
+        body = {"apiVersion": keys.SNAPSHOT_API_VERSION, "revision": "fleet-1", "nodes": nodes}
+        return str(yaml.safe_dump(body))
+
+    def config_map(self) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": dict(SNAPSHOT_CONFIG_MAP),
+            "data": {SNAPSHOT_KEY: self.snapshot()},
+        }
+
+
+@st.composite
+def racks(draw: st.DrawFn, scenario: Scenario) -> Racks | None:
+    """Sometimes a rack TopologySource over the fleet's ``r1`` nodes (None: no source)."""
+    selected = [n.name for n in scenario.nodes if n.labels.get(RACK_LABEL) == "r1"]
+    if not selected or not draw(st.booleans()):
+        return None
+    placement = {}
+    for name in selected:
+        zone = draw(st.sampled_from(("zone-a", "zone-b")))
+        # a rack value sits under one zone only (the snapshot's one-parent-chain rule)
+        placement[name] = ("region-1", zone, f"{zone}-rack-{draw(st.integers(1, 2))}")
+    return Racks(placement)
+
+
 @dataclass(frozen=True, slots=True)
 class Fleet:
-    """A scenario and the grouping settings it is planned under."""
+    """A scenario, the grouping settings it is planned under, and maybe a rack TopologySource."""
 
     scenario: Scenario
     grouping: Grouping
+    racks: Racks | None = None
 
 
 @st.composite
 def fleets(
     draw: st.DrawFn, *, min_nodes: int = 1, max_nodes: int = 8, long_names: bool = True, ledgers: bool = True
 ) -> Fleet:
-    """A scenario with its grouping settings."""
+    """A scenario with its grouping settings and, sometimes, a rack TopologySource."""
     scenario = draw(
         scenarios(min_nodes=min_nodes, max_nodes=max_nodes, long_names=long_names, ledgers=ledgers)
     )
-    return Fleet(scenario, draw(grouping()))
+    return Fleet(scenario, draw(grouping()), draw(racks(scenario)))
 
 
 # --- Nodes NFD or the Device Manager left incomplete ------------------------------------------------------

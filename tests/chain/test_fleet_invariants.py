@@ -58,7 +58,14 @@ _EPOCH: Final = "1970-01-01T00:00:00Z"
 
 # --- reading a plan -----------------------------------------------------------------------------------
 def plan_of(fleet: Fleet) -> PlannedChain:
-    return plan_chain(fleet.scenario, fleet.grouping.settings())
+    if fleet.racks is None:
+        return plan_chain(fleet.scenario, fleet.grouping.settings())
+    return plan_chain(
+        fleet.scenario,
+        fleet.grouping.settings(),
+        topology_source=fleet.racks.source(),
+        snapshot=fleet.racks.snapshot(),
+    )
 
 
 def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
@@ -375,7 +382,7 @@ def test_the_plan_is_deterministic_in_the_fleet_and_its_node_order(fleet: Fleet,
     assert plan_of(fleet).as_dict() == first
     shuffled = list(fleet.scenario.nodes)
     order.shuffle(shuffled)
-    again = Fleet(Scenario(nodes=shuffled), fleet.grouping)
+    again = Fleet(Scenario(nodes=shuffled), fleet.grouping, fleet.racks)
     assert plan_of(again).as_dict() == first
 
 
