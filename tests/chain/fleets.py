@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 
 __all__ = (
     "CPUS",
+    "LONG_CPU",
     "LONG_PRODUCTS",
     "MANAGED_VALUES",
     "PRODUCTS",
@@ -104,6 +105,11 @@ ODD_PRODUCTS: Final = (
     "7",
     "模型 卡 X1",
 )
+#: A CPU whose name normalises past the key budget (its gKey is 63 characters before any suffix).
+LONG_CPU: Final = (
+    "AMD",
+    "AMD Ryzen Threadripper PRO 7995WX 96-Cores with a very long marketing name indeed, v2",
+)
 #: (NFD vendor_id, CPU name annotation): known, unknown, odd, long, unicode, normalised to nothing.
 CPUS: Final = (
     ("AMD", "AMD EPYC 7763 64-Core Processor"),
@@ -114,7 +120,7 @@ CPUS: Final = (
     ("VendorUnknown", "Some Unknown CPU"),
     ("VendorUnknown", "(R)"),
     ("Intel", "@ 2.30GHz"),
-    ("AMD", "AMD Ryzen Threadripper PRO 7995WX 96-Cores with a very long marketing name indeed, v2"),
+    LONG_CPU,
     ("Zhaoxin", "ZHAOXIN KaiXian KX-U6780A@2.7GHz ™ ünïcødé"),
     ("AMD", "---"),
 )

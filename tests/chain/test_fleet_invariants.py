@@ -43,7 +43,16 @@ from gpustack_worker.runtime.quantity import parse
 from gpustack_worker.simulate import render
 from gpustack_worker.simulate.checks import check_scenario
 from gpustack_worker.simulate.scenario import Scenario
-from tests.chain.fleets import DamagedFleet, Fleet, Grouping, damaged_fleets, fleets, rendering_damaged
+from tests.chain import fleets as fleets_mod
+from tests.chain.fleets import (
+    Damage,
+    DamagedFleet,
+    Fleet,
+    Grouping,
+    damaged_fleets,
+    fleets,
+    rendering_damaged,
+)
 from tests.placement.test_fit_agreement import gate3_ready, gt_admits, share_request, slice_request
 from tests.placement.test_gate3 import pod_template
 
@@ -149,9 +158,46 @@ def contributions(spec: NodeSpec, node: Mapping[str, Any], fleet: Fleet) -> dict
     return out
 
 
+# --- the filed cases (issue 16), pinned as explicit examples ---------------------------------------------
+def _node(name: str, vendor: str, cpu_name: str, *accelerators: dict[str, Any]) -> dict[str, Any]:
+    node: dict[str, Any] = {"name": name, "cpu": {"vendor": vendor, "model": cpu_name, "cores": 8}}
+    return {**node, "memory": "64Gi", "accelerators": list(accelerators)}
+
+
+def _card(manufacturer: str, product: str, **extra: Any) -> dict[str, Any]:
+    return {"manufacturer": manufacturer, "product": product, "memoryMiB": 81920, "count": 2, **extra}
+
+
+def _fleet(*nodes: dict[str, Any], aware: bool = False, mixed: bool = False) -> Fleet:
+    scenario = Scenario.model_validate({"nodes": list(nodes)})
+    return Fleet(scenario, Grouping(aware=aware, mixed=mixed, manual=False))
+
+
+#: Defect 3: under aware grouping a node of unknown CPU (gKey ``generic``) next to an AMD node.
+GENERIC_AWARE = _fleet(
+    _node("n0", "AMD", "AMD EPYC 7763 64-Core Processor"), _node("n1", "VendorUnknown", "(R)"), aware=True
+)
+#: Defect 4: the 55-character product (its ``.capacity`` key is 64) and a CPU name past the budget.
+LONG_KEYS = _fleet(
+    _node("n0", "AMD", "AMD EPYC 7763 64-Core Processor", _card("nvidia", fleets_mod.RTX_PRO_6000)),
+    _node("n1", *fleets_mod.LONG_CPU),
+)
+#: Defect 7: a model whose ledger is not published yet.
+UNPUBLISHED = _fleet(
+    _node("n0", "AMD", "AMD EPYC", _card("amd", "AMD Instinct MI300X", ledgerPublished=False))
+)
+#: Defect 5: mixing off, the Device Manager's labels missing while Devices lists the cards.
+DM_LOST = DamagedFleet(
+    _fleet(_node("n0", "AMD", "AMD EPYC 7763 64-Core Processor", _card("amd", "AMD Instinct MI300X"))),
+    {"n0": Damage(no_device_manager=True)},
+)
+
+
 # --- the invariants -----------------------------------------------------------------------------------
 @settings(max_examples=400)
 @given(fleet=fleets())
+@example(fleet=LONG_KEYS)
+@example(fleet=GENERIC_AWARE)
 def test_every_managed_node_is_counted_once_per_key(fleet: Fleet) -> None:
     plan = plan_of(fleet)
     nodes = nodes_of(fleet, plan)
@@ -209,6 +255,7 @@ def assert_quota_is_capacity(plan: PlannedChain) -> None:
 
 @settings(max_examples=300)
 @given(fleet=fleets())
+@example(fleet=GENERIC_AWARE)
 def test_every_flavor_is_in_exactly_one_queue(fleet: Fleet) -> None:
     assert_one_queue_per_flavor(plan_of(fleet))
 
@@ -306,6 +353,7 @@ def plan_problems(fleet: Fleet, plan: PlannedChain) -> list[str]:
 
 @settings(max_examples=300)
 @given(fleet=fleets())
+@example(fleet=LONG_KEYS)
 def test_every_object_passes_the_api_servers_rules(fleet: Fleet) -> None:
     plan = plan_of(fleet)
     assert plan_problems(fleet, plan) == []
@@ -313,6 +361,7 @@ def test_every_object_passes_the_api_servers_rules(fleet: Fleet) -> None:
 
 @settings(max_examples=200)
 @given(fleet=fleets())
+@example(fleet=LONG_KEYS)
 def test_stages_1_2_of_every_fleet_render_valid_objects(fleet: Fleet) -> None:
     """What the simulator (standing in for NFD and the Device Manager, with the worker's own ``aKey``)
     renders from any fleet is accepted by the API server and nfd-master: a product name of any length
@@ -322,13 +371,8 @@ def test_stages_1_2_of_every_fleet_render_valid_objects(fleet: Fleet) -> None:
 
 def _same_product_two_manufacturers() -> Fleet:
     """One node with an AMD and an Ascend model sharing one product name (found by the fit property)."""
-    accelerators = [
-        {"manufacturer": m, "product": "Über-GPU ™ Ωmega (rev. a1)", "memoryMiB": 16384, "count": 1}
-        for m in ("amd", "ascend")
-    ]
-    node = {"name": "n0", "cpu": {"vendor": "AMD", "model": "AMD EPYC", "cores": 1}, "memory": "64Gi"}
-    scenario = Scenario.model_validate({"nodes": [{**node, "accelerators": accelerators}]})
-    return Fleet(scenario, Grouping(aware=False, mixed=False, manual=False))
+    product = "Über-GPU ™ Ωmega (rev. a1)"
+    return _fleet(_node("n0", "AMD", "AMD EPYC", _card("amd", product), _card("ascend", product)))
 
 
 @settings(max_examples=200)
@@ -344,6 +388,7 @@ def test_the_simulated_devices_pass_the_agents_checks(fleet: Fleet) -> None:
 
 @settings(max_examples=300)
 @given(fleet=fleets(max_nodes=4))
+@example(fleet=UNPUBLISHED)
 def test_fit_labels_admit_a_node_exactly_when_gate3_would(fleet: Fleet) -> None:
     plan = plan_of(fleet)
     for spec in fleet.scenario.nodes:
@@ -388,6 +433,7 @@ def test_the_plan_is_deterministic_in_the_fleet_and_its_node_order(fleet: Fleet,
 
 @settings(max_examples=300)
 @given(damaged=damaged_fleets())
+@example(damaged=DM_LOST)
 def test_a_partially_labelled_fleet_keeps_the_chains_invariants(damaged: DamagedFleet) -> None:
     """Nodes without os/arch, hostname, CPU vendor, family/id or CPU name, or with the Device Manager's
     labels gone while ``Devices`` remains: the plan still counts each flavor's selected Nodes exactly,
