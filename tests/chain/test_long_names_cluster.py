@@ -30,7 +30,7 @@ from tests.cli.test_plan_cluster import (
     live_view,
     plan_view,
 )
-from tests.stack import eventually, module_cluster, running_stack
+from tests.stack import eventually, module_cluster, running_stack, write_settings
 
 pytestmark = pytest.mark.cluster
 
@@ -164,3 +164,70 @@ async def test_plans_validation_agrees_with_the_api_server() -> None:
                 assert _SERVER_SAYS[body["metadata"]["name"]] in message
         finally:
             await admin.close()
+
+
+# --- defect 3 live: a generic gKey and a flip of the grouping -------------------------------------------
+GENERIC_FLEET = {
+    "nodes": [
+        {
+            **_node("gen-gpu", "@unreported", _gpu("NVIDIA A10G", 1)),
+            "cpu": {"vendor": "VendorUnknown", "model": "@unreported", "cores": 8},
+        },
+        _node("epyc-gpu", "AMD EPYC 7R32", _gpu("NVIDIA A10G", 1)),
+        _node("bare-gpu", "@unreported", _gpu("NVIDIA A10G", 1)),
+        _node("epyc-cpu", "AMD EPYC 7R32"),
+    ]
+}
+COLLAPSED_A10G = "gpustack--nvidia-a10g-linux-amd64"
+AWARE_QUEUES = {
+    "gpustack--generic--nvidia-a10g-linux-amd64",
+    "gpustack--amd-epyc-7r32--nvidia-a10g-linux-amd64",
+    "gpustack--amd--nvidia-a10g-linux-amd64",
+    "gpustack--amd-epyc-7r32-linux-amd64",
+}
+
+
+async def _chain_state(admin: Client) -> tuple[dict[str, list[str]], dict[str, tuple[Any, ...]], set[str]]:
+    """flavor → the queues whose resource groups hold it; queue → (TopologyReady status, other-grouping
+    label); the live operator flavors."""
+    by_type = keys.RESOURCE_TYPE + "={}"
+    flavors, _ = await admin.list(kinds.RESOURCE_FLAVOR, label_selector=by_type.format(keys.TYPE_NODES))
+    queues, _ = await admin.list(kinds.CLUSTER_QUEUE, label_selector=by_type.format(keys.TYPE_INSTANCE_TYPES))
+    owners: dict[str, list[str]] = {}
+    states = {}
+    for q in queues:
+        name = q["metadata"]["name"]
+        for group in (q.get("spec") or {}).get("resourceGroups") or ():
+            for f in group.get("flavors") or ():
+                owners.setdefault(f["name"], []).append(name)
+        conditions = (q.get("status") or {}).get("conditions") or ()
+        ready = next((c for c in conditions if c["type"] == keys.TOPOLOGY_READY), {})
+        states[name] = (ready.get("status"), (q["metadata"].get("labels") or {}).get(keys.OTHER_GROUPING))
+    return owners, states, {f["metadata"]["name"] for f in flavors}
+
+
+async def test_one_flavor_one_queue_across_a_flip_of_the_grouping() -> None:
+    scenario = parse_scenario(GENERIC_FLEET)
+    with module_cluster("grouping-flip") as cluster:
+        async with running_stack(cluster, scenario, namespaces=(TEAM,)) as stack:
+            admin = stack.admin
+
+            async def one_owner_each(queues: set[str], leftovers: set[str]) -> bool:
+                owners, states, flavors = await _chain_state(admin)
+                return (
+                    bool(flavors)
+                    and all(len(owners.get(f, [])) == 1 for f in flavors)
+                    and queues <= {n for n, (ready, _) in states.items() if ready == "True"}
+                    and all(states.get(n, (None, None))[1] == "true" for n in leftovers)
+                )
+
+            await eventually(
+                lambda: one_owner_each({COLLAPSED_A10G, "gpustack--generic-linux-amd64"}, set()),
+                within=CONVERGE_S,
+            )
+            await write_settings(admin, {"instance-type-aware-cpu-manufacturer": "true"})
+            # The collapsed accelerated type stays (create-only) but is the other grouping's: it selects
+            # nothing, and each flavor is in exactly one of the aware queues, all TopologyReady.
+            await eventually(lambda: one_owner_each(AWARE_QUEUES, {COLLAPSED_A10G}), within=CONVERGE_S)
+            owners, _, _ = await _chain_state(admin)
+            assert COLLAPSED_A10G not in {q for qs in owners.values() for q in qs}
