@@ -175,7 +175,10 @@ MIXED = devices(
                     ledger_group(
                         "k100_ai",
                         "hygon",
-                        [ledger("D0"), ledger("D1", mode=3, allocated=1_200_000, remaining=400_000, slices=1)],
+                        [
+                            ledger("D0"),
+                            ledger("D1", mode=3, allocated=1_200_000, remaining=400_000, slices=1),
+                        ],
                     )
                 ],
             ),
