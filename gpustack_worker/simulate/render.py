@@ -78,8 +78,11 @@ def a_key(acc: Accelerator) -> str:
 
 
 def accelerator_id(node: str, acc: Accelerator, position: int) -> str:
-    """A deterministic, cluster-unique card id (``GPU-<fnv64 of node/product/position>``)."""
-    return f"GPU-{fnv64a_hex(f'{node}/{acc.product}/{position}')}"
+    """A deterministic, cluster-unique card id (``GPU-<fnv64 of node/manufacturer/product/position>``):
+    the manufacturer is part of it because two manufacturers may sell products of the same name, and
+    their cards on one node must not share an id (the ledger joins cards by id)."""
+    mfr = cards.manufacturer_of(acc).name
+    return f"GPU-{fnv64a_hex(f'{node}/{mfr}/{acc.product}/{position}')}"
 
 
 # --- Node ----------------------------------------------------------------------------------------
