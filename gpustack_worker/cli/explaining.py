@@ -465,7 +465,14 @@ def _by_name(objs: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
 # --- a Node ----------------------------------------------------------------------------------------------
 def _node_problems(labels: Mapping[str, str]) -> tuple[str, ...]:
     problems = []
-    if not node_class.is_managed(labels):
+    managed = node_class.ManagedLabel(labels.get(keys.MANAGED))
+    if not managed.valid:
+        problems.append(
+            f"{keys.MANAGED}={managed.value!r} is neither 'true' nor 'false': the Node is not managed, so "
+            "its capacity is in no flavor and it has no counting keys or fit labels (the node agent posts a "
+            "Warning Event on the Node); set it to 'true' or 'false'"
+        )
+    elif not managed.managed:
         problems.append(
             f"no {keys.MANAGED}=true: the node agent has not published this Node (it is not managed)"
         )

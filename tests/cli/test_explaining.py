@@ -265,6 +265,15 @@ def test_node_without_a_profile_feeds_nothing_and_says_why(objs: dict[str, list[
     assert len(_node(objs, node).problems) == 2
 
 
+def test_node_with_an_odd_managed_value_names_it(objs: dict[str, list[dict[str, Any]]]) -> None:
+    node = copy.deepcopy(_one(objs["nodes"], "rack-node-2"))
+    node["metadata"]["labels"][keys.MANAGED] = "yes"
+    problems = _node(objs, node).problems
+    assert any("'yes' is neither 'true' nor 'false'" in p for p in problems)
+    node["metadata"]["labels"][keys.MANAGED] = "false"
+    assert any(f"no {keys.MANAGED}=true" in p for p in _node(objs, node).problems)
+
+
 def test_node_projected_label_no_nodefeature_carries(objs: dict[str, list[dict[str, Any]]]) -> None:
     e = x.explain_node(_one(objs["nodes"], "rack-node-2"), node_features=())
     assert _label(e, keys.MANAGED).carriers == ()
