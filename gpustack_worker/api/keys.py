@@ -133,6 +133,8 @@ NODE_DEVICES_CHECK: Final = "gpustack-node-devices"
 NODE_DEVICES_CONTROLLER: Final = "worker.gpustack.ai/node-devices"
 JOINT_CHECK: Final = "gpustack-model-deployment-joint"
 JOINT_CONTROLLER: Final = "worker.gpustack.ai/model-deployment-joint"
+#: The chain controllers' Events' ``reportingController`` (a write one object's reconcile was refused).
+CHAIN_CONTROLLER: Final = "worker.gpustack.ai/chain"
 #: Kueue ties a Pod to its Workload (annotation, the Workload's name) and PodSet (label): Gate 3's
 #: inflight accounting reads both (reference §3.2).
 KUEUE_WORKLOAD_ANNOTATION: Final = "kueue.x-k8s.io/workload"

@@ -16,12 +16,17 @@ concerns:
   deleted or relabelled (every Namespace);
 - ``chain-admissionchecks`` [``checks``]: the AdmissionChecks.
 
+A write the API server refuses for one object of a many-object key (a flavor, a LocalQueue, a check, an
+authored InstanceType) is reported once (log line, Warning Event) and skips only that object; the key is
+retried rate-limited.
+
 A new settings snapshot wakes every key of every controller, so a changed grouping, mixing, authoring or
 draining setting converges without a restart.
 """
 
 from __future__ import annotations
 
+import socket
 from typing import TYPE_CHECKING, Any, Final
 
 from gpustack_worker.api import keys, kinds
@@ -34,6 +39,7 @@ from gpustack_worker.runtime.controller import (
     labels_changed,
     semantic_changed,
 )
+from gpustack_worker.runtime.events import EventRecorder
 from gpustack_worker.runtime.mappers import all_keys
 from gpustack_worker.runtime.prune import owner_selector
 from gpustack_worker.runtime.queue import settings_queue
@@ -138,6 +144,8 @@ class Chain:
             namespaces=self.namespaces,
             checks=self.checks,
             system_namespace=system_namespace,
+            # One object's refused write is a Warning on what it belongs to (the chain's ``_Batch``).
+            events=EventRecorder(client, controller=keys.CHAIN_CONTROLLER, instance=socket.gethostname()),
         )
         self.flavor_ctl = self._controller("chain-flavors", self.steps.flavors, boot)
         self.queue_ctl = self._controller("chain-queues", self.steps.queue, boot)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -40,16 +40,27 @@ from gpustack_worker.runtime.apply import Applier, owned_fields
 from gpustack_worker.runtime.client import ApiError, Conflict, NotFound
 from gpustack_worker.runtime.controller import Result
 from gpustack_worker.runtime.finalizers import Finalizer
-from gpustack_worker.runtime.prune import Pruner, stamp
+from gpustack_worker.runtime.prune import Pruner, owner_of, stamp
 from gpustack_worker.runtime.quantity import parse
 
 if TYPE_CHECKING:
     from gpustack_worker.chain.flavors import FlavorPlan
     from gpustack_worker.chain.settings import ControllerSettings
     from gpustack_worker.runtime.client import Client
+    from gpustack_worker.runtime.events import EventRecorder
     from gpustack_worker.runtime.informer import Informer
+    from gpustack_worker.runtime.resources import Resource
 
-__all__ = ("CHECKS_KEY", "FLAVORS_KEY", "Steps", "owns_field")
+__all__ = (
+    "CHECKS_KEY",
+    "FLAVORS_KEY",
+    "Steps",
+    "WriteFailure",
+    "WritesRefused",
+    "is_ours",
+    "owns_field",
+    "write_failure",
+)
 
 FLAVORS_KEY: Final = "flavors"
 CHECKS_KEY: Final = "checks"
@@ -60,32 +71,141 @@ _log = structlog.get_logger("gpustack_worker.chain")
 
 
 _INVALID: Final = 422
+#: Answers about one object (bad request, forbidden, gone, conflict, invalid): its siblings are still
+#: written. Anything else (401, 429, 5xx: the server or our credentials) fails the whole pass at once.
+_PER_OBJECT: Final = frozenset({400, 403, 404, 409, _INVALID})
+#: Event reasons of a refused write (on the object the refused one belongs to).
+REASON_NAME_TAKEN: Final = "NameTakenByForeignObject"
+REASON_WRITE_REFUSED: Final = "WriteRefused"
 
 
-class _Failures:
-    """Per-object isolation inside a reconcile that writes many objects: one object the API server
-    refuses as invalid (422: retrying cannot help) is logged and skipped; any other error is raised
-    after the rest were written, so the key is retried without starving its siblings."""
+@dataclass(frozen=True, slots=True)
+class WriteFailure:
+    """One object's write the API server refused, as reported (log line, Event) and remembered."""
 
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
-        self.retriable: list[ApiError] = []
+    kind: str
+    name: str
+    namespace: str | None
+    status: int
+    message: str
+    #: The name is held by an object the chain does not own: never overwritten, never deleted.
+    foreign: bool
 
-    def invalid(self, name: str, reason: str) -> None:
-        _log.error(f"{self.kind} skipped: invalid", name=name, reason=reason)
+    @property
+    def reason(self) -> str:
+        return REASON_NAME_TAKEN if self.foreign else REASON_WRITE_REFUSED
 
-    async def run(self, name: str, write: Awaitable[Any]) -> None:
+    @property
+    def where(self) -> str:
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
+    def note(self) -> str:
+        if self.foreign:
+            return (
+                f"{self.kind} {self.where} exists and is not the chain's (no owner label of the chain); "
+                f"the chain never overwrites or deletes it, so its own {self.kind} cannot be written "
+                f"({self.status}: {self.message}). Delete or rename {self.kind} {self.where}."
+            )
+        return f"{self.kind} {self.where} refused by the API server ({self.status}: {self.message}); retried"
+
+
+def is_ours(obj: Mapping[str, Any], *, owner: str | None, field_managers: Collection[str]) -> bool:
+    """The one ownership test for a name the chain writes: the chain's owner label (``owner``) when the
+    kind is stamped, else an apply entry of one of the chain's ``field_managers``."""
+    if owner is not None:
+        return owner_of(obj) == owner
+    return any(e.get("manager") in field_managers for e in _meta(obj).get("managedFields") or ())
+
+
+def write_failure(
+    resource: Resource,
+    name: str,
+    namespace: str | None,
+    error: ApiError,
+    existing: Mapping[str, Any] | None,
+    *,
+    owner: str | None,
+    field_managers: Collection[str],
+) -> WriteFailure:
+    """What a refused write of one object means (pure): ``existing`` is the object of that name as the
+    API server holds it (None when there is none or it could not be read)."""
+    message = str((error.body or {}).get("message") or "") or str(error)
+    foreign = existing is not None and not is_ours(existing, owner=owner, field_managers=field_managers)
+    return WriteFailure(resource.kind, name, namespace, error.status, message, foreign)
+
+
+class WritesRefused(ApiError):
+    """Some objects of a multi-object reconcile were refused (the others were written): the key is retried
+    through the rate limiter, and a pass where they are still refused writes nothing new."""
+
+    def __init__(self, failures: Sequence[WriteFailure]) -> None:
+        names = ", ".join(f"{f.kind} {f.where} ({f.status})" for f in failures[:5])
+        more = f" and {len(failures) - 5} more" if len(failures) > 5 else ""
+        super().__init__(failures[0].status, "WritesRefused", {}, f"refused: {names}{more}")
+        self.failures = tuple(failures)
+
+
+class _Batch:
+    """One pass of a reconcile whose key covers many objects of one kind (every flavor, a Namespace's
+    LocalQueues, the AdmissionChecks, the authored InstanceTypes): a write the API server refuses for that
+    object alone is reported once per distinct failure and the rest are still written; :meth:`finish`
+    then raises :class:`WritesRefused` so the key is retried rate-limited."""
+
+    def __init__(
+        self,
+        steps: Steps,
+        resource: Resource,
+        *,
+        owner: str | None,
+        field_managers: Collection[str],
+        namespace: str | None = None,
+    ) -> None:
+        self.steps = steps
+        self.resource = resource
+        self.owner = owner
+        self.field_managers = field_managers
+        self.namespace = namespace
+        self.attempted: set[str] = set()
+        self.failed: list[WriteFailure] = []
+
+    async def write(
+        self,
+        name: str,
+        write: Awaitable[Any],
+        *,
+        regarding: Iterable[Mapping[str, Any] | None] = (),
+    ) -> bool:
+        """Await ``write`` (of the object ``name``); False when the API server refused that object."""
+        self.attempted.add(name)
         try:
             await write
         except ApiError as exc:
-            if exc.status == _INVALID:
-                self.invalid(name, str(exc))
-            else:
-                self.retriable.append(exc)
+            if exc.status not in _PER_OBJECT:
+                raise
+            existing: Mapping[str, Any] | None = None
+            with contextlib.suppress(ApiError):
+                existing = await self.steps.client.get(self.resource, name, self.namespace)
+            failure = write_failure(
+                self.resource,
+                name,
+                self.namespace,
+                exc,
+                existing,
+                owner=self.owner,
+                field_managers=self.field_managers,
+            )
+            self.failed.append(failure)
+            targets = [r for r in regarding if r is not None] or ([existing] if existing else [])
+            self.steps.report(failure, targets)
+            return False
+        self.steps.cleared(self.resource.kind, self.namespace, name)
+        return True
 
-    def raise_retriable(self) -> None:
-        if self.retriable:
-            raise self.retriable[0]
+    def finish(self) -> None:
+        """Forget the failures of objects this pass no longer writes; raise when any write was refused."""
+        self.steps.forget_failures(self.resource.kind, self.namespace, self.attempted)
+        if self.failed:
+            raise WritesRefused(self.failed)
 
 
 def owns_field(obj: Mapping[str, Any] | None, manager: str, path: tuple[str, ...]) -> bool:
@@ -153,6 +273,10 @@ class Steps:
     checks: Informer
     system_namespace: str = kinds.SYSTEM_NAMESPACE
     now: Callable[[], dt.datetime] = field(default=lambda: dt.datetime.now(dt.UTC))
+    #: Warning Events for refused writes (None: the structured log line only).
+    events: EventRecorder | None = None
+    #: The refused writes last reported, by (kind, namespace, name): a repeat is not reported again.
+    _refused: dict[tuple[str, str | None, str], WriteFailure] = field(default_factory=dict)
     #: The chain's view of every managed, profiled Node, by name, kept current by the Node informer's events.
     _hardware: dict[str, NodeHardware] = field(default_factory=dict)
     _hardware_list: list[NodeHardware] | None = None
@@ -181,6 +305,45 @@ class Steps:
         # reconcile dominated the controller's CPU at 5,000 Nodes, so the view is updated per Node event.
         self.nodes.add_handler(self._node_event)
         self.devices.add_handler(self._devices_event)
+
+    # -- refused writes ----------------------------------------------------------------------------
+
+    def report(self, failure: WriteFailure, regarding: Sequence[Mapping[str, Any]]) -> None:
+        """Log ``failure`` and post a Warning on each of ``regarding`` — once per distinct failure."""
+        key = (failure.kind, failure.namespace, failure.name)
+        if self._refused.get(key) == failure:
+            _log.debug("write still refused", kind=failure.kind, name=failure.where, status=failure.status)
+            return
+        self._refused[key] = failure
+        _log.error(
+            "write refused: the object is skipped, the others are written",
+            kind=failure.kind,
+            name=failure.where,
+            status=failure.status,
+            message=failure.message,
+            foreign=failure.foreign,
+            regarding=[str(_meta(r).get("name")) for r in regarding],
+        )
+        if self.events is not None:
+            for obj in regarding:
+                self.events.warning(obj, reason=failure.reason, action="Apply", note=failure.note())
+
+    def cleared(self, kind: str, namespace: str | None, name: str) -> None:
+        """A write of the object was accepted: a later refusal is new again."""
+        if self._refused.pop((kind, namespace, name), None) is not None:
+            _log.info("write accepted again", kind=kind, name=f"{namespace}/{name}" if namespace else name)
+
+    def forget_failures(self, kind: str, namespace: str | None, keep: Collection[str]) -> None:
+        """Drop the remembered failures of ``kind`` in ``namespace`` for objects not in ``keep``."""
+        for key in [k for k in self._refused if k[0] == kind and k[1] == namespace and k[2] not in keep]:
+            del self._refused[key]
+
+    def _plan_regarding(self, plan: FlavorPlan, *, aware: bool) -> list[Mapping[str, Any] | None]:
+        """What a flavor belongs to: the InstanceType whose pool it feeds, else its first contributor."""
+        it = self.type_cache.store.get(pools.derived_instance_type(plan, aware=aware)["metadata"]["name"])
+        if it is not None:
+            return [it]
+        return [self.nodes.store.get(plan.nodes[0])] if plan.nodes else []
 
     # -- shared reads ------------------------------------------------------------------------------
 
@@ -277,10 +440,19 @@ class Steps:
             )
             for p in plans
         }
-        failures = _Failures("flavor")
+        by_name = {p.name: p for p in plans}
+        batch = self._flavor_batch()
         for name, body in desired.items():
+            regarding = self._plan_regarding(by_name[name], aware=s.instance_type_aware_cpu_manufacturer)
             if not validation.is_dns1123_subdomain(name):
-                failures.invalid(name, "; ".join(validation.dns1123_subdomain(name)))
+                # Never valid as built: reported, not retried (a Node change re-plans it).
+                why = "; ".join(validation.dns1123_subdomain(name))
+                error = ApiError(_INVALID, "Invalid", {"message": why})
+                failure = write_failure(
+                    kinds.RESOURCE_FLAVOR, name, None, error, None, owner=None, field_managers=()
+                )
+                self.report(failure, [r for r in regarding if r is not None])
+                batch.attempted.add(name)
                 continue
             cached = self.flavor_cache.store.get(name)
             if cached is not None and _meta(cached).get("deletionTimestamp"):
@@ -300,15 +472,26 @@ class Steps:
                 await self._delete(kinds.RESOURCE_FLAVOR, cached)
                 requeue = REPLACE_POLL_S
                 continue
-            await failures.run(name, self.flavor_applier.apply(kinds.RESOURCE_FLAVOR, body, cached))
+            await batch.write(
+                name, self.flavor_applier.apply(kinds.RESOURCE_FLAVOR, body, cached), regarding=regarding
+            )
         await self.flavor_pruner.prune(self.flavor_cache.store.list(), set(desired))
+        authored = None
         if s.instance_type_derived_from_node:
-            await self._author(plans, aware=s.instance_type_aware_cpu_manufacturer)
-        failures.raise_retriable()
+            authored = await self._author(plans, aware=s.instance_type_aware_cpu_manufacturer)
+        batch.finish()
+        if authored is not None:
+            authored.finish()
         return Result.after(requeue) if requeue else Result.done()
 
-    async def _author(self, plans: list[FlavorPlan], *, aware: bool) -> None:
+    def _flavor_batch(self) -> _Batch:
+        return _Batch(
+            self, kinds.RESOURCE_FLAVOR, owner=managers.OWNER_FLAVORS, field_managers=(managers.FLAVOR,)
+        )
+
+    async def _author(self, plans: list[FlavorPlan], *, aware: bool) -> _Batch:
         """Create the pool's InstanceType when none of that name exists (create-only, never updated)."""
+        batch = _Batch(self, kinds.INSTANCE_TYPE, owner=None, field_managers=(managers.AUTHOR,))
         done: set[str] = set()
         for plan in plans:
             body = pools.derived_instance_type(plan, aware=aware)
@@ -316,18 +499,17 @@ class Steps:
             if name in done or self.type_cache.store.get(name) is not None:
                 continue
             done.add(name)
-            try:
-                await self.client.create(kinds.INSTANCE_TYPE, body, field_manager=managers.AUTHOR)
-                self.authored += 1
-                _log.info("authored InstanceType", instance_type=name)
-            except Conflict:
-                pass  # AlreadyExists: someone (an admin, or our cache lagging) has it — never touched
-            except ApiError as exc:
-                if exc.status != _INVALID:
-                    raise
-                # Never valid as built (e.g. a name too long): retrying cannot help; the pool's other
-                # objects and every other pool still converge.
-                _log.error("InstanceType refused by the API server", instance_type=name, error=str(exc))
+            node = self.nodes.store.get(plan.nodes[0]) if plan.nodes else None
+            await batch.write(name, self._create_type(name, body), regarding=[node])
+        return batch
+
+    async def _create_type(self, name: str, body: Mapping[str, Any]) -> None:
+        try:
+            await self.client.create(kinds.INSTANCE_TYPE, dict(body), field_manager=managers.AUTHOR)
+        except Conflict:
+            return  # AlreadyExists: someone (an admin, or our cache lagging) has it — never touched
+        self.authored += 1
+        _log.info("authored InstanceType", instance_type=name)
 
     async def _delete(self, resource: Any, cached: Mapping[str, Any]) -> None:
         meta = _meta(cached)
@@ -461,22 +643,33 @@ class Steps:
             desired = localqueues.desired_local_queues(
                 ns, self.queue_cache.store.list(), system_namespace=self.system_namespace
             )
+        batch = _Batch(
+            self,
+            kinds.LOCAL_QUEUE,
+            owner=managers.OWNER_LOCAL_QUEUES,
+            field_managers=(managers.LOCAL_QUEUE,),
+            namespace=namespace,
+        )
         for name, body in desired.items():
-            key = f"{namespace}/{name}"
-            await self.local_queue_applier.apply(
+            write = self.local_queue_applier.apply(
                 kinds.LOCAL_QUEUE,
                 stamp(body, managers.OWNER_LOCAL_QUEUES),
-                self.local_queue_cache.store.get(key),
+                self.local_queue_cache.store.get(f"{namespace}/{name}"),
             )
+            await batch.write(name, write, regarding=[ns])
         cached = [q for q in self.local_queue_cache.store.list() if _meta(q).get("namespace") == namespace]
         await self.local_queue_pruner.prune(cached, {f"{namespace}/{n}" for n in desired})
+        batch.finish()
         return Result.done()
 
     # -- AdmissionChecks -----------------------------------------------------------------------------
 
     async def admission_checks(self, _key: str) -> Result:
+        batch = _Batch(self, kinds.ADMISSION_CHECK, owner=None, field_managers=tuple(admissionchecks.CHECKS))
         for name, body in admissionchecks.desired_admission_checks().items():
-            await self.check_appliers[name].apply(kinds.ADMISSION_CHECK, body, self.checks.store.get(name))
+            cached = self.checks.store.get(name)
+            await batch.write(name, self.check_appliers[name].apply(kinds.ADMISSION_CHECK, body, cached))
+        batch.finish()
         return Result.done()
 
 
