@@ -11,8 +11,7 @@ import pytest
 
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.runtime.quantity import parse
-from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP, DEFAULT_NAMESPACE
-from tests.stack import Stack, condition, eventually, module_cluster, running_stack
+from tests.stack import Stack, condition, eventually, module_cluster, running_stack, write_settings
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -302,19 +301,6 @@ async def test_zero_writes_once_converged(running: Stack) -> None:
     assert running.controller_client.writes == before
 
 
-async def _settings(admin: Client, data: dict[str, str]) -> None:
-    body = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": DEFAULT_CONFIGMAP, "namespace": DEFAULT_NAMESPACE},
-        "data": data,
-    }
-    if await admin.get(kinds.CONFIG_MAP, DEFAULT_CONFIGMAP, DEFAULT_NAMESPACE) is None:
-        await admin.create(kinds.CONFIG_MAP, body, namespace=DEFAULT_NAMESPACE)
-    else:
-        await admin.replace(kinds.CONFIG_MAP, {**body, "metadata": {**body["metadata"]}})
-
-
 async def test_settings_changes_converge_without_restart(running: Stack) -> None:
     admin = running.admin
     await test_flavors_queues_types_and_local_queues_exist(running)
@@ -322,7 +308,7 @@ async def test_settings_changes_converge_without_restart(running: Stack) -> None
     aware_cpu = f"gpustack--{INTEL}-linux-amd64"
     try:
         # Awareness regroups the aggregation layer only: new per-CPU pools appear, flavors stay.
-        await _settings(admin, {"instance-type-aware-cpu-manufacturer": "true"})
+        await write_settings(admin, {"instance-type-aware-cpu-manufacturer": "true"})
 
         async def regrouped() -> bool:
             names = await _names(admin, kinds.INSTANCE_TYPE)
@@ -342,7 +328,7 @@ async def test_settings_changes_converge_without_restart(running: Stack) -> None
 
         # Mixing off: accelerated nodes leave the CPU flavors; the Intel 4-core flavor (an immutable
         # selector) is replaced, now selecting only the CPU-only node.
-        await _settings(admin, {"instance-type-mixed-on-node": "false"})
+        await write_settings(admin, {"instance-type-mixed-on-node": "false"})
         intel_cpu = f"gpustack--{INTEL}-linux-amd64-4c-{P}"
 
         async def cpu_only() -> bool:
@@ -367,7 +353,7 @@ async def test_settings_changes_converge_without_restart(running: Stack) -> None
 
         await eventually(pruned, within=120)
     finally:
-        await _settings(admin, {})
+        await write_settings(admin, {})
 
     async def mixed_again() -> bool:
         rf = await admin.get(kinds.RESOURCE_FLAVOR, f"gpustack--{INTEL}-linux-amd64-4c-{P}")

@@ -30,11 +30,11 @@ import pytest
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.placement.demand import demand_of_podset
 from gpustack_worker.placement.fitpin import fit_requirements
-from gpustack_worker.placement.node_devices import NodeDevicesCheck
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario, parse_scenario
+from tests.placement.gate3_stack import Running, running_with_gate3
 from tests.placement.racks import check_entry
-from tests.stack import Stack, condition, eventually, module_cluster, running_stack
+from tests.stack import condition, eventually, module_cluster
 from tests.topology.cluster_helpers import topology_assignments, workload
 
 if TYPE_CHECKING:
@@ -42,7 +42,6 @@ if TYPE_CHECKING:
 
     from gpustack_worker.devcluster.cluster import DevCluster
     from gpustack_worker.runtime.client import Client
-    from gpustack_worker.runtime.registry import InformerRegistry
 
 pytestmark = pytest.mark.cluster
 
@@ -61,23 +60,10 @@ def devcluster() -> Iterator[DevCluster]:
         yield cluster
 
 
-class Running:
-    def __init__(self, stack: Stack, check: NodeDevicesCheck) -> None:
-        self.stack = stack
-        self.admin: Client = stack.admin
-        self.check = check
-
-
 @pytest.fixture(scope="module")
 async def running(devcluster: DevCluster) -> AsyncIterator[Running]:
-    built: list[NodeDevicesCheck] = []
-
-    def gate3(client: Client, settings: Any, registry: InformerRegistry) -> list[Any]:
-        built.append(NodeDevicesCheck(client, registry, settings))
-        return list(built)
-
-    async with running_stack(devcluster, "chain-4", namespaces=(TEAM,), extra=gate3) as stack:
-        yield Running(stack, built[0])
+    async with running_with_gate3(devcluster, "chain-4", TEAM) as running:
+        yield running
 
 
 async def set_t4_nodes(admin: Client, *, broken_card_unhealthy: bool, spare_held: bool) -> None:

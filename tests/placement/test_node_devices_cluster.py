@@ -26,15 +26,14 @@ import pytest
 
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.api.crds.devices import AllocationMode
-from gpustack_worker.placement.node_devices import NodeDevicesCheck
-from tests.stack import Stack, condition, eventually, module_cluster, running_stack
+from tests.placement.gate3_stack import Running, running_with_gate3
+from tests.stack import condition, eventually, module_cluster
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
 
     from gpustack_worker.devcluster.cluster import DevCluster
     from gpustack_worker.runtime.client import Client
-    from gpustack_worker.runtime.registry import InformerRegistry
 
 pytestmark = pytest.mark.cluster
 
@@ -53,23 +52,10 @@ def devcluster() -> Iterator[DevCluster]:
         yield cluster
 
 
-class Running:
-    def __init__(self, stack: Stack, check: NodeDevicesCheck) -> None:
-        self.stack = stack
-        self.admin: Client = stack.admin
-        self.check = check
-
-
 @pytest.fixture(scope="module")
 async def running(devcluster: DevCluster) -> AsyncIterator[Running]:
-    built: list[NodeDevicesCheck] = []
-
-    def gate3(client: Client, settings: Any, registry: InformerRegistry) -> list[Any]:
-        built.append(NodeDevicesCheck(client, registry, settings))
-        return list(built)
-
-    async with running_stack(devcluster, "chain-4", namespaces=(TEAM,), extra=gate3) as stack:
-        yield Running(stack, built[0])
+    async with running_with_gate3(devcluster, "chain-4", TEAM) as running:
+        yield running
 
 
 def _workload(name: str, gpus: int) -> dict[str, Any]:
