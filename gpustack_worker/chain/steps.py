@@ -183,8 +183,11 @@ class _Batch:
             if exc.status not in _PER_OBJECT:
                 raise
             existing: Mapping[str, Any] | None = None
-            with contextlib.suppress(ApiError):
-                existing = await self.steps.client.get(self.resource, name, self.namespace)
+            with contextlib.suppress(ApiError):  # a LIST by name: the chain's role lists, it does not get
+                found, _rv = await self.steps.client.list(
+                    self.resource, namespace=self.namespace, field_selector=f"metadata.name={name}"
+                )
+                existing = found[0] if found else None
             failure = write_failure(
                 self.resource,
                 name,

@@ -55,7 +55,7 @@ def _foreign(name: str) -> dict[str, Any]:
 
 class RefusingClient:
     """Answers every write, except the named objects' (refused with the given error); records them all.
-    ``existing`` is what a GET of a refused name finds on the server."""
+    ``existing`` is what a LIST of a refused name finds on the server."""
 
     def __init__(self, refuse: dict[str, ApiError], existing: dict[str, dict[str, Any]]) -> None:
         self.refuse = refuse
@@ -79,8 +79,9 @@ class RefusingClient:
             self._write(resource, body["metadata"]["name"])
         return body
 
-    async def get(self, _resource: Resource, name: str, *_a: Any) -> dict[str, Any] | None:
-        return self.existing.get(name)
+    async def list(self, _resource: Resource, *, field_selector: str, **_kw: Any) -> tuple[list[Any], str]:
+        name = field_selector.removeprefix("metadata.name=")
+        return ([self.existing[name]] if name in self.existing else []), "1"
 
     async def delete(self, resource: Resource, name: str, *_a: Any, **_kw: Any) -> bool:
         self._write(resource, name)
