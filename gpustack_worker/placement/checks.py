@@ -1,4 +1,5 @@
-"""What every admission-check controller of ours shares: marking its AdmissionCheck ``Active``.
+"""What every admission-check controller of ours shares: marking its AdmissionCheck ``Active``, and the
+shape of a write to a Workload.
 
 The chain applies both AdmissionChecks but never marks them Active (reference §5.2, §5.6): a check's own
 controller does, through ``/status`` as the check's field owner, so a queue references a check only once
@@ -20,12 +21,29 @@ if TYPE_CHECKING:
 
     from gpustack_worker.runtime.apply import Applier
 
-__all__ = ("ACTIVE", "ACTIVE_REASON", "CONFLICT_RETRY_S", "mark_active")
+__all__ = ("ACTIVE", "ACTIVE_REASON", "CONFLICT_RETRY_S", "mark_active", "workload_patch")
 
 ACTIVE: Final = "Active"
 ACTIVE_REASON: Final = "Ready"
 #: After a 409 (the cached Workload was stale) retry this soon; the fresh object is usually cached by then.
 CONFLICT_RETRY_S: Final = 1.0
+
+
+def workload_patch(workload: Mapping[str, Any], **parts: Any) -> dict[str, Any]:
+    """An apply body for ``workload`` carrying ``parts`` (``spec=...`` / ``status=...``), with the read
+    Workload's ``resourceVersion`` as precondition: a check never writes over a Workload newer than the one
+    it decided on (Kueue resets the checks on eviction in a separate write)."""
+    meta = workload.get("metadata") or {}
+    return {
+        "apiVersion": kinds.WORKLOAD.api_version,
+        "kind": kinds.WORKLOAD.kind,
+        "metadata": {
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "resourceVersion": meta.get("resourceVersion"),
+        },
+        **parts,
+    }
 
 
 def active_status(check: Mapping[str, Any], message: str, now: dt.datetime) -> dict[str, Any]:

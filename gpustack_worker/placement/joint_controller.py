@@ -58,7 +58,7 @@ import structlog
 
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.placement import joint
-from gpustack_worker.placement.checks import CONFLICT_RETRY_S, mark_active
+from gpustack_worker.placement.checks import CONFLICT_RETRY_S, mark_active, workload_patch
 from gpustack_worker.runtime.apply import Applier
 from gpustack_worker.runtime.client import Conflict, NotFound
 from gpustack_worker.runtime.conditions import for_apply
@@ -271,18 +271,10 @@ class JointCheck:
         answer = joint.verdict(workload, owner, deployment, groups)
         if answer is None:
             return Result.done()
-        meta = workload.get("metadata") or {}
-        body = {
-            "apiVersion": kinds.WORKLOAD.api_version,
-            "kind": kinds.WORKLOAD.kind,
-            "metadata": {
-                "name": meta.get("name"),
-                "namespace": meta.get("namespace"),
-                # Precondition: never judge a Workload newer than the one we read (see the module doc).
-                "resourceVersion": meta.get("resourceVersion"),
-            },
-            "status": {"admissionChecks": [joint.entry_for_apply(workload, answer, self.clock())]},
-        }
+        # Precondition: never judge a Workload newer than the one we read (see the module doc).
+        body = workload_patch(
+            workload, status={"admissionChecks": [joint.entry_for_apply(workload, answer, self.clock())]}
+        )
         try:
             written = await self.workload_applier.apply_status(kinds.WORKLOAD, body, workload)
         except Conflict:
@@ -355,17 +347,7 @@ class JointCheck:
     async def _switch(self, workloads: Iterable[Mapping[str, Any]], *, active: bool) -> Result | None:
         """Apply ``spec.active`` on the Workloads that need it (None: all done; else when to retry)."""
         for workload in joint.to_switch(workloads, active):
-            meta = workload.get("metadata") or {}
-            body = {
-                "apiVersion": kinds.WORKLOAD.api_version,
-                "kind": kinds.WORKLOAD.kind,
-                "metadata": {
-                    "name": meta.get("name"),
-                    "namespace": meta.get("namespace"),
-                    "resourceVersion": meta.get("resourceVersion"),
-                },
-                "spec": {"active": active},
-            }
+            body = workload_patch(workload, spec={"active": active})
             try:
                 await self.workload_applier.apply(kinds.WORKLOAD, body, workload, force=True)
             except Conflict:

@@ -45,7 +45,7 @@ from gpustack_worker.api import keys, kinds
 from gpustack_worker.api.devices_check import check_devices
 from gpustack_worker.api.devices_view import DevicesFacts, devices_facts
 from gpustack_worker.placement import gate3
-from gpustack_worker.placement.checks import CONFLICT_RETRY_S, mark_active
+from gpustack_worker.placement.checks import CONFLICT_RETRY_S, mark_active, workload_patch
 from gpustack_worker.runtime.apply import Applier
 from gpustack_worker.runtime.client import Conflict, NotFound
 from gpustack_worker.runtime.conditions import format_time
@@ -302,19 +302,11 @@ class NodeDevicesCheck:
         verdict = gate3.judge(
             workload, self.cluster(nodes, fresh), self.workloads.store.list(), remembered_ready=remembered
         )
-        body = {
-            "apiVersion": kinds.WORKLOAD.api_version,
-            "kind": kinds.WORKLOAD.kind,
-            "metadata": {
-                "name": meta.get("name"),
-                "namespace": meta.get("namespace"),
-                # Precondition: never judge a Workload newer than the one we read (see the module doc).
-                "resourceVersion": rv,
-            },
-            "status": {
-                "admissionChecks": [gate3.entry_for_apply(workload, verdict, format_time(self.clock()))]
-            },
-        }
+        # Precondition: never judge a Workload newer than the one we read (see the module doc).
+        body = workload_patch(
+            workload,
+            status={"admissionChecks": [gate3.entry_for_apply(workload, verdict, format_time(self.clock()))]},
+        )
         try:
             written = await self.workload_applier.apply_status(kinds.WORKLOAD, body, workload)
         except Conflict:
