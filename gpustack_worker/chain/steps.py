@@ -472,7 +472,7 @@ class Steps:
                 continue
             if cached is not None and _immutable_spec_changed(body, cached):
                 _log.info("replacing flavor whose immutable selector changed", flavor=name)
-                await self._delete(kinds.RESOURCE_FLAVOR, cached)
+                await batch.write(name, self._delete(kinds.RESOURCE_FLAVOR, cached), regarding=regarding)
                 requeue = REPLACE_POLL_S
                 continue
             await batch.write(
