@@ -10,6 +10,9 @@ One method per controller (keys in brackets):
 
 Every write goes through an :class:`~gpustack_worker.runtime.apply.Applier` bound to the informer it
 checks against (no write when nothing changed), or is a create / delete / patch decided from the cache.
+In the steps whose key covers many objects (flavors and authoring, LocalQueues, AdmissionChecks) every
+write goes through one :class:`_Batch`: an object the API server refuses is reported and skipped, the
+others are written, and the key is retried rate-limited.
 """
 
 from __future__ import annotations
