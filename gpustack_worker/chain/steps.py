@@ -21,6 +21,7 @@ import contextlib
 import datetime as dt
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 import structlog
@@ -170,32 +171,54 @@ class _Batch:
         self.namespace = namespace
         self.attempted: set[str] = set()
         self.failed: list[WriteFailure] = []
+        self._holders: dict[str, Mapping[str, Any]] | None = None
+
+    async def _holder(self, name: str) -> Mapping[str, Any] | None:
+        """The object of that name on the server (one LIST of the kind per pass; the chain's role lists,
+        it does not get), or None."""
+        if self._holders is None:
+            self._holders = {}
+            with contextlib.suppress(ApiError):
+                found, _rv = await self.steps.client.list(self.resource, namespace=self.namespace)
+                self._holders = {str(_meta(o).get("name")): o for o in found}
+        return self._holders.get(name)
 
     async def write(
         self,
         name: str,
-        write: Awaitable[Any],
+        write: Callable[[], Awaitable[Any]],
         *,
+        uncached: bool = False,
         regarding: Iterable[Mapping[str, Any] | None] = (),
     ) -> bool:
-        """Await ``write`` (of the object ``name``); False when the API server refused that object."""
+        """Run ``write`` (of the object ``name``); False when that object was refused. ``uncached``: the
+        name is not in the chain's (owner-labelled) cache, so a holder the chain does not own is looked for
+        first and reported instead of written over (server-side apply would merge into it)."""
         self.attempted.add(name)
-        try:
-            await write
-        except ApiError as exc:
-            if exc.status not in _PER_OBJECT:
-                raise
-            existing: Mapping[str, Any] | None = None
-            with contextlib.suppress(ApiError):  # a LIST by name: the chain's role lists, it does not get
-                found, _rv = await self.steps.client.list(
-                    self.resource, namespace=self.namespace, field_selector=f"metadata.name={name}"
-                )
-                existing = found[0] if found else None
+        existing: Mapping[str, Any] | None = None
+        error: ApiError | None = None
+        if uncached and self.owner is not None:
+            existing = await self._holder(name)
+            if existing is not None and not is_ours(
+                existing, owner=self.owner, field_managers=self.field_managers
+            ):
+                entries = _meta(existing).get("managedFields") or ()
+                writers = ", ".join(sorted({str(e.get("manager")) for e in entries})) or "unknown"
+                error = ApiError(409, "AlreadyExists", {"message": f"already exists, written by {writers}"})
+        if error is None:
+            try:
+                await write()
+            except ApiError as exc:
+                if exc.status not in _PER_OBJECT:
+                    raise
+                error = exc
+                existing = await self._holder(name)
+        if error is not None:
             failure = write_failure(
                 self.resource,
                 name,
                 self.namespace,
-                exc,
+                error,
                 existing,
                 owner=self.owner,
                 field_managers=self.field_managers,
@@ -475,11 +498,16 @@ class Steps:
                 continue
             if cached is not None and _immutable_spec_changed(body, cached):
                 _log.info("replacing flavor whose immutable selector changed", flavor=name)
-                await batch.write(name, self._delete(kinds.RESOURCE_FLAVOR, cached), regarding=regarding)
+                await batch.write(
+                    name, partial(self._delete, kinds.RESOURCE_FLAVOR, cached), regarding=regarding
+                )
                 requeue = REPLACE_POLL_S
                 continue
             await batch.write(
-                name, self.flavor_applier.apply(kinds.RESOURCE_FLAVOR, body, cached), regarding=regarding
+                name,
+                partial(self.flavor_applier.apply, kinds.RESOURCE_FLAVOR, body, cached),
+                uncached=cached is None,
+                regarding=regarding,
             )
         await self.flavor_pruner.prune(self.flavor_cache.store.list(), set(desired))
         authored = None
@@ -506,7 +534,7 @@ class Steps:
                 continue
             done.add(name)
             node = self.nodes.store.get(plan.nodes[0]) if plan.nodes else None
-            await batch.write(name, self._create_type(name, body), regarding=[node])
+            await batch.write(name, partial(self._create_type, name, body), regarding=[node])
         return batch
 
     async def _create_type(self, name: str, body: Mapping[str, Any]) -> None:
@@ -657,14 +685,12 @@ class Steps:
             namespace=namespace,
         )
         for name, body in desired.items():
-            write = self.local_queue_applier.apply(
-                kinds.LOCAL_QUEUE,
-                stamp(body, managers.OWNER_LOCAL_QUEUES),
-                self.local_queue_cache.store.get(f"{namespace}/{name}"),
-            )
-            await batch.write(name, write, regarding=[ns])
-        cached = [q for q in self.local_queue_cache.store.list() if _meta(q).get("namespace") == namespace]
-        await self.local_queue_pruner.prune(cached, {f"{namespace}/{n}" for n in desired})
+            cached = self.local_queue_cache.store.get(f"{namespace}/{name}")
+            stamped = stamp(body, managers.OWNER_LOCAL_QUEUES)
+            write = partial(self.local_queue_applier.apply, kinds.LOCAL_QUEUE, stamped, cached)
+            await batch.write(name, write, uncached=cached is None, regarding=[ns])
+        ours = [q for q in self.local_queue_cache.store.list() if _meta(q).get("namespace") == namespace]
+        await self.local_queue_pruner.prune(ours, {f"{namespace}/{n}" for n in desired})
         batch.finish()
         return Result.done()
 
@@ -674,7 +700,8 @@ class Steps:
         batch = _Batch(self, kinds.ADMISSION_CHECK, owner=None, field_managers=tuple(admissionchecks.CHECKS))
         for name, body in admissionchecks.desired_admission_checks().items():
             cached = self.checks.store.get(name)
-            await batch.write(name, self.check_appliers[name].apply(kinds.ADMISSION_CHECK, body, cached))
+            apply = self.check_appliers[name].apply
+            await batch.write(name, partial(apply, kinds.ADMISSION_CHECK, body, cached))
         batch.finish()
         return Result.done()
 

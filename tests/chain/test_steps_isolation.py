@@ -62,6 +62,7 @@ class RefusingClient:
         self.existing = existing
         self.writes: list[tuple[str, str]] = []
         self.events: list[dict[str, Any]] = []
+        self.lists = 0
 
     def _write(self, resource: Resource, name: str) -> None:
         if name in self.refuse:
@@ -79,9 +80,9 @@ class RefusingClient:
             self._write(resource, body["metadata"]["name"])
         return body
 
-    async def list(self, _resource: Resource, *, field_selector: str, **_kw: Any) -> tuple[list[Any], str]:
-        name = field_selector.removeprefix("metadata.name=")
-        return ([self.existing[name]] if name in self.existing else []), "1"
+    async def list(self, _resource: Resource, **_kw: Any) -> tuple[list[Any], str]:
+        self.lists += 1
+        return list(self.existing.values()), "1"
 
     async def delete(self, resource: Resource, name: str, *_a: Any, **_kw: Any) -> bool:
         self._write(resource, name)
@@ -228,6 +229,22 @@ async def test_any_refused_subset_leaves_the_rest_written(data: st.DataObject) -
     await chain.steps.events.flush()
     assert _written(client, kinds.RESOURCE_FLAVOR.kind) == set(names) - refused
     assert len(client.events) == len(refused)  # one per distinct failure, not per pass
+
+
+async def test_a_foreign_holder_is_never_merged_into_even_without_a_conflict() -> None:
+    # Server-side apply would merge the chain's fields into an admin's flavor whose fields do not conflict
+    # (and a later pass would then replace it as a flavor with a changed selector): it is looked up first.
+    probe = _chain(RefusingClient({}, {}))
+    names = _flavor_names(probe)
+    taken = names[1]
+    client = RefusingClient({}, {taken: _foreign(taken)})
+    chain = _chain(client)
+    with pytest.raises(WritesRefused) as refused:
+        await chain.steps.flavors(FLAVORS_KEY)
+    (failure,) = refused.value.failures
+    assert failure.foreign and failure.status == 409 and "kubectl-create" in failure.message
+    assert _written(client, kinds.RESOURCE_FLAVOR.kind) == set(names) - {taken}
+    assert client.lists == 1  # one LIST of the kind per pass, not one per name
 
 
 # --- LocalQueues and AdmissionChecks ---------------------------------------------------------------
