@@ -810,7 +810,7 @@ def test_clearing_inactive_on_a_groupless_queue_marks_its_hold() -> None:
 
 # --- the thin steps: drift is reported, never patched; a foreign queue gets a condition only --------------
 class RecordingClient:
-    """Records every write the steps issue (the steps read only their caches)."""
+    """Records every write the steps issue (the steps read their caches, and LIST a name they lack)."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, str, str | None]] = []
@@ -832,6 +832,10 @@ class RecordingClient:
     async def patch(self, resource: Any, name: str, body: dict[str, Any], **_kw: Any) -> dict[str, Any]:
         self.calls.append(("patch", resource.kind, name, None))
         return body
+
+    async def list(self, _resource: Any, **_kw: Any) -> tuple[list[Any], str]:
+        """The server holds nothing the caches do not (the flavor step looks up uncached names)."""
+        return [], "1"
 
 
 def _chain(client: RecordingClient) -> Any:
