@@ -308,13 +308,19 @@ async def _awaiting(admin: Client, policy: str) -> dict[str, Any] | None:
     return cq if ok else None
 
 
+async def _admitted_on_large(admin: Client, name: str) -> dict[str, Any]:
+    """Once both T4 flavors are planned, a two-card Workload ``name`` admitted on the large flavor."""
+    await eventually(lambda: _ready(admin, [SMALL, LARGE]), within=STEP_S)
+    await admin.create(kinds.WORKLOAD, workload(name, TEAM, T4, gpus=2), TEAM)
+    wl: dict[str, Any] = await eventually(lambda: _admitted(admin, name), within=STEP_S)
+    assert _assigned(wl) == {LARGE}
+    return wl
+
+
 async def test_a_generation_bump_before_an_idle_flavor_drop_never_drains(running: Stack) -> None:
     admin = running.admin
-    await eventually(lambda: _ready(admin, [SMALL, LARGE]), within=STEP_S)
     name = "steady"
-    await admin.create(kinds.WORKLOAD, workload(name, TEAM, T4, gpus=2), TEAM)
-    wl = await eventually(lambda: _admitted(admin, name), within=STEP_S)
-    assert _assigned(wl) == {LARGE}
+    wl = await _admitted_on_large(admin, name)
     admission = wl["status"]["admission"]
     try:
         async with kueue_status_freezable(admin), sampling(admin) as sampler:
@@ -377,11 +383,8 @@ async def test_a_generation_bump_before_an_idle_flavor_drop_never_drains(running
 # --- defect 1 --------------------------------------------------------------------------------------------
 async def test_a_refusal_while_every_flavor_finalizes_never_empties_a_reserving_queue(running: Stack) -> None:
     admin = running.admin
-    await eventually(lambda: _ready(admin, [SMALL, LARGE]), within=STEP_S)
     name = "reserving"
-    await admin.create(kinds.WORKLOAD, workload(name, TEAM, T4, gpus=2), TEAM)
-    wl = await eventually(lambda: _admitted(admin, name), within=STEP_S)
-    assert _assigned(wl) == {LARGE}
+    wl = await _admitted_on_large(admin, name)
     # A foreign flavor takes the name the new node's flavor needs (drift: the chain never patches it),
     # so the plan is refused for as long as it stays.
     foreign = {
