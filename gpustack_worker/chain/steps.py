@@ -513,9 +513,12 @@ class Steps:
         authored = None
         if s.instance_type_derived_from_node:
             authored = await self._author(plans, aware=s.instance_type_aware_cpu_manufacturer)
-        batch.finish()
-        if authored is not None:
-            authored.finish()
+        try:
+            batch.finish()
+        finally:
+            # Both batches forget what they no longer write, even when the flavors' one raises first.
+            if authored is not None:
+                authored.finish()
         return Result.after(requeue) if requeue else Result.done()
 
     def _flavor_batch(self) -> _Batch:
