@@ -19,9 +19,13 @@ RECONCILE_BUCKETS: Final = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0,
     1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8, 9, 10, 15, 20, 25, 30, 40, 50, 60,
 )  # fmt: skip
-#: Buckets of client-go's workqueue duration histograms (1 µs … 10 s, factor 10).
-QUEUE_BUCKETS: Final = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
+#: Buckets of controller-runtime's workqueue duration histograms: ``ExponentialBuckets(10e-9, 10, 12)``,
+#: 10 ns … 1000 s by factor 10 (pkg/internal/metrics/workqueue.go). A reconcile stuck for minutes lands in
+#: a bucket of its own instead of in +Inf, and ``le`` values match controller-runtime's dashboards.
+QUEUE_BUCKETS: Final = (1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0)
 
+#: client-go's request counter: the HTTP verb, so a WATCH counts as ``GET`` (client-go has no WATCH verb;
+#: the per-instance ``Client.requests_by_method`` keeps WATCH apart for tests).
 REST_REQUESTS: Final = Counter(
     "rest_client_requests_total",
     "Number of HTTP requests, partitioned by status code, method, and host.",
@@ -76,6 +80,18 @@ QUEUE_WORK: Final = Histogram(
     ("name", "controller"),
     buckets=QUEUE_BUCKETS,
 )
+QUEUE_UNFINISHED: Final = Gauge(
+    "workqueue_unfinished_work_seconds",
+    "How many seconds of work has been done that is in progress and hasn't been observed by work_duration."
+    " Large values indicate stuck threads. One can deduce the number of stuck threads by observing the rate"
+    " at which this increases.",
+    ("name", "controller"),
+)
+QUEUE_LONGEST: Final = Gauge(
+    "workqueue_longest_running_processor_seconds",
+    "How many seconds has the longest running processor for workqueue been running.",
+    ("name", "controller"),
+)
 QUEUE_RETRIES: Final = Counter(
     "workqueue_retries_total", "Total number of retries handled by workqueue", ("name", "controller")
 )
@@ -85,6 +101,9 @@ LEADER_STATUS: Final = Gauge(
     "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 master.",
     ("name",),
 )
+#: client-go's count: a renewal by the holder that had to re-read the Lease (GET, then update) because
+#: the optimistic update of the last Lease it wrote failed. Healthy leaders add ~0; losing the Lease does
+#: not count.
 LEADER_SLOWPATH: Final = Counter(
     "leader_election_slowpath_total",
     "Total number of slow path exercised in renewing leader leases.",
