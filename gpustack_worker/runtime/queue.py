@@ -10,7 +10,14 @@ It carries keys, never events (level-triggered reconciles), with client-go's gua
 * **retries**: :meth:`add_rate_limited` delays by the rate limiter (per-key exponential + global token
   bucket), :meth:`forget` resets the key's backoff, :meth:`add_after` schedules a plain delay;
 * **shutdown**: :meth:`shutdown` stops intake, lets workers take what is already queued (or, with
-  ``discard``, hands out nothing more), and :meth:`drain` waits for in-flight keys to finish.
+  ``discard``, hands out nothing more), and :meth:`drain` waits until nothing is queued or in flight.
+  Like client-go's ``ShutDownWithDrain``, a key re-added while a worker held it (before the shutdown) is
+  still handed out once more after :meth:`done`: the add was accepted, so it is kept, not lost.
+
+Metrics are client-go's, labelled as controller-runtime labels them (``name`` and ``controller`` both the
+queue's name). ``workqueue_unfinished_work_seconds`` (the summed age of every in-flight key) and
+``workqueue_longest_running_processor_seconds`` (the oldest one's age) are computed from the processing
+start times when scraped, so a stuck reconcile shows as a growing number, not as silence.
 
 Time comes from an injectable :class:`~gpustack_worker.runtime.clock.Clock`, so tests use a fake one.
 """
@@ -29,7 +36,9 @@ from gpustack_worker.runtime.metrics import (
     QUEUE_ADDS,
     QUEUE_DEPTH,
     QUEUE_LATENCY,
+    QUEUE_LONGEST,
     QUEUE_RETRIES,
+    QUEUE_UNFINISHED,
     QUEUE_WORK,
 )
 
@@ -72,6 +81,8 @@ class WorkQueue:
         self._retries = QUEUE_RETRIES.labels(name=name, controller=name)
         self._latency = QUEUE_LATENCY.labels(name=name, controller=name)
         self._work = QUEUE_WORK.labels(name=name, controller=name)
+        QUEUE_UNFINISHED.labels(name=name, controller=name).set_function(self.unfinished_work_seconds)
+        QUEUE_LONGEST.labels(name=name, controller=name).set_function(self.longest_running_processor_seconds)
         self._depth.set(0)
 
     # -- introspection -------------------------------------------------------------------------------
@@ -94,6 +105,16 @@ class WorkQueue:
         """Keys waiting for an ``add_after`` deadline."""
         return len(self._delayed_at)
 
+    def unfinished_work_seconds(self) -> float:
+        """Summed age of every in-flight key (client-go's ``updateUnfinishedWork`` total)."""
+        now = self._clock.now()
+        return sum(max(0.0, now - started) for started in self._started_at.values())
+
+    def longest_running_processor_seconds(self) -> float:
+        """Age of the oldest in-flight key, 0 when none (client-go's ``updateUnfinishedWork`` oldest)."""
+        now = self._clock.now()
+        return max((max(0.0, now - started) for started in self._started_at.values()), default=0.0)
+
     def num_requeues(self, key: str) -> int:
         """Rate-limited retries of ``key`` since it was last forgotten."""
         return self._limiter.num_requeues(key)
@@ -112,6 +133,7 @@ class WorkQueue:
             return  # done() re-queues it
         self._queue.append(key)
         self._depth.set(len(self._queue))
+        self._idle.clear()
         self._wakeup.set()
 
     def add_after(self, key: str, delay: float) -> None:
@@ -149,7 +171,6 @@ class WorkQueue:
                 self._depth.set(len(self._queue))
                 self._dirty.discard(key)
                 self._processing.add(key)
-                self._idle.clear()
                 now = self._clock.now()
                 added = self._added_at.pop(key, now)
                 self._latency.observe(max(0.0, now - added))
@@ -164,17 +185,21 @@ class WorkQueue:
             await self._wait_until(self._delayed[0][0])
 
     def done(self, key: str) -> None:
-        """Release ``key``; if it was re-added meanwhile it becomes ready again now."""
+        """Release ``key``; if it was re-added meanwhile it becomes ready again now.
+
+        Also while shutting down (client-go's ``Done``): the re-add was accepted before the shutdown, so
+        the key is handed out once more and :meth:`drain` waits for it. Only ``shutdown(discard=True)``
+        forgets such keys.
+        """
         self._processing.discard(key)
         started = self._started_at.pop(key, None)
         if started is not None:
             self._work.observe(max(0.0, self._clock.now() - started))
-        if key in self._dirty and not self._shutting_down:
+        if key in self._dirty:
             self._queue.append(key)
             self._depth.set(len(self._queue))
             self._wakeup.set()
-        if not self._processing:
-            self._idle.set()
+        self._update_idle()
 
     # -- shutdown ------------------------------------------------------------------------------------
 
@@ -190,12 +215,21 @@ class WorkQueue:
             self._added_at.clear()
             self._depth.set(0)
         self._wakeup.set()
+        self._update_idle()
 
     async def drain(self) -> None:
-        """Wait until no key is being processed (call after :meth:`shutdown`)."""
+        """Wait until no key is queued or being processed (call after :meth:`shutdown`; the workers must
+        keep running to take what is still queued, including keys re-added while they were in flight)."""
         await self._idle.wait()
 
     # -- internals -----------------------------------------------------------------------------------
+
+    def _update_idle(self) -> None:
+        """``_idle`` is set exactly when nothing is queued or in flight."""
+        if self._queue or self._processing:
+            self._idle.clear()
+        else:
+            self._idle.set()
 
     def _promote_due(self) -> None:
         now = self._clock.now()

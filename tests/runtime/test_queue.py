@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client import REGISTRY
 
 from gpustack_worker.runtime import ratelimit
 from gpustack_worker.runtime.clock import FakeClock
+from gpustack_worker.runtime.metrics import QUEUE_BUCKETS
 from gpustack_worker.runtime.queue import WorkQueue
 
 
@@ -185,3 +190,149 @@ async def test_shutdown_releases_blocked_getters() -> None:
     await asyncio.sleep(0)
     q.shutdown()
     assert await asyncio.wait_for(asyncio.gather(*getters), 1) == [None, None, None]
+
+
+async def test_drain_hands_out_a_key_re_added_while_in_flight_once_more() -> None:
+    # client-go's ShutDownWithDrain: the add was accepted before the shutdown, so it is not lost.
+    q = make(FakeClock())
+    q.add("a")
+    held = await q.get()
+    assert held == "a"
+    q.add("a")  # re-added while in flight
+    q.shutdown()
+    drained = asyncio.ensure_future(q.drain())
+    q.done(held)
+    await asyncio.sleep(0)
+    assert not drained.done(), "drain returned with the re-added key still queued"
+    assert await q.get() == "a"
+    q.done("a")
+    assert await q.get() is None
+    await asyncio.wait_for(drained, 1)
+
+
+async def test_discarding_shutdown_forgets_a_key_re_added_while_in_flight() -> None:
+    q = make(FakeClock())
+    q.add("a")
+    held = await q.get()
+    assert held == "a"
+    q.add("a")
+    q.shutdown(discard=True)
+    q.done(held)
+    assert await q.get() is None
+    await asyncio.wait_for(q.drain(), 1)
+
+
+async def test_unfinished_work_and_longest_running_processor_follow_in_flight_keys() -> None:
+    clock = FakeClock(100.0)
+    q = make(clock, name="unfinished-test")
+    labels = {"name": "unfinished-test", "controller": "unfinished-test"}
+    assert REGISTRY.get_sample_value("workqueue_unfinished_work_seconds", labels) == 0.0
+    q.add("a")
+    q.add("b")
+    a = await q.get()
+    await clock.advance(3)
+    b = await q.get()
+    await clock.advance(2)
+    assert a == "a" and b == "b"
+    assert REGISTRY.get_sample_value("workqueue_unfinished_work_seconds", labels) == 7.0  # 5 + 2
+    assert REGISTRY.get_sample_value("workqueue_longest_running_processor_seconds", labels) == 5.0
+    q.done(a)
+    assert q.unfinished_work_seconds() == 2.0
+    assert q.longest_running_processor_seconds() == 2.0
+    q.done(b)
+    assert REGISTRY.get_sample_value("workqueue_unfinished_work_seconds", labels) == 0.0
+    assert REGISTRY.get_sample_value("workqueue_longest_running_processor_seconds", labels) == 0.0
+
+
+def test_work_duration_buckets_are_controller_runtimes() -> None:
+    # prometheus.ExponentialBuckets(10e-9, 10, 12)
+    assert pytest.approx([10e-9 * 10**i for i in range(12)]) == list(QUEUE_BUCKETS)
+
+
+class ClientGoQueue:
+    """client-go's util/workqueue Typed queue (queue.go), reduced to what the operations below touch."""
+
+    def __init__(self) -> None:
+        self.queue: list[str] = []
+        self.dirty: set[str] = set()
+        self.processing: set[str] = set()
+        self.shutting_down = False
+
+    def add(self, key: str) -> None:
+        if self.shutting_down or key in self.dirty:
+            return
+        self.dirty.add(key)
+        if key not in self.processing:
+            self.queue.append(key)
+
+    def get(self) -> str | None:
+        if not self.queue:
+            return None
+        key = self.queue.pop(0)
+        self.processing.add(key)
+        self.dirty.discard(key)
+        return key
+
+    def done(self, key: str) -> None:
+        self.processing.discard(key)
+        if key in self.dirty:
+            self.queue.append(key)
+
+
+KEYS = st.sampled_from(["a", "b", "c"])
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), KEYS),
+        st.tuples(st.just("get"), st.just("")),
+        st.tuples(st.just("done"), st.integers(0, 2)),
+        st.tuples(st.just("shutdown"), st.just("")),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=300)
+@given(OPS)
+def test_queue_matches_client_go_through_a_draining_shutdown(ops: list[tuple[str, Any]]) -> None:
+    async def scenario() -> None:
+        q = make(FakeClock())
+        model = ClientGoQueue()
+        held: list[str] = []
+        for op, arg in ops:
+            if op == "add":
+                q.add(arg)
+                model.add(arg)
+            elif op == "get" and model.queue:
+                key = await q.get()
+                assert key == model.get()
+                assert key is not None
+                held.append(key)
+            elif op == "done" and held:
+                key = held.pop(arg % len(held))
+                q.done(key)
+                model.done(key)
+            elif op == "shutdown":
+                q.shutdown()
+                model.shutting_down = True
+            assert len(q) == len(model.queue)
+            assert q.processing == frozenset(model.processing)
+        # ShutDownWithDrain, with the workers still taking keys until get() says stop.
+        q.shutdown()
+        model.shutting_down = True
+        drained = asyncio.ensure_future(q.drain())
+        while held or model.queue:
+            for key in held:
+                q.done(key)
+                model.done(key)
+            held = []
+            await asyncio.sleep(0)
+            assert drained.done() == (not model.queue and not model.processing)
+            while model.queue:
+                expected = model.get()
+                assert await q.get() == expected
+                assert expected is not None
+                held.append(expected)
+        assert await q.get() is None
+        await asyncio.wait_for(drained, 1)
+
+    asyncio.run(scenario())
