@@ -246,7 +246,9 @@ class Client:
 
     def _count(self, method: str, code: int | str) -> None:
         self.requests_by_method[method] += 1
-        REST_REQUESTS.labels(code=str(code), method=method, host=self.host).inc()
+        # client-go's rest_client_requests_total labels the HTTP verb: a WATCH is a GET there.
+        verb = "GET" if method == "WATCH" else method
+        REST_REQUESTS.labels(code=str(code), method=verb, host=self.host).inc()
 
     async def _once(
         self,
