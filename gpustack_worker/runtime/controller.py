@@ -4,7 +4,10 @@ The reconcile contract (controller-runtime's): the function gets a key, not an e
 current cache and settings snapshot, computes a pure ``desired(...)`` and applies the difference. It
 returns :class:`Result` — done, or requeue after a delay (polling without rate limiting) — or raises,
 which is logged with the key and a reconcile id, counted, and retried through the rate limiter. No
-exception in a reconcile ever stops a worker. Event sources are informers, wired with
+exception in a reconcile ever stops a worker — a ``CancelledError`` included, unless the worker task
+itself is being cancelled (``Task.cancelling()``): one that merely came out of an awaited future or task
+someone else cancelled is an error like any other. A worker pool that ends anyway is the Manager's to
+notice (it exits non-zero). Event sources are informers, wired with
 :meth:`Controller.watch`: a mapper turns an object into the keys to enqueue (directly, or through a
 cache index for secondary objects) and a predicate drops events that cannot matter — in particular
 the echo of our own writes (status-only or managedFields-only changes).
@@ -101,6 +104,14 @@ def semantic_changed(view: Callable[[Any], Any]) -> Predicate:
     return predicate
 
 
+def _being_cancelled() -> bool:
+    """True when the running task itself has a cancellation pending (``Task.cancel()`` was called on it and
+    not withdrawn), as opposed to a ``CancelledError`` that merely came out of an awaited task someone
+    else cancelled. Only the former may end a worker."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 def _own_key(obj: Any) -> Iterable[str]:
     return (object_key(obj),)
 
@@ -175,6 +186,16 @@ class Controller:
             finally:
                 self.queue.done(key)
 
+    def _failed(self, key: str, exc: BaseException, span: trace.Span) -> None:
+        """Count, log and retry (rate-limited) a reconcile that raised."""
+        RECONCILE_TOTAL.labels(controller=self.name, result="error").inc()
+        RECONCILE_ERRORS.labels(controller=self.name).inc()
+        if not isinstance(exc, _EXPECTED):
+            RECONCILE_PANICS.labels(controller=self.name).inc()
+        span.record_exception(exc)
+        self._log.error("reconcile failed", retries=self.queue.num_requeues(key), exc_info=exc)
+        self.queue.add_rate_limited(key)
+
     async def process(self, key: str) -> None:
         """Reconcile one key and schedule its follow-up. Never raises (except cancellation)."""
         reconcile_id = uuid.uuid4().hex
@@ -190,18 +211,16 @@ class Controller:
             span.set_attribute("reconcileID", reconcile_id)
             try:
                 result = await self.reconcile(key)
-            except asyncio.CancelledError:
-                # The Manager cancels in-flight reconciles when leadership ends; nothing more is written.
-                self._log.warning("reconcile cancelled")
-                raise
+            except asyncio.CancelledError as exc:
+                if _being_cancelled():
+                    # The Manager cancels in-flight reconciles when leadership ends; nothing more is written.
+                    self._log.warning("reconcile cancelled")
+                    raise
+                # Not ours: the reconcile awaited something another task cancelled. An error like any
+                # other (the key is retried), never the end of this worker.
+                self._failed(key, exc, span)
             except Exception as exc:
-                RECONCILE_TOTAL.labels(controller=self.name, result="error").inc()
-                RECONCILE_ERRORS.labels(controller=self.name).inc()
-                if not isinstance(exc, _EXPECTED):
-                    RECONCILE_PANICS.labels(controller=self.name).inc()
-                span.record_exception(exc)
-                self._log.exception("reconcile failed", retries=self.queue.num_requeues(key))
-                self.queue.add_rate_limited(key)
+                self._failed(key, exc, span)
             else:
                 if result.requeue_after is not None and result.requeue_after > 0:
                     RECONCILE_TOTAL.labels(controller=self.name, result="requeue_after").inc()
