@@ -7,7 +7,11 @@ cache would delete what it merely has not seen yet). After the sync the heap of 
 start only once this process leads; a standby keeps its informers (warm caches) and reports ready.
 Losing leadership (the renew deadline passed: the elector's write fence is already closed, so no write
 leaves the process) discards the queued keys, cancels in-flight reconciles and makes :meth:`Manager.run`
-return 1 (the process exits and is restarted, like controller-runtime). A stop request drains the
+return 1 (the process exits and is restarted, like controller-runtime). So does any runner that ends on
+its own — an informer, the registry, the settings source, a controller's worker pool or the elector —
+whether it raised or returned: the error log line names it (``runner stopped, exiting``),
+:attr:`Manager.failed` holds the name and readiness turns false, because a replica that keeps the Lease
+while reconciling nothing must not look healthy. A stop request drains the
 queues *while the elector keeps renewing* (up to ``shutdown_timeout``, then cancels; if the Lease is
 lost meanwhile the drain is cut short the same way), then steps down (fence closed), releases the Lease
 and returns 0. The node agent runs a Manager without an elector (and without a fence).
@@ -23,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from gpustack_worker.runtime.health import HealthServer
+from gpustack_worker.runtime.registry import describe
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -39,7 +44,7 @@ _log = structlog.get_logger("gpustack_worker.runtime.manager")
 
 
 class CacheSyncTimeout(RuntimeError):
-    """Informers did not complete their first list in time."""
+    """Informers did not complete their first list in time (the message names the ones that did not)."""
 
 
 class Manager:
@@ -64,6 +69,8 @@ class Manager:
         self.health = HealthServer(health_bind, self.ready) if health_bind else None
         self.synced = asyncio.Event()
         self.leading = asyncio.Event()
+        #: The runner whose end made :meth:`run` return 1 (None while every runner runs).
+        self.failed: str | None = None
 
     def add_informer(self, informer: Informer) -> Informer:
         self.informers.append(informer)
@@ -81,52 +88,68 @@ class Manager:
         return controller
 
     def ready(self) -> bool:
-        """Readiness: every cache has synced (leaders and standbys alike) and none has stopped following
-        the server (:attr:`Informer.healthy`, e.g. a watch refused 401 on every retry)."""
-        informers = [*self.informers, *(inf for reg in self.registries for inf in reg.informers)]
-        return self.synced.is_set() and all(inf.healthy for inf in informers)
+        """Readiness: no runner has stopped (:attr:`failed`), every cache has synced (leaders and standbys
+        alike) and none has stopped following the server (:attr:`Informer.healthy`, e.g. a watch refused 401
+        on every retry)."""
+        if self.failed is not None or not self.synced.is_set():
+            return False
+        registered = (inf for reg in self.registries for inf in reg.informers)
+        return all(inf.healthy for inf in (*self.informers, *registered))
+
+    def _runner_stopped(self, name: str, runner: asyncio.Future[Any]) -> None:
+        """Record and log that ``runner`` ended on its own: the process is to exit non-zero."""
+        self.failed = name
+        error = None if runner.cancelled() else runner.exception()
+        _log.error(
+            "runner stopped, exiting",
+            runner=name,
+            outcome="cancelled" if runner.cancelled() else ("raised" if error else "returned"),
+            exc_info=error,
+        )
 
     async def run(self, stop: asyncio.Event) -> int:
-        """Run until ``stop`` is set (returns 0) or leadership is lost (returns 1)."""
+        """Run until ``stop`` is set (returns 0), leadership is lost (returns 1) or a runner ends on its own
+        (returns 1, :attr:`failed` names it). :class:`CacheSyncTimeout` is raised as itself."""
+        self.failed = None
         if self.health is not None:
             await self.health.start()
-        sources = list(self.informers)
+        runners: dict[asyncio.Future[Any], str] = {}
+        main: asyncio.Future[int] | None = None
         try:
-            async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(inf.run()) for inf in sources]
-                tasks.extend(group.create_task(reg.run()) for reg in self.registries)
-                if self.settings is not None:
-                    tasks.append(group.create_task(self.settings.run()))
-                try:
-                    code = await self._run_synced(stop)
-                finally:
-                    for task in tasks:
-                        task.cancel()
-            return code
+            for inf in self.informers:
+                runners[asyncio.ensure_future(inf.run())] = f"informer {describe(inf)}"
+            for reg in self.registries:
+                runners[asyncio.ensure_future(reg.run())] = "informer registry"
+            if self.settings is not None:
+                runners[asyncio.ensure_future(self.settings.run())] = "settings source"
+            main = asyncio.ensure_future(self._run_synced(stop))
+            await asyncio.wait((main, *runners), return_when=asyncio.FIRST_COMPLETED)
+            if main.done():
+                return main.result()
+            # An informer (or the registry, or the settings source) ended while we run: nothing keeps
+            # that cache current any more, so stop the controllers and exit non-zero.
+            dead = next(r for r in runners if r.done())
+            self._runner_stopped(runners[dead], dead)
+            main.cancel()
+            await asyncio.gather(main, return_exceptions=True)
+            return 1
         finally:
+            left = [r for r in (main, *runners) if r is not None and not r.done()]
+            for task in left:
+                task.cancel()
+            await asyncio.gather(*left, return_exceptions=True)
             if self.health is not None:
                 await self.health.close()
 
     async def _run_synced(self, stop: asyncio.Event) -> int:
-        waits = [inf.wait_synced() for inf in self.informers]
-        waits.extend(reg.wait_synced() for reg in self.registries)
-        if self.settings is not None:
-            waits.append(self.settings.wait_synced())
         stopper = asyncio.ensure_future(stop.wait())
         try:
-            async with asyncio.timeout(self.cache_sync_timeout):
-                synced = asyncio.ensure_future(asyncio.gather(*waits))
-                await asyncio.wait((synced, stopper), return_when=asyncio.FIRST_COMPLETED)
-                if not synced.done():
-                    synced.cancel()
-                    return 0
-        except TimeoutError as exc:
-            raise CacheSyncTimeout(f"caches did not sync within {self.cache_sync_timeout}s") from exc
-        gc.collect()
-        gc.freeze()
-        self.synced.set()
-        _log.info("caches synced", informers=len(self.informers))
-        try:
+            if not await self._wait_synced(stopper):
+                return 0
+            gc.collect()
+            gc.freeze()
+            self.synced.set()
+            _log.info("caches synced", informers=len(self.informers))
             if self.elector is not None:
                 campaign = asyncio.ensure_future(self.elector.campaign())
                 await asyncio.wait((campaign, stopper), return_when=asyncio.FIRST_COMPLETED)
@@ -143,21 +166,64 @@ class Manager:
             if self.elector is not None:
                 await self.elector.release()
 
+    async def _wait_synced(self, stopper: asyncio.Future[Any]) -> bool:
+        """True once every cache synced, False if ``stopper`` fired first; :class:`CacheSyncTimeout` naming
+        every informer still unsynced after ``cache_sync_timeout``. Leaves nothing pending either way."""
+        waits = [inf.wait_synced() for inf in self.informers]
+        waits.extend(reg.wait_synced() for reg in self.registries)
+        if self.settings is not None:
+            waits.append(self.settings.wait_synced())
+        synced = asyncio.ensure_future(asyncio.gather(*waits))
+        try:
+            async with asyncio.timeout(self.cache_sync_timeout):
+                await asyncio.wait((synced, stopper), return_when=asyncio.FIRST_COMPLETED)
+            if not synced.done():
+                return False  # stopped first
+            synced.result()
+            return True
+        except TimeoutError:
+            informers = [*self.informers, *(inf for reg in self.registries for inf in reg.informers)]
+            if self.settings is not None:
+                informers.append(self.settings.informer)
+            pending = [describe(inf) for inf in informers if not inf.has_synced]
+            raise CacheSyncTimeout(
+                f"caches did not sync within {self.cache_sync_timeout}s: "
+                + (", ".join(pending) or "(every informer listed; a late registration is still syncing)")
+            ) from None
+        finally:
+            if not synced.done():
+                synced.cancel()
+                await asyncio.gather(synced, return_exceptions=True)
+
     async def _lead(self, stopper: asyncio.Future[Any]) -> int:
-        runners = [asyncio.ensure_future(c.run()) for c in self.controllers]
+        names = {asyncio.ensure_future(c.run()): f"controller {c.name}" for c in self.controllers}
+        runners = list(names)
         holder = asyncio.ensure_future(self.elector.hold()) if self.elector is not None else None
-        watched: list[asyncio.Future[Any]] = [stopper]
+        watched: list[asyncio.Future[Any]] = [stopper, *runners]
         if holder is not None:
             watched.append(holder)
         try:
             await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
             if holder is not None and holder.done():
-                # The fence closed at the renew deadline already; hand out nothing more and cancel.
-                _log.error("leadership lost, cancelling in-flight reconciles")
+                if holder.cancelled() or holder.exception() is not None:
+                    self._runner_stopped("leader elector", holder)
+                else:
+                    # The fence closed at the renew deadline already; hand out nothing more and cancel.
+                    _log.error("leadership lost, cancelling in-flight reconciles")
+                await self._abort_controllers(runners)
+                return 1
+            if dead := [r for r in runners if r.done()]:
+                # A worker pool ended while we lead: its keys are reconciled by no one. Exit non-zero so
+                # the Lease goes to a replica that works (controller-runtime's manager does the same).
+                self._runner_stopped(names[dead[0]], dead[0])
                 await self._abort_controllers(runners)
                 return 1
             # Graceful stop: the elector keeps renewing while the queues drain.
-            return 0 if await self._drain_controllers(runners, holder) else 1
+            drained = await self._drain_controllers(runners, holder)
+            if failed := [r for r in runners if r.done() and not r.cancelled() and r.exception() is not None]:
+                self._runner_stopped(names[failed[0]], failed[0])
+                return 1
+            return 0 if drained else 1
         finally:
             self.leading.clear()
             if holder is not None and self.elector is not None:

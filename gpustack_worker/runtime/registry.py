@@ -43,9 +43,21 @@ if TYPE_CHECKING:
     from gpustack_worker.runtime.resources import Resource
     from gpustack_worker.runtime.transform import Transform
 
-__all__ = ("InformerKey", "InformerRegistry", "RegistryError")
+__all__ = ("InformerKey", "InformerRegistry", "RegistryError", "describe")
 
 _log = structlog.get_logger("gpustack_worker.runtime.registry")
+
+
+def describe(informer: Informer) -> str:
+    """``plural[ in namespace][ labelSelector=..][ fieldSelector=..]``: which informer, for log lines."""
+    parts = [informer.resource.plural]
+    if informer.namespace:
+        parts.append(f"in {informer.namespace}")
+    if informer.label_selector:
+        parts.append(f"labelSelector={informer.label_selector}")
+    if informer.field_selector:
+        parts.append(f"fieldSelector={informer.field_selector}")
+    return " ".join(parts)
 
 
 class RegistryError(RuntimeError):
@@ -103,6 +115,8 @@ class InformerRegistry:
         self._transforms: dict[Resource, _KindTransform] = {}
         self._running: set[Resource] = set()
         self._group: asyncio.TaskGroup | None = None
+        self._stopped: asyncio.Future[None] | None = None
+        self._failure: RegistryError | None = None
         self._indexers: dict[InformerKey, dict[str, IndexFunc]] = {}
 
     # -- registration ------------------------------------------------------------------------------
@@ -233,23 +247,39 @@ class InformerRegistry:
         return self._group is not None
 
     async def run(self) -> None:
-        """Run every informer (present and future) until cancelled."""
+        """Run every informer (present and future) until cancelled.
+
+        Informers never end on their own; when one does (raised or returned) the others are cancelled and
+        this raises :class:`RegistryError` naming it, so the Manager exits instead of serving a cache
+        that no longer follows the server.
+        """
         if self._group is not None:
             raise RegistryError("registry already running")
+        stopped: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._stopped = stopped
+        self._failure = None
         try:
             async with asyncio.TaskGroup() as group:
                 self._group = group
                 for informer in self._informers.values():
                     self._start(informer)
-                await asyncio.Future()  # until cancelled; informers never return on their own
+                await stopped  # until cancelled, or until an informer ends
+                if self._failure is not None:
+                    raise self._failure
+        except BaseExceptionGroup:
+            if self._failure is not None:
+                raise self._failure  # noqa: B904 - the informer's own error is its __cause__
+            raise
         finally:
             self._group = None
+            self._stopped = None
             self._running.clear()
 
     def _start(self, informer: Informer) -> None:
         assert self._group is not None
         self._running.add(informer.resource)
-        self._group.create_task(informer.run(), name=f"informer {informer.resource.plural}")
+        task = self._group.create_task(informer.run(), name=f"informer {informer.resource.plural}")
+        task.add_done_callback(lambda done: self._informer_ended(informer, done))
         _log.debug(
             "informer started",
             resource=informer.resource.plural,
@@ -257,6 +287,17 @@ class InformerRegistry:
             label_selector=informer.label_selector,
             field_selector=informer.field_selector,
         )
+
+    def _informer_ended(self, informer: Informer, task: asyncio.Task[None]) -> None:
+        """Done-callback of an informer task: one that ended by itself (not cancelled) stops :meth:`run`."""
+        if task.cancelled() or self._failure is not None:
+            return
+        error = task.exception()
+        how = f"raised {error!r}" if error is not None else "returned"
+        self._failure = RegistryError(f"informer {describe(informer)} stopped: {how}")
+        self._failure.__cause__ = error
+        if self._stopped is not None and not self._stopped.done():
+            self._stopped.set_result(None)  # wake run(), which raises the failure
 
     async def wait_synced(self, *informers: Informer) -> None:
         """Wait until ``informers`` (default: every registered one, also those added meanwhile) synced."""
