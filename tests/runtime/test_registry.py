@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
 from gpustack_worker.api import kinds
+from gpustack_worker.runtime import registry as registry_module
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.controller import Controller, Result
 from gpustack_worker.runtime.indexers import by_label, namespace_of
@@ -18,6 +19,7 @@ from gpustack_worker.runtime.manager import Manager
 from gpustack_worker.runtime.queue import WorkQueue
 from gpustack_worker.runtime.registry import InformerKey, InformerRegistry, RegistryError
 from gpustack_worker.runtime.resources import Resource
+from tests.runtime.test_manager_supervision import StandInInformer
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -277,3 +279,38 @@ async def test_manager_syncs_registry_informers_and_a_late_informer_syncs_before
         for item in items:
             await client.delete(kinds.CONFIG_MAP, item["metadata"]["name"], ns)
         await client.close()
+
+
+@pytest.mark.parametrize("how", ["returned", "raised"])
+@pytest.mark.parametrize("late", [False, True])
+async def test_an_informer_that_ends_stops_the_registry_with_an_error_naming_it(
+    how: str, late: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(registry_module, "Informer", StandInInformer)
+    registry = InformerRegistry(cast("Client", None))
+    keeps = cast("StandInInformer", registry.informer(CM, namespace="ns"))
+    run = asyncio.ensure_future(registry.run())
+    await asyncio.wait_for(keeps.running.wait(), 5)
+    dying = cast("StandInInformer", registry.informer(NODE, label_selector="gpu=yes"))  # started at once
+    if not late:
+        dying, keeps = keeps, dying
+    await asyncio.wait_for(dying.running.wait(), 5)
+    dying.stop(how)
+    with pytest.raises(RegistryError) as raised:
+        await asyncio.wait_for(run, 5)
+    described = "nodes labelSelector=gpu=yes" if late else "configmaps in ns"
+    assert str(raised.value).startswith(f"informer {described} stopped: {how}")
+    assert (raised.value.__cause__ is not None) == (how == "raised")
+    assert asyncio.all_tasks() == {asyncio.current_task()}, "an informer was left running"
+    assert not registry.started
+
+
+async def test_cancelling_the_registry_is_not_an_informer_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(registry_module, "Informer", StandInInformer)
+    registry = InformerRegistry(cast("Client", None))
+    only = cast("StandInInformer", registry.informer(CM))
+    run = asyncio.ensure_future(registry.run())
+    await asyncio.wait_for(only.running.wait(), 5)
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
