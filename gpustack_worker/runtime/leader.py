@@ -25,6 +25,9 @@ as the margin for a request already on the wire. The elector therefore
   someone else's), and acquires through an unfenced view (a candidate leads nothing yet; the
   resourceVersion protects the Lease);
 * renews every retry period and gives up leadership exactly when the window ends without a renewal;
+  like client-go, a renewal first updates the Lease it last wrote without reading it (one PUT; the
+  resourceVersion makes it fail if anyone else wrote since) and only on failure re-reads it and retries
+  (the *slow path*, counted in ``leader_election_slowpath_total`` exactly where client-go counts it);
 * writes ``leaseDurationSeconds`` rounded *up* to whole seconds, never below what it assumes.
 
 On graceful shutdown the leader keeps renewing while the Manager drains, then :meth:`step_down`
@@ -146,6 +149,8 @@ class LeaderElector:
         self._lost = False
         self._stepped_down = asyncio.Event()
         self._held_by_other = False
+        #: The Lease as this process last wrote it (the optimistic renewal updates it without a GET).
+        self._last: dict[str, Any] | None = None
         self._gauge = LEADER_STATUS.labels(name=name)
         self._gauge.set(0)
         self._log = _log.bind(lease=f"{namespace}/{name}", identity=identity)
@@ -246,7 +251,6 @@ class LeaderElector:
         self._gauge.set(1 if leading else 0)
 
     def _lose(self) -> None:
-        LEADER_SLOWPATH.labels(name=self.name).inc()
         self._lost = True
         self._set_leading(False)
         self._log.error("leadership lost: could not renew within the renew deadline")
@@ -296,6 +300,8 @@ class LeaderElector:
     async def _attempt(self, writer: Client) -> bool:
         self._held_by_other = False
         now = _micro_now()
+        if self._leading and self._last is not None and await self._renew_optimistically(writer, now):
+            return True
         lease = await writer.get(LEASE, self.name, self.namespace)
         if lease is None:
             body = {
@@ -312,6 +318,7 @@ class LeaderElector:
             }
             created = await writer.create(LEASE, body, namespace=self.namespace)
             self._observe(created.get("spec") or {})
+            self._last = created
             return True
         spec = lease.get("spec") or {}
         self._observe(spec)
@@ -321,6 +328,10 @@ class LeaderElector:
             self._held_by_other = True
             return False  # held by someone else and not expired
         mine = holder == self.identity
+        if mine:
+            # client-go counts here: the holder renews by re-reading the Lease (the slow path), because it
+            # was not leading yet or the optimistic update of the Lease it last wrote failed.
+            LEADER_SLOWPATH.labels(name=self.name).inc()
         lease["spec"] = {
             **spec,
             "holderIdentity": self.identity,
@@ -331,6 +342,31 @@ class LeaderElector:
         }
         updated = await writer.replace(LEASE, lease)
         self._observe(updated.get("spec") or {})
+        self._last = updated
+        return True
+
+    async def _renew_optimistically(self, writer: Client, now: str) -> bool:
+        """client-go's fast path: update the Lease this leader last wrote (its resourceVersion) without
+        reading it first. False on any failure (a conflict: someone else wrote it), so the caller falls
+        back to the slow path, which re-reads it."""
+        assert self._last is not None
+        spec = self._last.get("spec") or {}
+        lease = {
+            **self._last,
+            "spec": {
+                **spec,
+                "holderIdentity": self.identity,
+                "leaseDurationSeconds": lease_seconds(self.lease_duration),
+                "renewTime": now,
+            },
+        }
+        try:
+            updated = await writer.replace(LEASE, lease)
+        except Exception as exc:
+            self._log.debug("optimistic lease renewal failed, falling back to the slow path", error=repr(exc))
+            return False
+        self._observe(updated.get("spec") or {})
+        self._last = updated
         return True
 
     def _observe(self, spec: dict[str, Any]) -> None:
