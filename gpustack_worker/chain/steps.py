@@ -81,6 +81,8 @@ _PER_OBJECT: Final = frozenset({400, 403, 404, 409, _INVALID})
 #: Event reasons of a refused write (on the object the refused one belongs to).
 REASON_NAME_TAKEN: Final = "NameTakenByForeignObject"
 REASON_WRITE_REFUSED: Final = "WriteRefused"
+#: Event reason of a write that put back fields another field manager had changed on a chain object.
+REASON_FIELDS_REPAIRED: Final = "FieldsRepaired"
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,12 +319,16 @@ class Steps:
     _facts: dict[str, tuple[str, DevicesFacts]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        c = self.client
-        self.flavor_applier = Applier(c, managers.FLAVOR, cache=self.flavor_cache)
-        self.queue_applier = Applier(c, managers.QUEUE, cache=self.queue_cache)
-        self.type_applier = Applier(c, managers.INSTANCE_TYPE, cache=self.type_cache)
-        self.local_queue_applier = Applier(c, managers.LOCAL_QUEUE, cache=self.local_queue_cache)
-        self.check_appliers = {name: Applier(c, name, cache=self.checks) for name in admissionchecks.CHECKS}
+        c, fix = self.client, self.repaired
+        self.flavor_applier = Applier(c, managers.FLAVOR, cache=self.flavor_cache, on_repair=fix)
+        self.queue_applier = Applier(c, managers.QUEUE, cache=self.queue_cache, on_repair=fix)
+        self.type_applier = Applier(c, managers.INSTANCE_TYPE, cache=self.type_cache, on_repair=fix)
+        self.local_queue_applier = Applier(
+            c, managers.LOCAL_QUEUE, cache=self.local_queue_cache, on_repair=fix
+        )
+        self.check_appliers = {
+            name: Applier(c, name, cache=self.checks, on_repair=fix) for name in admissionchecks.CHECKS
+        }
         self.flavor_pruner = Pruner(c, kinds.RESOURCE_FLAVOR, controller=managers.OWNER_FLAVORS)
         self.local_queue_pruner = Pruner(c, kinds.LOCAL_QUEUE, controller=managers.OWNER_LOCAL_QUEUES)
         self.finalizer = Finalizer(
@@ -356,6 +362,19 @@ class Steps:
         if self.events is not None:
             for obj in regarding:
                 self.events.warning(obj, reason=failure.reason, action="Apply", note=failure.note())
+
+    def repaired(self, resource: Resource, obj: Mapping[str, Any], fields: tuple[str, ...]) -> None:
+        """A write put back ``fields`` another field manager had changed on ``obj``: a Warning on it (the
+        Applier logs it; it reports once per such write, and the next pass is a no-op)."""
+        if self.events is not None:
+            meta = _meta(obj)
+            ns, name = meta.get("namespace"), meta.get("name")
+            note = (
+                f"{resource.kind} {f'{ns}/{name}' if ns else name}: {', '.join(fields)} changed by another "
+                "field manager; written back to the chain's value (the chain owns these fields: change the "
+                "chain's inputs instead)"
+            )
+            self.events.warning(obj, reason=REASON_FIELDS_REPAIRED, action="Apply", note=note)
 
     def cleared(self, kind: str, namespace: str | None, name: str) -> None:
         """A write of the object was accepted: a later refusal is new again."""

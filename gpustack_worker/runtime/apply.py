@@ -22,6 +22,14 @@ not change the object:
 
 Status goes through the ``/status`` subresource with its own managedFields entry.
 
+**A field another manager changed** (an admin's ``kubectl edit``, a forced apply): the server moves the
+field to that manager's entry, so it is missing from ours while the object holds a value other than
+ours. :func:`taken_fields` finds exactly those fields; the apply writes them back (rule 1 above makes it a
+write) and, once the write is accepted, the :class:`Applier` reports the repair — a warning log line and
+its ``on_repair`` hook (the chain posts a Warning Event) — once per write, so once per edit: the next
+reconcile finds our entry whole again and is a no-op. A field merely added to our desired body is absent
+from the object, and a value we changed ourselves is still in our entry: neither is reported.
+
 The check reads this manager's managedFields entry from the cache, so the informer's ingest transform
 must keep it: an :class:`Applier` is bound to the caches it checks against and refuses, at
 construction, a cache whose transform drops its field manager (otherwise every reconcile would write).
@@ -43,6 +51,8 @@ from gpustack_worker.runtime.quantity import parse
 from gpustack_worker.runtime.resources import ITEM, NO_HINTS, FieldHints, Pattern
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from gpustack_worker.runtime.client import Client
     from gpustack_worker.runtime.resources import Resource
 
@@ -53,8 +63,10 @@ __all__ = (
     "FieldPath",
     "ManagedFieldsCache",
     "desired_fields",
+    "dotted",
     "is_noop",
     "owned_fields",
+    "taken_fields",
 )
 
 _log = structlog.get_logger("gpustack_worker.runtime.apply")
@@ -311,6 +323,82 @@ def is_noop(
     return _same(_without_untracked(desired), cached, (), hints)
 
 
+def _pattern(path: FieldPath) -> Pattern:
+    """The schema pattern of a field path (a list element is :data:`ITEM`), as hints are keyed."""
+    return tuple(e[2:] if e.startswith("f:") else ITEM for e in path)
+
+
+def _at(value: Any, path: FieldPath) -> Any:
+    """The value at a managedFields path inside ``value`` (``_MISSING`` when there is none)."""
+    for element in path:
+        kind, rest = element[:2], element[2:]
+        if kind == "f:":
+            if not isinstance(value, Mapping) or rest not in value:
+                return _MISSING
+            value = value[rest]
+        elif kind in ("k:", "v:") and _is_list(value):
+            try:
+                want = orjson.loads(rest)
+            except orjson.JSONDecodeError:
+                return _MISSING
+            if kind == "v:":
+                found = [item for item in value if item == want]
+            else:
+                found = [
+                    item
+                    for item in value
+                    if isinstance(item, Mapping)
+                    and isinstance(want, Mapping)
+                    and all(item.get(k, _MISSING) == v for k, v in want.items())
+                ]
+            if not found:
+                return _MISSING
+            value = found[0]
+        else:
+            return _MISSING
+    return value
+
+
+def dotted(path: FieldPath) -> str:
+    """A field path for people: ``spec.resourceGroups``, ``metadata.labels.a``, ``x.items[{"name":"a"}]``."""
+    out = ""
+    for element in path:
+        if element.startswith("f:"):
+            out += ("." if out else "") + element[2:]
+        else:
+            out += f"[{element[2:]}]"
+    return out
+
+
+def taken_fields(
+    desired: Mapping[str, Any],
+    cached: Mapping[str, Any] | None,
+    field_manager: str,
+    subresource: str | None = None,
+    *,
+    hints: FieldHints = NO_HINTS,
+) -> frozenset[FieldPath]:
+    """The fields of ``desired`` another manager changed on ``cached``: this manager has an apply entry on
+    the object (it applied before), the field is not in that entry, and the object holds a value there
+    other than the desired one. Empty for a first apply, a field newly desired (absent from the object),
+    and a value this manager changed itself (the field is still in its entry)."""
+    if cached is None:
+        return frozenset()
+    owned = _manager_fields(cached, field_manager, subresource)
+    if owned is None:
+        return frozenset()
+    body = _without_untracked(desired)
+    out = set()
+    for path in desired_fields(desired, hints) - owned:
+        have = _at(cached, path)
+        want = _at(body, path)
+        if have is _MISSING or want is _MISSING:
+            continue
+        if not _same(want, have, _pattern(path), hints):
+            out.add(path)
+    return frozenset(out)
+
+
 # -- the applier -------------------------------------------------------------------------------------
 
 
@@ -342,6 +430,9 @@ class Applier:
     them): each must keep this field manager's managedFields entries
     (``make_transform([..., field_manager])``), else :class:`ApplierConfigError` is raised here, at
     start-up — without the entry no apply could ever be judged a no-op.
+
+    ``on_repair(resource, cached, fields)`` is called after an accepted apply that wrote back fields
+    another manager had changed (:func:`taken_fields`, as :func:`dotted` paths); it must not raise.
     """
 
     def __init__(
@@ -350,9 +441,11 @@ class Applier:
         field_manager: str,
         *,
         cache: ManagedFieldsCache | Iterable[ManagedFieldsCache],
+        on_repair: Callable[[Resource, Mapping[str, Any], tuple[str, ...]], None] | None = None,
     ) -> None:
         self.client = client
         self.field_manager = field_manager
+        self.on_repair = on_repair
         self._skipped = APPLY_SKIPPED.labels(field_manager=field_manager)
         several = isinstance(cache, list | tuple | set | frozenset)
         caches = list(cast("Iterable[ManagedFieldsCache]", cache)) if several else [cache]
@@ -403,9 +496,24 @@ class Applier:
             namespace=meta.get("namespace"),
             subresource=subresource,
         )
-        return await self.client.apply(
+        taken = taken_fields(desired, cached, self.field_manager, subresource, hints=resource.hints)
+        written = await self.client.apply(
             resource, dict(desired), field_manager=self.field_manager, force=force, subresource=subresource
         )
+        if taken and cached is not None:
+            fields = tuple(sorted(dotted(p) for p in taken))
+            _log.warning(
+                "repaired fields another field manager changed",
+                field_manager=self.field_manager,
+                kind=resource.kind,
+                name=meta.get("name"),
+                namespace=meta.get("namespace"),
+                subresource=subresource,
+                fields=list(fields),
+            )
+            if self.on_repair is not None:
+                self.on_repair(resource, cached, fields)
+        return written
 
     async def apply_status(
         self, resource: Resource, desired: Mapping[str, Any], cached: Mapping[str, Any] | None

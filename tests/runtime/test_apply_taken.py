@@ -1,0 +1,191 @@
+"""Fields another field manager changed (``taken_fields``) and the Applier's one report of their repair.
+
+The committed fixtures are objects the real API server stored (``capture_fixtures.py``): two of them were
+changed by another manager after the apply (a forced apply of the queue's stop policy, a merge patch of a
+node label), and only those two report a taken field. Every row of the no-op table (our own edits of the
+desired body) reports none, except a field newly desired whose value the server had defaulted — which
+cannot be told apart from a foreign edit when the cache keeps only our managedFields entry (documented in
+``runtime/apply.py``).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from capture_fixtures import CASES_BY_NAME, load
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from noop_cases import ROWS, Row
+
+from gpustack_worker.runtime.apply import Applier, dotted, is_noop, taken_fields
+from gpustack_worker.runtime.client import Conflict
+from gpustack_worker.runtime.resources import Resource
+from gpustack_worker.runtime.transform import make_transform
+
+LABEL = ("f:metadata", "f:labels")
+TAKEN_IN_FIXTURE = {
+    "clusterqueue-taken-over": {"spec.stopPolicy"},
+    "node-labels-updated-by-other": {"metadata.labels.shared.fit.gpustack.ai/nvidia-a100"},
+}
+#: A newly desired field the server had defaulted to another value: reported (see the module docstring).
+DEFAULTED = {"cq-field-added": {"spec.queueingStrategy"}}
+
+
+def _cached(record: dict[str, Any], manager: str) -> dict[str, Any]:
+    """The stored object as the informer caches it (only ``manager``'s managedFields kept)."""
+    out: dict[str, Any] = make_transform([manager])(copy.deepcopy(record["object"]))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(CASES_BY_NAME))
+def test_only_fixtures_changed_by_another_manager_report_taken_fields(name: str) -> None:
+    record = load(name)
+    hints = CASES_BY_NAME[name].resource.hints
+    cached = _cached(record, record["manager"])
+    taken = taken_fields(record["body"], cached, record["manager"], record["subresource"], hints=hints)
+    assert {dotted(p) for p in taken} == TAKEN_IN_FIXTURE.get(name, set())
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
+def test_our_own_changes_of_the_desired_body_are_not_taken_fields(row: Row) -> None:
+    record = load(row.fixture)
+    manager = row.manager or record["manager"]
+    hints = CASES_BY_NAME[row.fixture].resource.hints
+    body = row.change(record["body"])
+    taken = taken_fields(body, _cached(record, manager), manager, record["subresource"], hints=hints)
+    expected = TAKEN_IN_FIXTURE.get(row.fixture, set()) | DEFAULTED.get(row.id, set())
+    assert {dotted(p) for p in taken} == expected
+
+
+def test_no_cache_or_no_entry_of_ours_reports_nothing() -> None:
+    record = load("clusterqueue-taken-over")
+    hints = CASES_BY_NAME["clusterqueue-taken-over"].resource.hints
+    assert taken_fields(record["body"], None, record["manager"], hints=hints) == frozenset()
+    # A manager that never applied to the object (a first apply over an existing one) took nothing back.
+    cached = _cached(record, "someone-else")
+    assert taken_fields(record["body"], cached, "someone-else", hints=hints) == frozenset()
+
+
+# -- the property: labels ours, changed by another manager, newly desired, or changed by ourselves -------
+MANAGER = "chain"
+
+
+def _labelled(labels: dict[str, str], entries: dict[str, set[str]]) -> dict[str, Any]:
+    """An object with ``labels`` and one Apply (ours) / Update (others) managedFields entry per manager."""
+    managed = [
+        {
+            "manager": manager,
+            "operation": "Apply" if manager == MANAGER else "Update",
+            "fieldsV1": {"f:metadata": {"f:labels": {f"f:{k}": {} for k in sorted(keys)}}},
+        }
+        for manager, keys in entries.items()
+        if keys
+    ]
+    return {"metadata": {"name": "x", "labels": dict(labels), "managedFields": managed}}
+
+
+def _body(labels: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "labels": labels}}
+
+
+KEYS = st.sampled_from([f"k{i}" for i in range(8)])
+
+
+@settings(max_examples=300)
+@given(
+    desired=st.dictionaries(KEYS, st.sampled_from(["a", "b"]), min_size=1),
+    edits=st.dictionaries(KEYS, st.sampled_from(["taken", "added", "ours-changed", "same-by-other"])),
+    foreign=st.dictionaries(st.sampled_from(["x0", "x1"]), st.just("theirs")),
+)
+def test_taken_are_exactly_the_fields_another_manager_changed(
+    desired: dict[str, str], edits: dict[str, str], foreign: dict[str, str]
+) -> None:
+    """Start from our applied labels; another manager changes some (ownership moves to it), sets one to our
+    value (moves too, nothing to repair), or adds labels of its own; we add labels or change values
+    ourselves. Exactly the changed ones are taken, and the apply is a no-op only when nothing differs."""
+    labels = dict(foreign)
+    ours: set[str] = set()
+    theirs: set[str] = set(foreign)
+    for key, value in desired.items():
+        edit = edits.get(key)
+        if edit == "taken":
+            labels[key] = value + "-admin"
+            theirs.add(key)
+        elif edit == "same-by-other":
+            labels[key] = value
+            theirs.add(key)
+        elif edit == "ours-changed":
+            labels[key] = value + "-old"
+            ours.add(key)
+        elif edit != "added":
+            labels[key] = value
+            ours.add(key)
+    if not ours:  # the server drops an entry that owns nothing: nothing of ours to have been taken
+        return
+    cached = _labelled(labels, {MANAGER: ours, "admin": theirs})
+    taken = taken_fields(_body(desired), cached, MANAGER)
+    expected = {(*LABEL, f"f:{k}") for k in desired if edits.get(k) == "taken"}
+    assert taken == expected
+    differs = {k for k in desired if edits.get(k) in ("taken", "added", "ours-changed", "same-by-other")}
+    assert is_noop(_body(desired), cached, MANAGER) is (not differs)
+
+
+# -- the Applier: one report per accepted repair ----------------------------------------------------------
+CM = Resource("", "v1", "ConfigMap", "configmaps", namespaced=False)
+
+
+class Cache:
+    field_managers = frozenset({MANAGER})
+
+
+class FakeClient:
+    def __init__(self, *, refuse: bool = False) -> None:
+        self.applied: list[dict[str, Any]] = []
+        self.refuse = refuse
+
+    async def apply(self, resource: Resource, body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        self.applied.append(body)
+        if self.refuse:
+            raise Conflict(409, "Conflict", {"message": "conflict"})
+        labels = dict(body["metadata"]["labels"])
+        return _labelled(labels, {MANAGER: set(labels)})
+
+
+async def test_the_applier_reports_a_repair_once_then_the_next_pass_is_a_noop() -> None:
+    client = FakeClient()
+    repairs: list[tuple[str, tuple[str, ...]]] = []
+    applier = Applier(
+        client,  # type: ignore[arg-type]
+        MANAGER,
+        cache=Cache(),
+        on_repair=lambda resource, obj, fields: repairs.append((resource.kind, fields)),
+    )
+    desired = _body({"a": "1", "b": "2"})
+    edited = _labelled({"a": "1", "b": "admin"}, {MANAGER: {"a"}, "kubectl": {"b"}})
+    written = await applier.apply(CM, desired, edited)
+    assert written is not None and len(client.applied) == 1
+    assert repairs == [("ConfigMap", ("metadata.labels.b",))]
+    # The repaired object is ours again: no write, no report.
+    assert await applier.apply(CM, desired, written) is None
+    assert len(client.applied) == 1 and len(repairs) == 1
+    # A label of the admin's own (not in our body) is left alone: no write at all.
+    theirs = _labelled({"a": "1", "b": "2", "mine": "x"}, {MANAGER: {"a", "b"}, "kubectl": {"mine"}})
+    assert await applier.apply(CM, desired, theirs) is None
+    assert len(client.applied) == 1 and len(repairs) == 1
+
+
+async def test_a_refused_repair_is_not_reported() -> None:
+    client = FakeClient(refuse=True)
+    repairs: list[tuple[str, ...]] = []
+    applier = Applier(
+        client,  # type: ignore[arg-type]
+        MANAGER,
+        cache=Cache(),
+        on_repair=lambda _resource, _obj, fields: repairs.append(fields),
+    )
+    edited = _labelled({"a": "admin"}, {MANAGER: {"z"}, "kubectl": {"a"}})
+    with pytest.raises(Conflict):
+        await applier.apply(CM, _body({"a": "1", "z": "1"}), edited)
+    assert repairs == []
