@@ -32,6 +32,8 @@ CONVENTIONAL = (
     "workqueue_queue_duration_seconds",
     "workqueue_work_duration_seconds",
     "workqueue_retries_total",
+    "workqueue_unfinished_work_seconds",
+    "workqueue_longest_running_processor_seconds",
     "rest_client_requests_total",
 )
 
