@@ -174,8 +174,9 @@ class Controller:
                 group.create_task(self._worker())
 
     async def shutdown(self) -> None:
-        """Stop intake and wait for in-flight reconciles (the Manager cancels them instead when leadership
-        is lost: :meth:`WorkQueue.shutdown` with ``discard`` and a cancel of :meth:`run`)."""
+        """Stop intake and wait until the queued and in-flight keys are done (with :meth:`run` running; the
+        Manager cancels them instead when leadership is lost: :meth:`WorkQueue.shutdown` with ``discard``
+        and a cancel of :meth:`run`)."""
         self.queue.shutdown()
         await self.queue.drain()
 
