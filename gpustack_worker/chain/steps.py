@@ -185,6 +185,16 @@ class _Batch:
                 self._holders = {str(_meta(o).get("name")): o for o in found}
         return self._holders.get(name)
 
+    def apply(
+        self, applier: Applier, body: Mapping[str, Any], cached: Mapping[str, Any] | None
+    ) -> Callable[[], Awaitable[Any]]:
+        """The apply of ``body`` for :meth:`write`. On an object that is the chain's (:func:`is_ours`) it is
+        forced: the chain owns every field it sets there, so a field an admin changed is written back (and
+        reported once, by the Applier's ``on_repair``) instead of refused as a conflict and retried
+        forever. A name the chain does not hold is applied without force."""
+        ours = cached is not None and is_ours(cached, owner=self.owner, field_managers=self.field_managers)
+        return partial(applier.apply, self.resource, body, cached, force=ours)
+
     async def write(
         self,
         name: str,
@@ -524,7 +534,7 @@ class Steps:
                 continue
             await batch.write(
                 name,
-                partial(self.flavor_applier.apply, kinds.RESOURCE_FLAVOR, body, cached),
+                batch.apply(self.flavor_applier, body, cached),
                 uncached=cached is None,
                 regarding=regarding,
             )
@@ -709,7 +719,7 @@ class Steps:
         for name, body in desired.items():
             cached = self.local_queue_cache.store.get(f"{namespace}/{name}")
             stamped = stamp(body, managers.OWNER_LOCAL_QUEUES)
-            write = partial(self.local_queue_applier.apply, kinds.LOCAL_QUEUE, stamped, cached)
+            write = batch.apply(self.local_queue_applier, stamped, cached)
             await batch.write(name, write, uncached=cached is None, regarding=[ns])
         ours = [q for q in self.local_queue_cache.store.list() if _meta(q).get("namespace") == namespace]
         await self.local_queue_pruner.prune(ours, {f"{namespace}/{n}" for n in desired})
@@ -722,8 +732,7 @@ class Steps:
         batch = _Batch(self, kinds.ADMISSION_CHECK, owner=None, field_managers=tuple(admissionchecks.CHECKS))
         for name, body in admissionchecks.desired_admission_checks().items():
             cached = self.checks.store.get(name)
-            apply = self.check_appliers[name].apply
-            await batch.write(name, partial(apply, kinds.ADMISSION_CHECK, body, cached))
+            await batch.write(name, batch.apply(self.check_appliers[name], body, cached))
         batch.finish()
         return Result.done()
 

@@ -1,0 +1,268 @@
+"""Fault: an admin editing a field the chain owns — repaired and reported, once (issue 17).
+
+The real ``gpustack-worker controller`` (one process, its own ServiceAccount and User-Agent) and the node
+agent run the ``topology-migration`` scenario (four single-T4 Nodes) until the chain has converged. Then:
+
+- an admin takes a field the chain owns on the pool's ClusterQueue (``spec.preemption.withinClusterQueue``,
+  a kubectl-style forced server-side apply under another field manager) and one on its ResourceFlavor (a
+  ``note.gpustack.ai/`` annotation, a plain merge patch like ``kubectl annotate --overwrite``): the chain
+  writes each back exactly once (audit log), posts exactly one ``FieldsRepaired`` Warning Event and one
+  log line per object, and the following reconciles of both objects write nothing;
+- an admin adds labels of their own to both objects (fields the chain does not own): left alone, no
+  write, although both objects are reconciled again.
+
+"The following reconciles" are counted from the process's ``controller_runtime_reconcile_total``, never
+waited for by time. No duration is asserted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import pytest
+
+from gpustack_worker.agent.controller import Agent
+from gpustack_worker.api import keys, kinds, rbac
+from gpustack_worker.chain.steps import REASON_FIELDS_REPAIRED
+from gpustack_worker.cli.controller_cmd import USER_AGENT
+from gpustack_worker.cli.settings import WorkerSettings
+from gpustack_worker.devcluster.audit import AuditLog
+from gpustack_worker.runtime.client import Client
+from gpustack_worker.runtime.settings import SettingsSource
+from gpustack_worker.simulate.apply import apply_scenario
+from gpustack_worker.simulate.load import packaged_scenario
+from tests.chain.controller_procs import ControllerProcs, audited_cluster, controller_account, lease_holder
+from tests.stack import condition, eventually
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator
+
+    from gpustack_worker.devcluster.cluster import DevCluster
+
+pytestmark = pytest.mark.cluster
+
+P0 = keys.topology_profile([keys.HOSTNAME])
+QUEUE = "gpustack--nvidia-tesla-t4-linux-amd64"
+FLAVOR = f"gpustack--intel-xeon-platinum-8259cl--nvidia-tesla-t4-linux-amd64-1d-{P0}"
+NOTE = f"{keys.NOTE_PREFIX}product"
+ADMIN_MANAGER = "kubectl"
+ADMIN_LABEL = "example.com/team"
+IDENTITY = "ctl-a"
+STEP_S = 120.0
+
+
+@pytest.fixture(scope="module")
+def devcluster() -> Iterator[DevCluster]:
+    """A control plane for this module alone (the pool must hold exactly the scenario's Nodes)."""
+    with audited_cluster("faults-admin-edit") as cluster:
+        yield cluster
+
+
+@dataclass
+class World:
+    admin: Client
+    audit: AuditLog
+    procs: ControllerProcs
+
+
+@pytest.fixture(scope="module")
+async def world(devcluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:
+    admin = await Client.connect(str(devcluster.kubeconfig), user_agent="faults-admin")
+    await apply_scenario(admin, packaged_scenario("topology-migration"))
+    agent_client = await Client.connect(str(devcluster.service_account_kubeconfig(rbac.AGENT.name)))
+    agent = Agent(agent_client, SettingsSource(agent_client, model=WorkerSettings, env={}), node_name=None)
+    stop = asyncio.Event()
+    agent_task = asyncio.create_task(agent.run(stop))
+    logs = tmp_path_factory.mktemp("controller")
+    print(f"[admin-edit] controller log in {logs}")
+    kubeconfig, _user = await controller_account(devcluster, admin, IDENTITY)
+    procs = ControllerProcs(logs)
+    procs.start(IDENTITY, kubeconfig)
+    assert devcluster.audit_log is not None
+    try:
+        yield World(admin, AuditLog(devcluster.audit_log), procs)
+    finally:
+        procs.stop_all()
+        stop.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(agent_task, 30)
+        for client in (agent_client, admin):
+            await client.close()
+
+
+# --- reads -------------------------------------------------------------------------------------------
+
+
+def _flavors(cq: dict[str, Any] | None) -> list[str]:
+    groups = ((cq or {}).get("spec") or {}).get("resourceGroups") or ()
+    return [f["name"] for g in groups for f in g.get("flavors") or ()]
+
+
+async def converged(admin: Client) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The queue on the pool's one flavor, TopologyReady and Active for its generation; and the flavor."""
+    cq = await admin.get(kinds.CLUSTER_QUEUE, QUEUE)
+    rf = await admin.get(kinds.RESOURCE_FLAVOR, FLAVOR)
+    if cq is None or rf is None:
+        return None
+    generation = cq["metadata"].get("generation")
+    ready = condition(cq, keys.TOPOLOGY_READY)
+    ok = (
+        _flavors(cq) == [FLAVOR]
+        and ready.get("status") == "True"
+        and ready.get("observedGeneration") == generation
+        and condition(cq, "Active").get("observedGeneration") == generation
+        and NOTE in (rf["metadata"].get("annotations") or {})
+    )
+    return (cq, rf) if ok else None
+
+
+def chain_writes(w: World, resource: str, name: str, since: datetime.datetime) -> list[str]:
+    """The controller's writes of one object (its status subresource apart) since ``since``."""
+    return [
+        f"{e.received.isoformat()} {e.verb} {e.resource_path} code={e.code}"
+        for e in w.audit.writes(f"{USER_AGENT}/{IDENTITY}", since=since)
+        if e.resource == resource and e.name == name and not e.subresource
+    ]
+
+
+async def repaired_events(admin: Client, kind: str, name: str) -> list[dict[str, Any]]:
+    """The chain's ``FieldsRepaired`` Events about one cluster-scoped object."""
+    events, _ = await admin.list(kinds.EVENT, namespace="default")
+    return [
+        e
+        for e in events
+        if e.get("reason") == REASON_FIELDS_REPAIRED
+        and (e.get("regarding") or {}).get("kind") == kind
+        and (e.get("regarding") or {}).get("name") == name
+    ]
+
+
+def repair_lines(w: World, name: str) -> list[dict[str, Any]]:
+    path = w.procs.logs / f"{IDENTITY}.log"
+    out = []
+    for line in path.read_bytes().splitlines():
+        with contextlib.suppress(orjson.JSONDecodeError):
+            record = orjson.loads(line)
+            if (
+                isinstance(record, dict)
+                and record.get("event") == "repaired fields another field manager changed"
+                and record.get("name") == name
+            ):
+                out.append(record)
+    return out
+
+
+async def reconciles(w: World, controller: str) -> float:
+    return await w.procs.metric(IDENTITY, "controller_runtime_reconcile_total", controller=controller)
+
+
+async def reconciled_again(w: World, controller: str, before: float, times: int = 1) -> None:
+    """Wait until ``controller`` has finished ``times`` more reconciles than ``before``."""
+
+    async def more() -> bool:
+        return await reconciles(w, controller) >= before + times
+
+    await eventually(more, within=STEP_S)
+
+
+async def diagnose(w: World) -> None:
+    for resource, name in ((kinds.CLUSTER_QUEUE, QUEUE), (kinds.RESOURCE_FLAVOR, FLAVOR)):
+        obj = await w.admin.get(resource, name) or {}
+        print(f"[diag] {resource.kind} {name}: meta={obj.get('metadata')} spec={obj.get('spec')}")
+    print(f"[diag] lease holder {await lease_holder(w.admin)!r}; log tail:\n{w.procs.tail(IDENTITY)}")
+
+
+# --- the test ----------------------------------------------------------------------------------------
+
+
+async def test_an_admin_edit_of_a_chain_field_is_repaired_and_reported_once(world: World) -> None:
+    w, admin = world, world.admin
+    try:
+        cq, rf = await eventually(lambda: converged(admin), within=STEP_S)
+        assert cq["spec"]["preemption"]["withinClusterQueue"] == "Never"
+        note = rf["metadata"]["annotations"][NOTE]
+        queue_runs = await reconciles(w, "chain-queues")
+        flavor_runs = await reconciles(w, "chain-flavors")
+        edited_at = datetime.datetime.now(datetime.UTC)
+
+        # 1. the admin takes a chain field on each object
+        await admin.apply(
+            kinds.CLUSTER_QUEUE,
+            {
+                "apiVersion": kinds.CLUSTER_QUEUE.api_version,
+                "kind": "ClusterQueue",
+                "metadata": {"name": QUEUE},
+                "spec": {"preemption": {"withinClusterQueue": "LowerPriority"}},
+            },
+            field_manager=ADMIN_MANAGER,
+            force=True,
+        )
+        await admin.patch(
+            kinds.RESOURCE_FLAVOR, FLAVOR, {"metadata": {"annotations": {NOTE: "edited by an admin"}}}
+        )
+
+        async def repaired() -> bool:
+            cq = await admin.get(kinds.CLUSTER_QUEUE, QUEUE)
+            rf = await admin.get(kinds.RESOURCE_FLAVOR, FLAVOR)
+            return (
+                cq is not None
+                and rf is not None
+                and cq["spec"]["preemption"]["withinClusterQueue"] == "Never"
+                and rf["metadata"]["annotations"].get(NOTE) == note
+            )
+
+        await eventually(repaired, within=STEP_S)
+
+        async def reported() -> bool:
+            return bool(await repaired_events(admin, "ClusterQueue", QUEUE)) and bool(
+                await repaired_events(admin, "ResourceFlavor", FLAVOR)
+            )
+
+        await eventually(reported, within=STEP_S)
+
+        # 2. the admin's own labels on both objects: not the chain's, left alone
+        labelled_at = datetime.datetime.now(datetime.UTC)
+        queue_runs_2 = await reconciles(w, "chain-queues")
+        flavor_runs_2 = await reconciles(w, "chain-flavors")
+        for resource, name in ((kinds.CLUSTER_QUEUE, QUEUE), (kinds.RESOURCE_FLAVOR, FLAVOR)):
+            await admin.patch(resource, name, {"metadata": {"labels": {ADMIN_LABEL: "ml"}}})
+        # Both objects are reconciled again after the labels (and after the repairs before them).
+        await reconciled_again(w, "chain-queues", queue_runs_2)
+        await reconciled_again(w, "chain-flavors", flavor_runs_2)
+        assert await reconciles(w, "chain-queues") >= queue_runs + 2
+        assert await reconciles(w, "chain-flavors") >= flavor_runs + 2
+
+        # --- the audit log: one repair write per object, nothing for the admin's labels
+        queue_writes = chain_writes(w, "clusterqueues", QUEUE, edited_at)
+        flavor_writes = chain_writes(w, "resourceflavors", FLAVOR, edited_at)
+        print(f"[admin-edit] chain writes since the edit: queue {queue_writes}, flavor {flavor_writes}")
+        assert len(queue_writes) == 1, queue_writes
+        assert len(flavor_writes) == 1, flavor_writes
+        assert all("code=200" in x for x in queue_writes + flavor_writes)
+        assert not chain_writes(w, "clusterqueues", QUEUE, labelled_at)
+        assert not chain_writes(w, "resourceflavors", FLAVOR, labelled_at)
+        cq = await admin.get(kinds.CLUSTER_QUEUE, QUEUE)
+        rf = await admin.get(kinds.RESOURCE_FLAVOR, FLAVOR)
+        assert cq is not None and cq["metadata"]["labels"].get(ADMIN_LABEL) == "ml"
+        assert rf is not None and rf["metadata"]["labels"].get(ADMIN_LABEL) == "ml"
+        assert cq["spec"]["preemption"]["withinClusterQueue"] == "Never"
+
+        # --- reported once: one Event (no repeat in its series) and one log line per object
+        for kind, name, field in (
+            ("ClusterQueue", QUEUE, "spec.preemption.withinClusterQueue"),
+            ("ResourceFlavor", FLAVOR, f"metadata.annotations.{NOTE}"),
+        ):
+            events = await repaired_events(admin, kind, name)
+            assert len(events) == 1, events
+            assert events[0]["type"] == "Warning" and not events[0].get("series"), events[0]
+            assert field in events[0]["note"], events[0]["note"]
+            lines = repair_lines(w, name)
+            assert [r.get("fields") for r in lines] == [[field]], lines
+    except BaseException:
+        await diagnose(w)
+        raise
