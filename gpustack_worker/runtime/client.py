@@ -14,8 +14,10 @@ session without timeouts (notes/control-plane.md §4). So this module:
 * retries 429 (honouring ``Retry-After``), 5xx and connection errors a bounded number of times;
 * serialises apply bodies deterministically (orjson, sorted keys) so equal intent gives equal bytes;
 * passes every write attempt through an optional :class:`WriteFence` (the leader elector installs one):
-  a closed fence raises :class:`Fenced` instead of sending, and an open one bounds the attempt by the
-  time it has left;
+  it is asked before the attempt and again, by the session's network backend (:mod:`.wire`), in the same
+  synchronous step as every ``send`` of the request's bytes, so a closed fence raises :class:`Fenced`
+  instead of sending even when the loop stalled in between; the wait for the answer is bounded by the
+  time the fence has left;
 * counts every request in ``rest_client_requests_total{code,method,host}`` and in the per-instance
   :attr:`Client.requests_by_method` (tests assert "zero writes" with it), and traces each call as an
   OpenTelemetry span.
@@ -36,6 +38,7 @@ import orjson
 from opentelemetry import trace
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop_after_delay
 
+from gpustack_worker.runtime import wire
 from gpustack_worker.runtime.metrics import REST_REQUESTS
 
 if TYPE_CHECKING:
@@ -121,8 +124,15 @@ class _TransientError(Exception):
 class Fenced(Exception):
     """A write refused (or cut off) by the client's :class:`WriteFence`: this process must not write now.
 
-    Never retried. A write cut off while in flight (the fence closed before the answer came) may or may
-    not have reached the server; it was sent while the fence was open.
+    Never retried. The message says which of three things happened:
+
+    * ``refused ... nothing was sent``: the fence was closed when the attempt started, or when its first
+      byte was to be written; the server never saw the request.
+    * ``refused ... before the request was complete``: part of the request had left while the fence was
+      open, the fence closed before the rest was written, and the connection was closed; the server cannot
+      act on a request whose body never arrived.
+    * ``cut off``: the whole request left while the fence was open and the fence closed while waiting for
+      the answer; it may or may not have been applied.
     """
 
 
@@ -165,6 +175,27 @@ def _status_of(response: httpx.Response) -> dict[str, Any]:
     return body if isinstance(body, dict) else {"message": str(body)}
 
 
+def _fenced(method: str, path: str, attempt: wire.Attempt, fence: WriteFence, *, wired: bool) -> Fenced:
+    """The :class:`Fenced` for an attempt the fence stopped after it started: what left, and so whether
+    the server may have acted on it. Without the fenced network backend (``wired``; a test transport)
+    nothing is known of what left, so the answer is the cautious one."""
+    if wired and attempt.bytes_sent == 0:
+        return Fenced(
+            f"{method} {path} refused: the write fence closed before any byte of it was written,"
+            f" nothing was sent ({fence!r})"
+        )
+    if wired and attempt.incomplete:
+        return Fenced(
+            f"{method} {path} refused: the write fence closed before the request was complete"
+            f" ({attempt.bytes_sent} bytes of it sent); the connection was closed, so the server cannot"
+            f" act on it ({fence!r})"
+        )
+    return Fenced(
+        f"{method} {path} cut off: the write fence closed while waiting for the answer; the request had"
+        f" left while the fence was open and may or may not have been applied ({fence!r})"
+    )
+
+
 class _Api(kr8s.asyncio.Api):
     """kr8s' ``Api`` sending our User-Agent: kr8s builds its session (again on every re-authentication)
     with ``User-Agent: self.__version__``, so that property is what we override."""
@@ -176,6 +207,12 @@ class _Api(kr8s.asyncio.Api):
     @property
     def __version__(self) -> str:
         return self._user_agent
+
+    async def _create_session(self) -> None:
+        """kr8s' session, its writes fenced on the wire (:func:`.wire.install`)."""
+        await super()._create_session()
+        assert self._session is not None
+        wire.install(self._session)
 
 
 class Client:
@@ -195,6 +232,8 @@ class Client:
         self.fence: WriteFence | None = None
         #: Credential reloads after a 401 (:meth:`reauthenticate`).
         self.reauthentications = 0
+        #: The session's writes pass the fence on the wire (:mod:`.wire`); False only for test transports.
+        self._wired = isinstance(api, _Api)
 
     @classmethod
     async def connect(
@@ -306,24 +345,30 @@ class Client:
         content: bytes | None,
         content_type: str | None,
     ) -> httpx.Response:
-        """:meth:`_once`, but a write attempt first asks the fence (checked again before every retry) and
-        is bounded by the time the fence has left, so it is never sent after the fence closed."""
+        """:meth:`_once`, but a write attempt passes the fence: asked first (and so before every retry),
+        then again by the network backend in the same synchronous step as each ``send`` of the request's
+        bytes (:mod:`.wire`: no ``await`` between the check and the kernel taking the bytes), so no byte
+        of the request is sent after the fence closed, however long the loop stalled in between. The wait
+        for the answer is bounded by the time the fence has left (``asyncio.timeout``)."""
         fence = self.fence if method in WRITE_METHODS else None
         if fence is None:
             return await self._once(method, path, params=params, content=content, content_type=content_type)
         left = fence.remaining()
         if left <= 0:
-            raise Fenced(f"{method} {path} refused: the write fence is closed ({fence!r})")
+            raise Fenced(f"{method} {path} refused: the write fence is closed, nothing was sent ({fence!r})")
         scope = asyncio.timeout(left)
-        try:
-            async with scope:
-                return await self._once(
-                    method, path, params=params, content=content, content_type=content_type
-                )
-        except TimeoutError as exc:
-            if not scope.expired():
-                raise
-            raise Fenced(f"{method} {path} cut off: the write fence closed while it was in flight") from exc
+        with wire.fenced(fence) as attempt:
+            try:
+                async with scope:
+                    return await self._once(
+                        method, path, params=params, content=content, content_type=content_type
+                    )
+            except wire.FenceClosed as exc:
+                raise _fenced(method, path, attempt, fence, wired=True) from exc
+            except TimeoutError as exc:
+                if not scope.expired():
+                    raise
+                raise _fenced(method, path, attempt, fence, wired=self._wired) from exc
 
     async def _request(
         self,
