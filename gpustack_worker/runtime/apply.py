@@ -379,9 +379,10 @@ def taken_fields(
     hints: FieldHints = NO_HINTS,
 ) -> frozenset[FieldPath]:
     """The fields of ``desired`` another manager changed on ``cached``: this manager has an apply entry on
-    the object (it applied before), the field is not in that entry, and the object holds a value there
-    other than the desired one. Empty for a first apply, a field newly desired (absent from the object),
-    and a value this manager changed itself (the field is still in its entry)."""
+    the object (it applied before), neither the field nor a part or a whole of it (a kind whose hints
+    differ from the served schema) is in that entry, and the object holds a value there other than the
+    desired one. Empty for a first apply, a field newly desired (absent from the object), and a value this
+    manager changed itself (the field is still in its entry)."""
     if cached is None:
         return frozenset()
     owned = _manager_fields(cached, field_manager, subresource)
@@ -390,6 +391,10 @@ def taken_fields(
     body = _without_untracked(desired)
     out = set()
     for path in desired_fields(desired, hints) - owned:
+        if any(q[: len(path)] == path or path[: len(q)] == q for q in owned):
+            # We still own that field at another granularity (the served schema splits or joins what the
+            # kind's hints say): not taken from us — an undeclared keyed list is only a write too many.
+            continue
         have = _at(cached, path)
         want = _at(body, path)
         if have is _MISSING or want is _MISSING:

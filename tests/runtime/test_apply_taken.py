@@ -21,7 +21,7 @@ from noop_cases import ROWS, Row
 
 from gpustack_worker.runtime.apply import Applier, dotted, is_noop, taken_fields
 from gpustack_worker.runtime.client import Conflict
-from gpustack_worker.runtime.resources import Resource
+from gpustack_worker.runtime.resources import FieldHints, Resource
 from gpustack_worker.runtime.transform import make_transform
 
 LABEL = ("f:metadata", "f:labels")
@@ -66,6 +66,36 @@ def test_no_cache_or_no_entry_of_ours_reports_nothing() -> None:
     # A manager that never applied to the object (a first apply over an existing one) took nothing back.
     cached = _cached(record, "someone-else")
     assert taken_fields(record["body"], cached, "someone-else", hints=hints) == frozenset()
+
+
+def test_a_field_still_ours_at_another_granularity_is_not_taken() -> None:
+    """A kind whose hints leave a keyed list undeclared (atomic for us, items for the server) — the
+    TopologySource's status conditions — and the reverse: a changed value is our own write, not a repair."""
+    stored = {
+        "metadata": {
+            "name": "x",
+            "managedFields": [
+                {
+                    "manager": MANAGER,
+                    "operation": "Apply",
+                    "subresource": "status",
+                    "fieldsV1": {
+                        "f:status": {
+                            "f:conditions": {'k:{"type":"Ready"}': {".": {}, "f:type": {}, "f:status": {}}}
+                        }
+                    },
+                }
+            ],
+        },
+        "status": {"conditions": [{"type": "Ready", "status": "False"}]},
+    }
+    body = {"metadata": {"name": "x"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    assert taken_fields(body, stored, MANAGER, "status") == frozenset()
+    assert not is_noop(body, stored, MANAGER, "status")
+    keyed = FieldHints(keyed={"status.conditions": ("type",)})
+    atomic_entry = copy.deepcopy(stored)
+    atomic_entry["metadata"]["managedFields"][0]["fieldsV1"] = {"f:status": {"f:conditions": {}}}
+    assert taken_fields(body, atomic_entry, MANAGER, "status", hints=keyed) == frozenset()
 
 
 # -- the property: labels ours, changed by another manager, newly desired, or changed by ourselves -------
