@@ -342,6 +342,10 @@ async def test_the_standby_resumes_a_killed_leaders_drain_from_the_recorded_phas
         assert sum(n.startswith(switched) for n in notes_b) == 1, notes_b
         assert not any(n.startswith(switched) for n in notes_a), notes_a
         assert sum(n.startswith("restored the stop policy") for n in notes_b) == 1, notes_b
+        # Nobody edited a field of ours: no repair reported (Kueue's own writes are not mistaken for one).
+        for identity in ("ctl-a", "ctl-b"):
+            log = (procs.logs / f"{identity}.log").read_text(errors="replace")
+            assert "repaired fields another field manager changed" not in log, identity
 
         # --- never two writers: the spans of the two identities' writes do not overlap
         spans = writer_spans(audit, ["ctl-a", "ctl-b"])
