@@ -119,10 +119,12 @@ async def running_stack(
     *,
     namespaces: tuple[str, ...] = (),
     extra: Callable[[Client, SettingsSource[WorkerSettings], InformerRegistry], list[Any]] | None = None,
+    controller_kubeconfig: Path | None = None,
 ) -> AsyncIterator[Stack]:
     """Apply ``scenario`` (a packaged one's name, or the scenario itself), create ``namespaces``, and run
     the agent (all nodes) and the controllers (topology, chain, and whatever ``extra`` builds over the same
-    registry) until the block ends."""
+    registry) until the block ends. ``controller_kubeconfig`` replaces the controller ServiceAccount's
+    kubeconfig (the same user through another address, e.g. a fault-injecting proxy)."""
     admin = await Client.connect(str(cluster.kubeconfig))
     await apply_scenario(admin, packaged_scenario(scenario) if isinstance(scenario, str) else scenario)
     for ns in namespaces:
@@ -130,7 +132,8 @@ async def running_stack(
             kinds.NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
         )
     agent_client = await Client.connect(str(cluster.service_account_kubeconfig(rbac.AGENT.name)))
-    ctl_client = await Client.connect(str(cluster.service_account_kubeconfig(rbac.CONTROLLER.name)))
+    ctl_kubeconfig = controller_kubeconfig or cluster.service_account_kubeconfig(rbac.CONTROLLER.name)
+    ctl_client = await Client.connect(str(ctl_kubeconfig))
     agent = Agent(agent_client, SettingsSource(agent_client, model=WorkerSettings, env={}), node_name=None)
     settings = SettingsSource(ctl_client, model=WorkerSettings, env={})
     manager = Manager(settings=settings)

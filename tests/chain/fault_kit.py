@@ -1,0 +1,363 @@
+"""The fault suite's shared kit (issue 17): an undisturbed baseline, a normalized snapshot of the chain's
+objects with a diff-printing comparison, and the writes per object per user from the API server's audit
+log.
+
+A fault test runs the operator stack (:func:`tests.stack.running_stack`: the node agent and the
+controller's topology + chain controllers, in-process, each with its ServiceAccount's client) on
+:data:`SCENARIO` on an audited control plane of its own (:func:`tests.chain.controller_procs.
+audited_cluster`), injects its fault while the chain converges, waits with :func:`converged` and asserts:
+
+**the same objects** — :func:`snapshot` of the chain's objects (:data:`CHAIN_KINDS`: ResourceFlavors,
+ClusterQueues, LocalQueues, Kueue Topologies, InstanceTypes, NodeFeatures) equals the undisturbed run's
+(:func:`baseline`), compared by :func:`assert_same` (prints a diff). :func:`normalize` drops what differs
+between two runs of the same scenario and says nothing about the chain's decisions: ``uid``,
+``resourceVersion``, ``creationTimestamp``, ``managedFields``, ``generation``, ``selfLink``, owner
+references' ``uid``; in ``status``, every ``*Time``/``*Timestamp`` field and ``observedGeneration``
+(which counts writes, not outcomes).
+
+**no write lost** — every object the undisturbed run wrote exists with the same content: the final
+snapshot equals the baseline (a lost create is a missing key, a lost update a differing value).
+
+**no write doubled** — defined on accepted writes: an audit-log write request (create, update, patch,
+delete) answered 2xx. Requests the server refused (4xx/5xx — 409 conflicts, 429s, 503s while it starts)
+or that never reached it (connection refused; the log has no line) are retries, not writes. A write is
+*doubled* when, for one user and one object (and subresource), the fault run has more accepted writes
+than the undisturbed run: the extra one wrote content the object already had (the chain's no-op check
+did not hold after recovery: a relist re-delivered every object and it applied again), or a write was
+repeated after its first attempt had already succeeded. :func:`doubled_writes` lists those; a fault test
+asserts it is empty. This is exact because the chain writes each object only to reach a desired state
+that depends on the Nodes, and the scenario's Nodes are published by the agent before the chain's
+controllers start (:func:`running_chain` waits for that), so the undisturbed run writes each object a
+fixed number of times.
+
+The identities are users, not User-Agents: the in-process controllers write as
+:data:`CONTROLLER_USER`, the agent as :data:`AGENT_USER` (the subprocess controllers of
+:mod:`tests.chain.controller_procs` have users of their own; pass theirs to :func:`accepted_writes`).
+
+Interface:
+
+``SCENARIO``, ``TEAM``, ``CHAIN_KINDS``, ``CONTROLLER_USER``, ``AGENT_USER``, ``CONVERGE_S``
+``normalize(obj) -> dict`` · ``await snapshot(admin) -> Snapshot`` · ``diff(expected, actual) -> str`` ·
+``assert_same(expected, actual)``
+``accepted_writes(audit, users, since=None) -> Counter[WriteKey]`` (``WriteKey`` = user, resource path,
+namespace, name; only :data:`CHAIN_KINDS`) · ``refused_writes(...)`` (the same for non-2xx answers) ·
+``doubled_writes(run, baseline) -> dict[WriteKey, tuple[int, int]]``
+``running_chain(cluster, ...)`` — :func:`tests.stack.running_stack` with the scenario's Nodes published
+first · ``await converged(stack, expected) -> Snapshot`` · ``await baseline(scenario=SCENARIO) ->
+Baseline`` (computed once per test session on a fresh audited control plane, then cached)
+``metric(name, **labels) -> float`` (this process' Prometheus registry) · ``relists(stack, reason) ->
+int`` (the controllers' informers' successful lists for ``reason`` since they started)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import difflib
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from prometheus_client import REGISTRY
+
+from gpustack_worker.agent.controller import Agent
+from gpustack_worker.api import kinds, rbac
+from gpustack_worker.cli.plan_cmd import parse_sets
+from gpustack_worker.cli.planning import plan_chain
+from gpustack_worker.cli.settings import WorkerSettings
+from gpustack_worker.devcluster.audit import AuditLog
+from gpustack_worker.runtime.client import Client
+from gpustack_worker.runtime.settings import SettingsSource
+from gpustack_worker.simulate.apply import apply_scenario
+from gpustack_worker.simulate.load import packaged_scenario
+from tests.chain.controller_procs import audited_cluster
+from tests.cli.test_plan_cluster import TEAM, live_view, plan_view
+from tests.stack import Stack, eventually, running_stack
+
+if TYPE_CHECKING:
+    import datetime
+    from collections.abc import AsyncIterator, Iterable, Mapping
+    from pathlib import Path
+
+    from gpustack_worker.devcluster.cluster import DevCluster
+
+__all__ = (
+    "AGENT_USER",
+    "CHAIN_KINDS",
+    "CONTROLLER_USER",
+    "CONVERGE_S",
+    "SCENARIO",
+    "TEAM",
+    "Baseline",
+    "Snapshot",
+    "WriteKey",
+    "accepted_writes",
+    "assert_same",
+    "baseline",
+    "converged",
+    "diff",
+    "doubled_writes",
+    "metric",
+    "normalize",
+    "refused_writes",
+    "relists",
+    "running_chain",
+    "snapshot",
+)
+
+#: Four nodes, several pools (A100 with MIG, Hygon slices, T-Head PPU partitions, a CPU-only node).
+SCENARIO: Final = "mixed-4"
+#: The chain's objects (and the agent's NodeFeatures, which the chain reads).
+CHAIN_KINDS: Final = (
+    kinds.RESOURCE_FLAVOR,
+    kinds.CLUSTER_QUEUE,
+    kinds.LOCAL_QUEUE,
+    kinds.TOPOLOGY,
+    kinds.INSTANCE_TYPE,
+    kinds.NODE_FEATURE,
+)
+CONTROLLER_USER: Final = f"system:serviceaccount:{kinds.SYSTEM_NAMESPACE}:{rbac.CONTROLLER.name}"
+AGENT_USER: Final = f"system:serviceaccount:{kinds.SYSTEM_NAMESPACE}:{rbac.AGENT.name}"
+#: A bound on polling for convergence on a loaded CI machine, never a measurement.
+CONVERGE_S: Final = 300.0
+
+#: ``"<Kind>/<namespace>/<name>"`` → the normalized object.
+Snapshot = dict[str, dict[str, Any]]
+#: ``(user, resource path (e.g. "clusterqueues/status"), namespace, name)``.
+WriteKey = tuple[str, str, str, str]
+
+_DROP_META: Final = frozenset(
+    {"uid", "resourceVersion", "creationTimestamp", "managedFields", "generation", "selfLink"}
+)
+_CHAIN_RESOURCES: Final = frozenset(r.plural for r in CHAIN_KINDS)
+
+
+def _status_value(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {
+            k: _status_value(v)
+            for k, v in value.items()
+            if not k.endswith(("Time", "Timestamp")) and k != "observedGeneration"
+        }
+    if isinstance(value, list):
+        return [_status_value(v) for v in value]
+    return value
+
+
+def normalize(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """``obj`` without what differs between two runs of the same scenario (see the module docstring)."""
+    out = {k: v for k, v in obj.items() if k not in ("metadata", "status")}
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in _DROP_META}
+    if "ownerReferences" in meta:
+        meta["ownerReferences"] = [
+            {k: v for k, v in ref.items() if k != "uid"} for ref in meta["ownerReferences"]
+        ]
+    out["metadata"] = meta
+    if "status" in obj:
+        out["status"] = _status_value(obj["status"])
+    return out
+
+
+async def snapshot(admin: Client) -> Snapshot:
+    """Every object of :data:`CHAIN_KINDS`, normalized, by ``"<Kind>/<namespace>/<name>"``."""
+    out: Snapshot = {}
+    for resource in CHAIN_KINDS:
+        items, _ = await admin.list(resource)
+        for obj in items:
+            meta = obj.get("metadata") or {}
+            out[f"{resource.kind}/{meta.get('namespace', '')}/{meta.get('name', '')}"] = normalize(obj)
+    return out
+
+
+def diff(expected: Snapshot, actual: Snapshot) -> str:
+    """A readable difference: missing and unexpected objects, then a unified diff of each that differs."""
+    lines = [f"missing:    {key}" for key in sorted(expected.keys() - actual.keys())]
+    lines.extend(f"unexpected: {key}" for key in sorted(actual.keys() - expected.keys()))
+    for key in sorted(expected.keys() & actual.keys()):
+        if expected[key] != actual[key]:
+            a = json.dumps(expected[key], indent=1, sort_keys=True, default=str).splitlines()
+            b = json.dumps(actual[key], indent=1, sort_keys=True, default=str).splitlines()
+            lines.append(f"differs:    {key}")
+            lines.extend("  " + ln for ln in difflib.unified_diff(a, b, "baseline", "run", lineterm="", n=2))
+    return "\n".join(lines)
+
+
+def assert_same(expected: Snapshot, actual: Snapshot) -> None:
+    """Fail with :func:`diff` unless the two snapshots are equal."""
+    if expected != actual:
+        msg = "the chain's objects differ from the undisturbed run:\n" + diff(expected, actual)
+        raise AssertionError(msg)
+
+
+def _writes(
+    audit: AuditLog, users: Iterable[str], since: datetime.datetime | None, *, accepted: bool
+) -> collections.Counter[WriteKey]:
+    wanted = frozenset(users)
+    out: collections.Counter[WriteKey] = collections.Counter()
+    for e in audit.writes(since=since):
+        if e.username not in wanted or e.resource not in _CHAIN_RESOURCES:
+            continue
+        ok = e.code is not None and 200 <= e.code < 300
+        if ok is accepted:
+            out[(e.username, e.resource_path, e.namespace, e.name)] += 1
+    return out
+
+
+def accepted_writes(
+    audit: AuditLog, users: Iterable[str], since: datetime.datetime | None = None
+) -> collections.Counter[WriteKey]:
+    """The writes of :data:`CHAIN_KINDS` objects by ``users`` the server accepted (2xx), per object."""
+    return _writes(audit, users, since, accepted=True)
+
+
+def refused_writes(
+    audit: AuditLog, users: Iterable[str], since: datetime.datetime | None = None
+) -> collections.Counter[WriteKey]:
+    """The same writes answered with anything but 2xx (retried by the client, never counted as writes)."""
+    return _writes(audit, users, since, accepted=False)
+
+
+def doubled_writes(
+    run: Mapping[WriteKey, int], undisturbed: Mapping[WriteKey, int]
+) -> dict[WriteKey, tuple[int, int]]:
+    """Every object a user wrote more often in ``run`` than in the undisturbed run: ``(run, undisturbed)``."""
+    return {k: (n, undisturbed.get(k, 0)) for k, n in sorted(run.items()) if n > undisturbed.get(k, 0)}
+
+
+# --- running and converging ------------------------------------------------------------------------
+
+
+def _node_names(scenario: str) -> list[str]:
+    return [n.name for n in packaged_scenario(scenario).nodes]
+
+
+def _agent_idle(agent: Agent) -> bool:
+    controllers = (agent.nodefeature, agent.capacity, agent.fit)
+    return all(len(c.queue) == 0 and not c.queue.processing for c in controllers)
+
+
+async def _publish(cluster: DevCluster, scenario: str) -> None:
+    """Apply ``scenario``'s Nodes and run the agent alone until every Node has its NodeFeature and the
+    agent is idle twice in a row, a second apart."""
+    admin = await Client.connect(str(cluster.kubeconfig), user_agent="fault-kit")
+    agent_client = await Client.connect(str(cluster.service_account_kubeconfig(rbac.AGENT.name)))
+    agent = Agent(agent_client, SettingsSource(agent_client, model=WorkerSettings, env={}), node_name=None)
+    stop = asyncio.Event()
+    task = asyncio.create_task(agent.run(stop))
+    nodes = set(_node_names(scenario))
+    idle_before = False
+
+    async def done() -> bool:
+        nonlocal idle_before
+        features, _ = await admin.list(kinds.NODE_FEATURE)
+        idle = {f["metadata"]["name"] for f in features} >= nodes and _agent_idle(agent)
+        settled, idle_before = idle and idle_before, idle
+        return settled
+
+    try:
+        await apply_scenario(admin, packaged_scenario(scenario))
+        await eventually(done, within=CONVERGE_S, every=1.0)
+    finally:
+        stop.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, 30)
+        for client in (agent_client, admin):
+            await client.close()
+
+
+@contextlib.asynccontextmanager
+async def running_chain(
+    cluster: DevCluster,
+    scenario: str = SCENARIO,
+    *,
+    controller_kubeconfig: Path | None = None,
+) -> AsyncIterator[Stack]:
+    """:func:`tests.stack.running_stack` on ``scenario`` with namespace :data:`TEAM`, once the Nodes are
+    applied and the agent alone has published their NodeFeatures (so the chain's inputs no longer change
+    while it converges). ``controller_kubeconfig``: the controller's user through another address."""
+    await _publish(cluster, scenario)
+    async with running_stack(
+        cluster, scenario, namespaces=(TEAM,), controller_kubeconfig=controller_kubeconfig
+    ) as stack:
+        yield stack
+
+
+async def converged(stack: Stack, expected: Snapshot, *, within: float = CONVERGE_S) -> Snapshot:
+    """Wait until every controller is idle and the chain's objects equal ``expected``; the snapshot. On
+    timeout, fail with the diff against the last snapshot seen."""
+    last: Snapshot = {}
+
+    async def same() -> bool:
+        nonlocal last
+        if not stack.idle():
+            return False
+        last = await snapshot(stack.admin)
+        return last == expected and stack.idle()
+
+    try:
+        await eventually(same, within=within, every=1.0)
+    except AssertionError:
+        assert_same(expected, last)
+        raise
+    return last
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The undisturbed run of a scenario: its final objects, and its accepted writes per object per user."""
+
+    scenario: str
+    objects: Snapshot
+    writes: collections.Counter[WriteKey]
+
+
+_BASELINES: dict[str, Baseline] = {}
+
+
+async def _settled(stack: Stack, scenario: str) -> Snapshot | None:
+    """Idle, equal to ``plan`` (plan == live, tests/cli/test_plan_cluster.py), and unchanged over a
+    second (Kueue's status caught up): the snapshot."""
+    plan = plan_chain(packaged_scenario(scenario), parse_sets([]), checks_active=False)
+    if not stack.idle() or await live_view(stack.admin, _node_names(scenario)) != plan_view(plan):
+        return None
+    first = await snapshot(stack.admin)
+    await asyncio.sleep(1.0)
+    second = await snapshot(stack.admin)
+    return second if first == second and stack.idle() else None
+
+
+async def baseline(scenario: str = SCENARIO) -> Baseline:
+    """The undisturbed run of ``scenario`` (:func:`running_chain` on a fresh audited control plane, until
+    the chain equals ``plan`` and is idle and stable), once per test session."""
+    cached = _BASELINES.get(scenario)
+    if cached is not None:
+        return cached
+    with audited_cluster(f"baseline-{scenario}") as cluster:
+        assert cluster.audit_log is not None
+        audit = AuditLog(cluster.audit_log)
+        async with running_chain(cluster, scenario) as stack:
+            objects = await eventually(lambda: _settled(stack, scenario), within=CONVERGE_S, every=1.0)
+            writes = accepted_writes(audit, (CONTROLLER_USER, AGENT_USER))
+    assert objects is not None
+    result = Baseline(scenario, objects, writes)
+    _BASELINES[scenario] = result
+    return result
+
+
+# --- what the process reports ----------------------------------------------------------------------
+
+
+def metric(name: str, **labels: str) -> float:
+    """The sum of this process' samples of ``name`` whose labels include ``labels`` (0 when none)."""
+    total = 0.0
+    for family in REGISTRY.collect():
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                total += sample.value
+    return total
+
+
+def relists(stack: Stack, reason: str) -> int:
+    """Successful lists with ``reason`` (``initial``, ``gone``, ``error``) by the controllers' informers."""
+    return sum(i.relists_by_reason[reason] for i in stack.registry.informers)
