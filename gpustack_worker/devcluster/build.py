@@ -4,10 +4,19 @@ Each binary is built in its own throw-away wrapper module so Go's minimal versio
 dependency sets of two programs. Binaries land in ``<cache>/bin/<component>-<version>/<binary>`` and are
 reused when present; a build writes to a temporary name and renames, so an interrupted build never leaves a
 half-written binary that a later run would trust.
+
+Several processes may share one cache (the demo and the tests started at once on a cold cache). A build
+holds an exclusive ``flock`` on ``<binary>.lock`` next to the binary, writes into a directory of its own
+(``.building-*``, unique per build) and moves the result into place with one atomic ``os.replace``. A
+second process asking for the same component waits for the lock (and says so), then finds the binary and
+reuses it instead of building it again. Everything else a build writes is private (its wrapper module is
+a fresh temporary directory) or safe to share (Go locks its module cache and its build cache itself).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -23,7 +32,7 @@ from gpustack_worker.devcluster import versions
 from gpustack_worker.devcluster.progress import BuildProgress
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
 __all__ = (
     "COMPONENTS",
@@ -34,10 +43,14 @@ __all__ = (
     "ensure_all",
     "ensure_binary",
     "ensure_optional",
+    "lock_path",
     "module_dir",
 )
 
 CACHE_ENV = "GPUSTACK_WORKER_CACHE"
+#: Prefix of the private output directory of one build, next to its binary. Only the holder of the
+#: component's lock creates one, so any found while holding the lock was left by a build that was killed.
+_BUILDING_PREFIX = ".building-"
 #: Lines of go's output a BuildError quotes (the end of it: where go says what failed).
 _TAIL_LINES = 25
 
@@ -229,23 +242,78 @@ def _run_go(
     return stdout
 
 
+def _usable(binary: Path) -> bool:
+    return binary.is_file() and os.access(binary, os.X_OK)
+
+
+def lock_path(component: Component) -> Path:
+    """The file a build of ``component`` holds an exclusive ``flock`` on (never deleted: removing a lock
+    file while another process waits on it would let a third process lock a new file and build alongside)."""
+    binary = component.binary
+    return binary.with_name(binary.name + ".lock")
+
+
+@contextlib.contextmanager
+def _build_lock(component: Component, log: Callable[[str], None]) -> Iterator[None]:
+    """Hold the component's lock; when another process holds it, log that and wait for it.
+
+    ``flock`` is released by the kernel when its holder exits, killed or not, so a dead build never
+    blocks the next one.
+    """
+    path = lock_path(component)
+    with path.open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(
+                f"waiting for another process building {component.name} {component.version} "
+                f"(it holds {path})"
+            )
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def ensure_binary(component: Component, log: Callable[[str], None] = print) -> Path:
-    """Return the cached binary, building it first when it is missing."""
+    """Return the cached binary, building it first when it is missing.
+
+    At most one process builds a component at a time (:func:`_build_lock`); one that waited for another's
+    build reuses its binary.
+    """
     target = component.binary
-    if target.is_file() and os.access(target, os.X_OK):
+    if _usable(target):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
+    with _build_lock(component, log):
+        if _usable(target):
+            log(f"reusing {component.name} {component.version} built by another process → {target}")
+            return target
+        for stale in target.parent.glob(_BUILDING_PREFIX + "*"):
+            # we hold the lock, so no build is running: this is what a killed build left behind
+            shutil.rmtree(stale, ignore_errors=True)
+        _build(component, target, log)
+    return target
+
+
+def _build(component: Component, target: Path, log: Callable[[str], None]) -> None:
     started = time.monotonic()
     log(f"building {component.name} {component.version} from {component.module} (cached afterwards)")
-    with tempfile.TemporaryDirectory(prefix=f"gpustack-build-{component.name}-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix=f"gpustack-build-{component.name}-") as tmp,
+        tempfile.TemporaryDirectory(prefix=_BUILDING_PREFIX, dir=target.parent) as out,
+    ):
         work = Path(tmp)
         (work / "go.mod").write_text(component.go_mod())
+        # go writes the binary into a directory of this build's own, on the cache's file system, so the
+        # move into place is one atomic rename: no other process ever sees a half-written binary
+        built = Path(out) / component.name
         with BuildProgress(component.name, component.version, component.package) as progress:
             _run_go(["get", "-tool", f"{component.package}@{component.version}"], work, log, progress)
             progress.phase("listing")
             deps = _run_go(["list", "-deps", component.package], work, log).split()
             progress.phase("compiling", total=len(deps))
-            partial = target.with_name(target.name + ".partial")
             _run_go(
                 [
                     "build",
@@ -254,16 +322,15 @@ def ensure_binary(component: Component, log: Callable[[str], None] = print) -> P
                     "-ldflags",
                     component.ldflags(),
                     "-o",
-                    str(partial),
+                    str(built),
                     component.package,
                 ],
                 work,
                 log,
                 progress,
             )
-        partial.replace(target)
+        os.replace(built, target)
     log(f"built {component.name} in {time.monotonic() - started:.0f}s → {target}")
-    return target
 
 
 def ensure_all(log: Callable[[str], None] = print) -> dict[str, Path]:
