@@ -48,6 +48,7 @@ from tests.chain.controller_procs import (
     lease_holder,
     writer_spans,
 )
+from tests.chain.fault_kit import Snapshot, assert_same, snapshot
 from tests.stack import condition, eventually
 from tests.topology import test_migration_cluster as mig
 from tests.topology.cluster_helpers import workload
@@ -64,17 +65,6 @@ QUEUE, TEAM = mig.QUEUE, mig.TEAM
 ZONES, RACKS = mig.ZONES, mig.RACKS
 STEP_S = 120.0
 TAKEOVER_S = 180.0
-#: The chain's kinds, compared against the undisturbed run.
-CHAIN_KINDS = (
-    kinds.RESOURCE_FLAVOR,
-    kinds.CLUSTER_QUEUE,
-    kinds.LOCAL_QUEUE,
-    kinds.INSTANCE_TYPE,
-    kinds.TOPOLOGY,
-    kinds.ADMISSION_CHECK,
-)
-
-
 @pytest.fixture(scope="module")
 def devcluster() -> Iterator[DevCluster]:
     """A control plane for this module alone: the pool must hold exactly the scenario's Nodes."""
@@ -122,36 +112,12 @@ async def world(devcluster: DevCluster, tmp_path_factory: pytest.TempPathFactory
 # --- reads -------------------------------------------------------------------------------------------
 
 
-def _comparable(obj: dict[str, Any]) -> dict[str, Any]:
-    """What the chain decides about an object: labels, annotations, spec, and its own TopologyReady
-    condition (server bookkeeping, Kueue's counters and timestamps left out)."""
-    meta = obj.get("metadata") or {}
-    out: dict[str, Any] = {
-        "labels": meta.get("labels") or {},
-        "annotations": meta.get("annotations") or {},
-        "finalizers": sorted(meta.get("finalizers") or ()),
-        "spec": obj.get("spec") or {},
-    }
-    ready = condition(obj, keys.TOPOLOGY_READY)
-    if ready:
-        out["TopologyReady"] = {k: ready.get(k) for k in ("status", "reason", "message")}
-    return out
-
-
-async def chain_objects(admin: Client) -> dict[str, dict[str, Any]]:
-    """Every chain object (``<Kind>/<namespace>/<name>``) as :func:`_comparable` sees it."""
-    out = {}
-    for resource in CHAIN_KINDS:
-        items, _ = await admin.list(resource)
-        for obj in items:
-            meta = obj["metadata"]
-            out[f"{resource.kind}/{meta.get('namespace', '')}/{meta['name']}"] = _comparable(obj)
-    return out
-
-
-async def settled(admin: Client, hierarchy: mig.Hierarchy) -> dict[str, dict[str, Any]] | None:
+async def settled(w: World, hierarchy: mig.Hierarchy, leader: str) -> Snapshot | None:
     """The chain converged on ``hierarchy``: the queue on its flavor, no migration, no flavor or Topology
-    of another profile left; then the chain's objects."""
+    of another profile left, the leader's work queues empty and the chain's objects (the fault kit's
+    normalized snapshot) the same twice in a row, a second apart (Kueue's status caught up); the
+    snapshot."""
+    admin = w.admin
     if not await mig.converged_on(admin, hierarchy.profile):
         return None
     if set((await mig.profiles(admin)).values()) != {hierarchy.profile}:
@@ -162,7 +128,13 @@ async def settled(admin: Client, hierarchy: mig.Hierarchy) -> dict[str, dict[str
         return None
     if topologies != [keys.topology_name(hierarchy.profile)]:
         return None
-    return await chain_objects(admin)
+    if await w.procs.metric(leader, "workqueue_depth") != 0:
+        return None
+    first = await snapshot(admin)
+    await asyncio.sleep(1.0)
+    second = await snapshot(admin)
+    idle = await w.procs.metric(leader, "workqueue_depth") == 0
+    return second if first == second and idle else None
 
 
 @dataclass(frozen=True)
@@ -244,7 +216,7 @@ async def test_the_standby_resumes_a_killed_leaders_drain_from_the_recorded_phas
     admin, procs, audit = w.admin, w.procs, w.audit
     try:
         # 1. the undisturbed run: racks, converged, with one controller leading (ctl-a) and a standby
-        await mig.publish(admin, RACKS, "racks-baseline")
+        await mig.publish(admin, RACKS, "racks")
         procs.start("ctl-a", w.kubeconfigs["ctl-a"])
 
         async def a_leads() -> bool:
@@ -252,12 +224,12 @@ async def test_the_standby_resumes_a_killed_leaders_drain_from_the_recorded_phas
 
         await eventually(a_leads, within=TAKEOVER_S)
         procs.start("ctl-b", w.kubeconfigs["ctl-b"])
-        baseline = await eventually(lambda: settled(admin, RACKS), within=STEP_S)
+        baseline = await eventually(lambda: settled(w, RACKS, "ctl-a"), within=STEP_S)
         print(f"[leader-kill] baseline: {len(baseline)} chain objects")
 
         # 2. zones (idle: in place), a Workload admitted on its flavor, then racks again under it
         await mig.publish(admin, ZONES, "zones")
-        await eventually(lambda: settled(admin, ZONES), within=STEP_S)
+        await eventually(lambda: settled(w, ZONES, "ctl-a"), within=STEP_S)
 
         async def local_queue() -> bool:
             return await admin.get(kinds.LOCAL_QUEUE, keys.local_queue_name(QUEUE), TEAM) is not None
@@ -268,7 +240,7 @@ async def test_the_standby_resumes_a_killed_leaders_drain_from_the_recorded_phas
         wl = await eventually(lambda: mig.admitted(admin, name), within=STEP_S)
         assert mig.assigned_flavor(wl) == {mig.flavor(ZONES.profile)}
         async with sampling(admin) as sampler:
-            await mig.publish(admin, RACKS, "racks-again")
+            await mig.publish(admin, RACKS, "racks")  # the same snapshot as the baseline's
 
             async def draining_evicted() -> dict[str, Any] | None:
                 """Phase draining recorded, Kueue has evicted the Workload, which still reserves quota."""
@@ -306,10 +278,10 @@ async def test_the_standby_resumes_a_killed_leaders_drain_from_the_recorded_phas
             await eventually(lambda: _reconciled(w, "ctl-b"), within=STEP_S)
             released_at = datetime.datetime.now(datetime.UTC)
             await admin.delete(kinds.WORKLOAD, name, TEAM)
-            final = await eventually(lambda: settled(admin, RACKS), within=TAKEOVER_S)
+            final = await eventually(lambda: settled(w, RACKS, "ctl-b"), within=TAKEOVER_S)
 
         # --- the chain converged to the undisturbed run's objects
-        assert final == baseline, _diff(baseline, final)
+        assert_same(baseline, final)
 
         # --- the recorded phases only moved forward, the saved policy never changed
         states = [s for _, s in sampler.states]
@@ -370,12 +342,3 @@ async def _reconciled(w: World, identity: str) -> bool:
     controller a few times: every queue once at the takeover, then the draining queue's poll?"""
     done = await w.procs.metric(identity, "controller_runtime_reconcile_total", controller="chain-queues")
     return done >= 4
-
-
-def _diff(baseline: dict[str, Any], final: dict[str, Any]) -> str:
-    lines = [
-        f"{key}:\n  baseline={baseline.get(key)}\n  final   ={final.get(key)}"
-        for key in sorted(set(baseline) | set(final))
-        if baseline.get(key) != final.get(key)
-    ]
-    return "the chain's objects differ from the undisturbed run's:\n" + "\n".join(lines)
