@@ -109,6 +109,15 @@ LEADER_SLOWPATH: Final = Counter(
     "Total number of slow path exercised in renewing leader leases.",
     ("name",),
 )
+#: Writes the client's write fence stopped (``runtime/client.py``, ``Fenced``), by HTTP verb and outcome:
+#: ``refused`` (nothing sent), ``incomplete`` (part of the request left, the connection was closed before
+#: the rest), ``cut_off`` (it left whole, the answer outlived the fence: maybe applied). Non-zero only on a
+#: replica that is not (or no longer) the leader yet tried to write.
+FENCED_WRITES: Final = Counter(
+    "gpustack_fenced_writes_total",
+    "Write requests stopped by the leader-election write fence, by method and outcome.",
+    ("method", "outcome"),
+)
 
 INFORMER_RELISTS: Final = Counter(
     "gpustack_informer_relists_total",
