@@ -39,7 +39,7 @@ from opentelemetry import trace
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop_after_delay
 
 from gpustack_worker.runtime import wire
-from gpustack_worker.runtime.metrics import REST_REQUESTS
+from gpustack_worker.runtime.metrics import FENCED_WRITES, REST_REQUESTS
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Callable
@@ -77,6 +77,11 @@ _PROPAGATION_POLICIES: Final = frozenset({"Background", "Foreground", "Orphan"})
 DEFAULT_TIMEOUT_S: Final = 30.0
 #: User-Agent of a client that does not name itself (commands pass ``<program>/<identity>``).
 DEFAULT_USER_AGENT: Final = "gpustack-worker"
+#: How a fenced write ended (:attr:`Fenced.outcome`), pre-registered at zero per write verb.
+FENCE_OUTCOMES: Final = ("refused", "incomplete", "cut_off")
+for _verb in sorted(WRITE_METHODS):
+    for _outcome in FENCE_OUTCOMES:
+        FENCED_WRITES.labels(method=_verb, outcome=_outcome)
 
 
 class ApiError(Exception):
@@ -133,7 +138,14 @@ class Fenced(Exception):
       act on a request whose body never arrived.
     * ``cut off``: the whole request left while the fence was open and the fence closed while waiting for
       the answer; it may or may not have been applied.
+
+    :attr:`outcome` names them ``refused``, ``incomplete``, ``cut_off`` (the label of
+    ``gpustack_fenced_writes_total``).
     """
+
+    def __init__(self, message: str, *, outcome: str = "refused") -> None:
+        super().__init__(message)
+        self.outcome = outcome
 
 
 class WriteFence(Protocol):
@@ -175,25 +187,34 @@ def _status_of(response: httpx.Response) -> dict[str, Any]:
     return body if isinstance(body, dict) else {"message": str(body)}
 
 
-def _fenced(method: str, path: str, attempt: wire.Attempt, fence: WriteFence, *, wired: bool) -> Fenced:
-    """The :class:`Fenced` for an attempt the fence stopped after it started: what left, and so whether
-    the server may have acted on it. Without the fenced network backend (``wired``; a test transport)
-    nothing is known of what left, so the answer is the cautious one."""
-    if wired and attempt.bytes_sent == 0:
-        return Fenced(
-            f"{method} {path} refused: the write fence closed before any byte of it was written,"
-            f" nothing was sent ({fence!r})"
+def _fenced(
+    method: str, path: str, fence: WriteFence, attempt: wire.Attempt | None, *, wired: bool
+) -> Fenced:
+    """The :class:`Fenced` for a write the fence stopped, counted in ``gpustack_fenced_writes_total``.
+
+    ``attempt`` is None when the fence was closed before the attempt started; otherwise it says what left
+    (and so whether the server may have acted on it). Without the fenced network backend (``wired`` is
+    False: a test transport) nothing is known of what left, so the answer is the cautious one."""
+    if attempt is None:
+        outcome = "refused"
+        what = "refused: the write fence is closed, nothing was sent"
+    elif wired and attempt.bytes_sent == 0:
+        outcome = "refused"
+        what = "refused: the write fence closed before any byte of it was written, nothing was sent"
+    elif wired and attempt.incomplete:
+        outcome = "incomplete"
+        what = (
+            f"refused: the write fence closed before the request was complete ({attempt.bytes_sent} bytes"
+            " of it sent); the connection was closed, so the server cannot act on it"
         )
-    if wired and attempt.incomplete:
-        return Fenced(
-            f"{method} {path} refused: the write fence closed before the request was complete"
-            f" ({attempt.bytes_sent} bytes of it sent); the connection was closed, so the server cannot"
-            f" act on it ({fence!r})"
+    else:
+        outcome = "cut_off"
+        what = (
+            "cut off: the write fence closed while waiting for the answer; the request had left while the"
+            " fence was open and may or may not have been applied"
         )
-    return Fenced(
-        f"{method} {path} cut off: the write fence closed while waiting for the answer; the request had"
-        f" left while the fence was open and may or may not have been applied ({fence!r})"
-    )
+    FENCED_WRITES.labels(method=method, outcome=outcome).inc()
+    return Fenced(f"{method} {path} {what} ({fence!r})", outcome=outcome)
 
 
 class _Api(kr8s.asyncio.Api):
@@ -355,7 +376,7 @@ class Client:
             return await self._once(method, path, params=params, content=content, content_type=content_type)
         left = fence.remaining()
         if left <= 0:
-            raise Fenced(f"{method} {path} refused: the write fence is closed, nothing was sent ({fence!r})")
+            raise _fenced(method, path, fence, None, wired=self._wired)
         scope = asyncio.timeout(left)
         with wire.fenced(fence) as attempt:
             try:
@@ -364,11 +385,11 @@ class Client:
                         method, path, params=params, content=content, content_type=content_type
                     )
             except wire.FenceClosed as exc:
-                raise _fenced(method, path, attempt, fence, wired=True) from exc
+                raise _fenced(method, path, fence, attempt, wired=True) from exc
             except TimeoutError as exc:
                 if not scope.expired():
                     raise
-                raise _fenced(method, path, attempt, fence, wired=self._wired) from exc
+                raise _fenced(method, path, fence, attempt, wired=self._wired) from exc
 
     async def _request(
         self,
