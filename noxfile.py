@@ -85,7 +85,9 @@ def bench(session: nox.Session) -> None:
     """Benchmarks: print measured numbers and ratios from one run (never pass/fail)."""
     session.install("-e", ".[test]")
     session.run("python", "-m", "gpustack_worker.devcluster.build")
-    for script in ("bench/runtime_bench.py", "bench/agent_bench.py", "bench/chain_bench.py"):
+    for script in (
+        "bench/runtime_bench.py", "bench/relist_bench.py", "bench/agent_bench.py", "bench/chain_bench.py"
+    ):
         session.run("python", script, *session.posargs)
 
 
