@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from prometheus_client import REGISTRY
 
 from gpustack_worker.runtime import wire
 from gpustack_worker.runtime.client import Client, Fenced
@@ -245,6 +246,11 @@ def configmap(name: str, size: int = 0) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
 
 
+def fenced_patches(outcome: str) -> float:
+    value = REGISTRY.get_sample_value("gpustack_fenced_writes_total", {"method": "PATCH", "outcome": outcome})
+    return float(value or 0.0)
+
+
 def stall_right_before_the_write(client: Client, name: str, seconds: float) -> None:
     """Block the event loop for ``seconds`` (``time.sleep`` in a loop callback) right before the request
     for ``name`` writes its headers, after it passed the fence: its next step (the write) is queued right
@@ -281,8 +287,11 @@ async def test_a_write_queued_behind_a_loop_stall_longer_than_the_fence_is_refus
         fence = Deadline(0.5)
         client.fence = fence
         stall_right_before_the_write(client, "late", 1.0)
-        with pytest.raises(Fenced, match=NOTHING_SENT):
+        refused = fenced_patches("refused")
+        with pytest.raises(Fenced, match=NOTHING_SENT) as caught:
             await client.apply(CONFIG_MAP, configmap("late"), field_manager="t")
+        assert caught.value.outcome == "refused"
+        assert fenced_patches("refused") == refused + 1
         assert fence.asked >= 2, "the write passed the first check: it was refused at the write"
         assert await asyncio.to_thread(server.wait_closed, 1), "the refused write left its connection open"
         assert not server.saw_bytes_of("late"), "a byte of the fenced write reached the server"
@@ -318,8 +327,11 @@ async def test_a_fence_closing_between_headers_and_body_closes_the_connection(
     client = await connect(tmp_path, server, certificate[2])
     try:
         client.fence = Script([True, True, False])  # the attempt, the headers, then the body
-        with pytest.raises(Fenced, match=INCOMPLETE):
+        incomplete = fenced_patches("incomplete")
+        with pytest.raises(Fenced, match=INCOMPLETE) as caught:
             await client.apply(CONFIG_MAP, configmap("half"), field_manager="t")
+        assert caught.value.outcome == "incomplete"
+        assert fenced_patches("incomplete") == incomplete + 1
         assert await asyncio.to_thread(server.wait_closed, 1), "the half-written connection was left open"
         assert server.saw_bytes_of("half"), "the headers left"
         assert not server.complete("half"), "the server got the whole request"
@@ -337,8 +349,11 @@ async def test_a_request_that_left_whole_and_outlived_the_fence_is_cut_off(
     client = await connect(tmp_path, server, certificate[2])
     try:
         client.fence = Deadline(0.5)  # real seconds: the wait for the answer is bounded by them
-        with pytest.raises(Fenced, match=r"cut off: .* may or may not have been applied"):
+        cut_off = fenced_patches("cut_off")
+        with pytest.raises(Fenced, match=r"cut off: .* may or may not have been applied") as caught:
             await client.apply(CONFIG_MAP, configmap("slow"), field_manager="t")
+        assert caught.value.outcome == "cut_off"
+        assert fenced_patches("cut_off") == cut_off + 1
         assert server.complete("slow"), "the request had left whole"
     finally:
         server.release.set()
