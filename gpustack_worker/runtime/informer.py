@@ -15,10 +15,11 @@ own reflector with client-go's semantics (``tools/cache/reflector.go``):
    Everything else backs off (0.8 s x2 -> 30 s, jitter, reset after 2 min without failures) before the
    next attempt: a watch that ends within a second without a single event (client-go's "very short
    watch": the server is refusing us quietly), 410 Gone (then relist), any other error on the watch
-   stream (relist), a LIST that fails (410 on LIST: relist consistently); a watch refused with 429 or
-   a connection error is retried without relisting, and one refused with 401 first reloads the
-   credentials (:meth:`Client.reauthenticate`), since the informer only watches at steady state and
-   would otherwise keep a stale cache on an expired token.
+   stream (relist), a watch that got no response headers within the inactivity timeout (relist: a proxy
+   that accepts and never answers must not pass for a quiet watch), a LIST that fails (410 on LIST:
+   relist consistently); a watch refused with 429 or a connection error is retried without relisting,
+   and one refused with 401 first reloads the credentials (:meth:`Client.reauthenticate`), since the
+   informer only watches at steady state and would otherwise keep a stale cache on an expired token.
 
 :attr:`Informer.healthy` turns false once ``unhealthy_after_failures`` list/watch attempts in a row
 failed and no watch has been open for a second since; readiness reports it, so a cache that has gone
@@ -53,7 +54,16 @@ if TYPE_CHECKING:
     from gpustack_worker.runtime.indexers import IndexFunc
     from gpustack_worker.runtime.resources import Resource
 
-__all__ = ("ADDED", "DELETED", "MODIFIED", "Handler", "Informer", "InformerOptions", "ShortWatchError")
+__all__ = (
+    "ADDED",
+    "DELETED",
+    "MODIFIED",
+    "Handler",
+    "Informer",
+    "InformerOptions",
+    "ShortWatchError",
+    "WatchNeverOpenedError",
+)
 
 ADDED: Final = "ADDED"
 MODIFIED: Final = "MODIFIED"
@@ -86,6 +96,10 @@ class InformerOptions:
 
 class ShortWatchError(Exception):
     """The watch ended within ``short_watch_s`` without delivering a single event."""
+
+
+class WatchNeverOpenedError(Exception):
+    """The watch got no response headers within ``inactivity_timeout_s``: the server never answered."""
 
 
 class _Relist(Exception):
@@ -327,6 +341,16 @@ class Informer:
                         self._succeeded()
                     self._apply(event)
         except TimeoutError:
+            if self._watch_open_since is None:
+                # No response headers within the inactivity timeout: nothing has been heard from the
+                # server (a proxy that accepts and never answers). A failure like a broken watch: back
+                # off, relist, and count it towards ``healthy``, or the cache stays frozen while it looks
+                # fresh.
+                self._log.warning("watch never opened, relisting", inactivity_s=opts.inactivity_timeout_s)
+                raise _Relist("error") from WatchNeverOpenedError(
+                    f"no response headers for the watch within {opts.inactivity_timeout_s} s"
+                )
+            # Opened, then silent (a dropped TCP stream): resumed at once from the last RV, as an end.
             self._log.warning("watch inactive, reconnecting", inactivity_s=opts.inactivity_timeout_s)
         except Gone as exc:
             self._log.info("watch expired, relisting", resource_version=self.last_resource_version)

@@ -74,6 +74,8 @@ class Watch:
     steps: list[Any] = field(default_factory=list)
     refuse: BaseException | None = None
     hold: bool = False
+    #: Accepted on TCP, never answered: no response headers (``on_open`` never called).
+    never_open: bool = False
 
 
 class ZeroJitter(random.Random):
@@ -106,6 +108,8 @@ class FakeClient:
         self.watch_script: collections.deque[Watch] = collections.deque()
         self.lists: list[dict[str, Any]] = []
         self.watches: list[dict[str, Any]] = []
+        #: (lists so far, backoff sleeps so far) when each watch was requested.
+        self.before_watch: list[tuple[int, int]] = []
         self.reauthentications = 0
         self._parked = asyncio.Event()  # never set
 
@@ -125,11 +129,14 @@ class FakeClient:
     ) -> AsyncGenerator[dict[str, Any], None]:
         assert resource is THINGS
         self.watches.append(kwargs)
+        self.before_watch.append((len(self.lists), len(getattr(self.clock, "slept", ()))))
         if not self.watch_script:
             await self._parked.wait()
         script = self.watch_script.popleft()
         if script.refuse is not None:
             raise script.refuse
+        if script.never_open:
+            await self._parked.wait()
         if on_open is not None:
             on_open()
         for step in script.steps:
@@ -166,6 +173,15 @@ async def until(predicate: Callable[[], bool], spins: int = 2000) -> None:
         if predicate():
             return
         await asyncio.sleep(0)
+    raise AssertionError("the informer never reached the expected state")
+
+
+async def eventually(predicate: Callable[[], bool]) -> None:
+    """Like :func:`until`, for states reached through real loop time (the inactivity watchdog)."""
+    for _ in range(2000):
+        if predicate():
+            return
+        await asyncio.sleep(0.005)
     raise AssertionError("the informer never reached the expected state")
 
 
@@ -304,6 +320,37 @@ async def test_a_watch_that_delivered_events_or_lasted_a_second_is_resumed_at_on
         assert r.informer.relists == 2  # only the short watch relisted
         assert r.informer.consecutive_failures == 0  # the watch with an event reset the failures
         assert r.informer.healthy
+
+
+async def test_a_watch_that_never_opens_is_a_failure_backed_off_and_relisted() -> None:
+    # issue 17 defect 5: accepted, never answered (no headers) until the inactivity watchdog fires
+    lists: list[tuple[list[dict[str, Any]], str] | BaseException] = [([obj("a", "5")], "10")] * 2
+    watches = [Watch(never_open=True), Watch(hold=True)]
+    async with rig(lists, watches, inactivity_timeout_s=0.05, unhealthy_after_failures=1) as r:
+        await eventually(lambda: r.clock.sleepers == 1)
+        assert r.clock.slept == [FIRST]  # backed off, not resumed at once
+        assert r.informer.consecutive_failures == 1
+        assert not r.informer.healthy  # the cache is not called fresh
+        assert r.informer.last_error is not None and "WatchNeverOpenedError" in r.informer.last_error
+        assert len(r.client.lists) == 1
+        await r.clock.advance(FIRST)
+        await eventually(lambda: len(r.client.watches) == 2)
+        assert r.list_versions() == [("0", None), ("10", "NotOlderThan")]  # relisted from the last RV
+        assert r.informer.relists_by_reason == {"initial": 1, "error": 1}
+        assert r.client.before_watch == [(1, 0), (2, 1)]
+
+
+async def test_a_watch_that_opened_and_went_quiet_is_resumed_at_once() -> None:
+    # opened (headers came), then silent past the inactivity timeout: a dropped stream, resumed from the
+    # last RV without backoff or relist, and not a failure
+    quiet = [Advance(1.0)]  # open for longer than a "very short" watch, then silent
+    watches = [Watch([event(ADDED, "b", "11")], hold=True), Watch(quiet, hold=True), Watch(quiet, hold=True)]
+    async with rig([([obj("a", "5")], "10")], watches, inactivity_timeout_s=0.05) as r:
+        await eventually(lambda: len(r.client.watches) == 3)
+        assert r.client.before_watch == [(1, 0)] * 3  # no relist, no backoff between them
+        assert r.watch_versions() == ["10", "11", "11"]
+        assert r.informer.consecutive_failures == 0
+        assert r.informer.relists == 1
 
 
 async def test_401_on_watch_reauthenticates_then_recovers() -> None:
