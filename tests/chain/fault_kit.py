@@ -13,22 +13,28 @@ ClusterQueues, LocalQueues, Kueue Topologies, InstanceTypes, NodeFeatures) equal
 between two runs of the same scenario and says nothing about the chain's decisions: ``uid``,
 ``resourceVersion``, ``creationTimestamp``, ``managedFields``, ``generation``, ``selfLink``, owner
 references' ``uid``; in ``status``, every ``*Time``/``*Timestamp`` field and ``observedGeneration``
-(which counts writes, not outcomes).
+(which counts writes, not outcomes); conditions are sorted by type (their order is who wrote first).
 
 **no write lost** — every object the undisturbed run wrote exists with the same content: the final
 snapshot equals the baseline (a lost create is a missing key, a lost update a differing value).
 
 **no write doubled** — defined on accepted writes: an audit-log write request (create, update, patch,
 delete) answered 2xx. Requests the server refused (4xx/5xx — 409 conflicts, 429s, 503s while it starts)
-or that never reached it (connection refused; the log has no line) are retries, not writes. A write is
-*doubled* when, for one user and one object (and subresource), the fault run has more accepted writes
-than the undisturbed run: the extra one wrote content the object already had (the chain's no-op check
-did not hold after recovery: a relist re-delivered every object and it applied again), or a write was
-repeated after its first attempt had already succeeded. :func:`doubled_writes` lists those; a fault test
-asserts it is empty. This is exact because the chain writes each object only to reach a desired state
-that depends on the Nodes, and the scenario's Nodes are published by the agent before the chain's
-controllers start (:func:`running_chain` waits for that), so the undisturbed run writes each object a
-fixed number of times.
+or that never reached it (connection refused: the log has no line) are retries, not writes. A write is
+*doubled* when it is accepted for an object that already had the content written: the chain's no-op
+check did not hold (a relist after the fault re-delivered every object and the chain applied again), or
+a write was repeated after its first attempt had succeeded. The audit log records no bodies, so the kit
+checks it where it is exact: :func:`at_rest` takes, just before the fault, the objects that already
+equal the undisturbed run's final state; they are done, and any accepted write to one of them after the
+fault (:func:`rewritten`) writes content it already has — a doubled write. A fault test asserts that
+list is empty. :func:`doubled_writes` also compares whole-run counts per object with the undisturbed
+run's (``(run, undisturbed)`` for each object written more often); it is diagnostic, printed by tests,
+not asserted: two undisturbed runs can differ by one write of an object the chain applied again from a
+cache that had not yet seen its first write (a no-op on the server, and no fault involved).
+
+The chain's inputs are fixed before it starts: :func:`running_chain` applies the scenario's Nodes and
+runs the agent alone until every Node's NodeFeature is published, so what the chain writes depends on the
+fault only.
 
 The identities are users, not User-Agents: the in-process controllers write as
 :data:`CONTROLLER_USER`, the agent as :data:`AGENT_USER` (the subprocess controllers of
@@ -41,6 +47,7 @@ Interface:
 ``assert_same(expected, actual)``
 ``accepted_writes(audit, users, since=None) -> Counter[WriteKey]`` (``WriteKey`` = user, resource path,
 namespace, name; only :data:`CHAIN_KINDS`) · ``refused_writes(...)`` (the same for non-2xx answers) ·
+``at_rest(before, expected) -> set[str]`` · ``rewritten(audit, users, since, keys) -> list[AuditEvent]`` ·
 ``doubled_writes(run, baseline) -> dict[WriteKey, tuple[int, int]]``
 ``running_chain(cluster, ...)`` — :func:`tests.stack.running_stack` with the scenario's Nodes published
 first · ``await converged(stack, expected) -> Snapshot`` · ``await baseline(scenario=SCENARIO) ->
@@ -62,11 +69,11 @@ from typing import TYPE_CHECKING, Any, Final
 from prometheus_client import REGISTRY
 
 from gpustack_worker.agent.controller import Agent
-from gpustack_worker.api import kinds, rbac
+from gpustack_worker.api import keys, kinds, rbac
 from gpustack_worker.cli.plan_cmd import parse_sets
 from gpustack_worker.cli.planning import plan_chain
 from gpustack_worker.cli.settings import WorkerSettings
-from gpustack_worker.devcluster.audit import AuditLog
+from gpustack_worker.devcluster.audit import AuditEvent, AuditLog
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.settings import SettingsSource
 from gpustack_worker.simulate.apply import apply_scenario
@@ -94,6 +101,7 @@ __all__ = (
     "WriteKey",
     "accepted_writes",
     "assert_same",
+    "at_rest",
     "baseline",
     "converged",
     "diff",
@@ -102,8 +110,10 @@ __all__ = (
     "normalize",
     "refused_writes",
     "relists",
+    "rewritten",
     "running_chain",
     "snapshot",
+    "snapshot_key",
 )
 
 #: Four nodes, several pools (A100 with MIG, Hygon slices, T-Head PPU partitions, a CPU-only node).
@@ -135,11 +145,14 @@ _CHAIN_RESOURCES: Final = frozenset(r.plural for r in CHAIN_KINDS)
 
 def _status_value(value: Any) -> Any:
     if isinstance(value, dict):
-        return {
+        out = {
             k: _status_value(v)
             for k, v in value.items()
             if not k.endswith(("Time", "Timestamp")) and k != "observedGeneration"
         }
+        if isinstance(out.get("conditions"), list):  # order = who wrote first, not a decision
+            out["conditions"] = sorted(out["conditions"], key=lambda c: str(c.get("type")))
+        return out
     if isinstance(value, list):
         return [_status_value(v) for v in value]
     return value
@@ -225,6 +238,35 @@ def doubled_writes(
     return {k: (n, undisturbed.get(k, 0)) for k, n in sorted(run.items()) if n > undisturbed.get(k, 0)}
 
 
+_KIND_OF: Final = {r.plural: r.kind for r in CHAIN_KINDS}
+
+
+def snapshot_key(write: AuditEvent) -> str:
+    """The :data:`Snapshot` key of the object an audit-log request wrote."""
+    return f"{_KIND_OF.get(write.resource, write.resource)}/{write.namespace}/{write.name}"
+
+
+def at_rest(before: Snapshot, expected: Snapshot) -> set[str]:
+    """The objects of ``before`` that already equal ``expected`` (done: a later write of one is doubled)."""
+    return {k for k, v in before.items() if expected.get(k) == v}
+
+
+def rewritten(
+    audit: AuditLog, users: Iterable[str], since: datetime.datetime, keys_at_rest: set[str]
+) -> list[AuditEvent]:
+    """The accepted writes by ``users`` received at or after ``since`` of an object in ``keys_at_rest``."""
+    wanted = frozenset(users)
+    return [
+        e
+        for e in audit.writes(since=since)
+        if e.username in wanted
+        and e.code is not None
+        and 200 <= e.code < 300
+        and e.resource in _CHAIN_RESOURCES
+        and snapshot_key(e) in keys_at_rest
+    ]
+
+
 # --- running and converging ------------------------------------------------------------------------
 
 
@@ -251,7 +293,8 @@ async def _publish(cluster: DevCluster, scenario: str) -> None:
     async def done() -> bool:
         nonlocal idle_before
         features, _ = await admin.list(kinds.NODE_FEATURE)
-        idle = {f["metadata"]["name"] for f in features} >= nodes and _agent_idle(agent)
+        published = {str((f["metadata"].get("labels") or {}).get(keys.NFD_NODE_NAME)) for f in features}
+        idle = published >= nodes and _agent_idle(agent)
         settled, idle_before = idle and idle_before, idle
         return settled
 
