@@ -8,7 +8,18 @@ Each reconcile first sleeps ``--delay`` seconds (or the source's ``data.delay``,
 reconcile in flight for as long as it likes), then applies. When the process is resumed (SIGCONT) it
 also tries one write at once, ``<identity>-resumed`` — work that was pending while it was frozen, issued
 whatever the Manager has noticed by then — and logs whether it was sent or refused; the process waits
-for that attempt before it exits. Requests carry ``User-Agent:
+for that attempt before it exits.
+
+A source whose ``data.stall-who`` names this process's identity asks for a loop stall: its reconcile
+issues :data:`STALL_WRITES` writes (``<identity>-stalled-<i>``, the pending work) and returns; when the
+first of them has passed the write fence and is about to write its request headers (httpcore's ``trace``
+hook), a loop callback blocks the event loop synchronously (``time.sleep``) until the file named by
+``data.stall-until`` exists, so those writes are queued right behind the stall, as work is behind a relist
+ingest or a GC pause. Each is logged as ``stall write refused`` (with ``fenced``, ``outcome`` and the
+error) or ``stall write sent``, and the process waits for them before it exits; on exit it logs
+``fencing app stopped`` with the exit code and ``fenced_writes`` (its ``gpustack_fenced_writes_total``).
+
+Requests carry ``User-Agent:
 fencing-app/ID``; the process authenticates with whatever its kubeconfig holds (the test gives each
 process its own ServiceAccount token). Exit code: the Manager's (0 after SIGTERM, 1 after losing the
 Lease).
@@ -18,9 +29,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
-from typing import Any, Final
+import time
+from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 
@@ -31,9 +44,15 @@ from gpustack_worker.runtime.controller import Controller, Result
 from gpustack_worker.runtime.informer import Informer
 from gpustack_worker.runtime.leader import LeaderElector
 from gpustack_worker.runtime.manager import Manager
+from gpustack_worker.runtime.metrics import FENCED_WRITES
 from gpustack_worker.runtime.queue import WorkQueue
 from gpustack_worker.runtime.resources import CONFIG_MAP
 from gpustack_worker.runtime.transform import make_transform
+
+if TYPE_CHECKING:
+    import httpx
+
+    from gpustack_worker.runtime.client import Client
 
 USER_AGENT: Final = "fencing-app"
 FIELD_MANAGER: Final = "fencing-app"
@@ -41,7 +60,80 @@ LABEL: Final = "fencing"
 SOURCE: Final = "source"
 MIRROR: Final = "mirror"
 
+#: Writes queued right behind a requested loop stall.
+STALL_WRITES: Final = 3
+#: A stall never outlasts this (a test that failed half-way must not leave a process blocked for good).
+STALL_CAP_SECONDS: Final = 600.0
+
 _log = structlog.get_logger("tests.runtime.fencing_app")
+
+
+def block_until(path: str) -> None:
+    """The loop stall: a synchronous wait (no await) until ``path`` exists."""
+    _log.warning("loop stall begins", until=path)
+    deadline = time.monotonic() + STALL_CAP_SECONDS
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _log.warning("loop stall ends")
+
+
+class Staller:
+    """Writes queued right behind a loop stall (see the module docstring)."""
+
+    def __init__(self, client: Client, namespace: str, identity: str) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.identity = identity
+        self.tasks: list[asyncio.Task[None]] = []
+        self._until: str | None = None
+
+    def stall(self, until: str) -> None:
+        """Issue the writes; the first one stalls the loop right before its request headers go out."""
+        if self._until is not None:
+            return  # once per process
+        self._until = until
+        session = self.client._api._session
+        session.event_hooks["request"].append(self._hook)
+        loop = asyncio.get_running_loop()
+        self.tasks = [loop.create_task(self._write(i)) for i in range(STALL_WRITES)]
+
+    async def _hook(self, request: httpx.Request) -> None:
+        if f"{self.identity}-stalled-" in request.url.path:
+            request.extensions["trace"] = self._trace
+
+    async def _trace(self, event: str, info: dict[str, Any]) -> None:
+        if event == "http11.send_request_headers.started" and self._until is not None:
+            until, self._until = self._until, ""
+            if until:
+                asyncio.get_running_loop().call_soon(block_until, until)
+                await asyncio.sleep(0)  # the rest of this write runs right after the stall
+
+    async def _write(self, i: int) -> None:
+        name = f"{self.identity}-stalled-{i}"
+        body = mirror_of({"metadata": {"name": name, "namespace": self.namespace}}, self.identity)
+        body["metadata"]["name"] = name
+        try:
+            await self.client.apply(CONFIG_MAP, body, field_manager=FIELD_MANAGER)
+        except Exception as exc:
+            _log.warning(
+                "stall write refused",
+                name=name,
+                fenced=isinstance(exc, Fenced),
+                outcome=getattr(exc, "outcome", None),
+                error=str(exc),
+            )
+        else:
+            _log.warning("stall write sent", name=name)
+
+
+def fenced_writes() -> float:
+    """This process's ``gpustack_fenced_writes_total``, all labels."""
+    return sum(
+        sample.value
+        for metric in FENCED_WRITES.collect()
+        for sample in metric.samples
+        if sample.name.endswith("_total")
+    )
 
 
 def mirror_of(source: Any, writer: str) -> dict[str, Any]:
@@ -72,9 +164,16 @@ async def main(args: argparse.Namespace) -> int:
         )
         applier = Applier(client, FIELD_MANAGER, cache=mirrors)
 
+        staller = Staller(client, args.namespace, args.identity)
+
         async def reconcile(key: str) -> Result:
             source = sources.store.get(key)
             if source is None:
+                return Result.done()
+            data = source.get("data") or {}
+            if "stall-who" in data:
+                if data["stall-who"] == args.identity and data.get("stall-until"):
+                    staller.stall(str(data["stall-until"]))
                 return Result.done()
             delay = float((source.get("data") or {}).get("delay") or args.delay)
             await asyncio.sleep(delay)
@@ -121,10 +220,10 @@ async def main(args: argparse.Namespace) -> int:
         # A standby's informers enqueue too; its workers start only once it leads.
         try:
             code = await manager.run(proc.stop)
-            await asyncio.gather(*resumed)
+            await asyncio.gather(*resumed, *staller.tasks)
         finally:
             loop.remove_signal_handler(signal.SIGCONT)
-        _log.info("fencing app stopped", exit_code=code)
+        _log.info("fencing app stopped", exit_code=code, fenced_writes=fenced_writes())
         return code
 
 
