@@ -5,6 +5,7 @@ reloads credentials without cutting the other open watches."""
 from __future__ import annotations
 
 import contextlib
+import threading
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -64,11 +65,11 @@ async def test_list_sends_the_resource_version_on_the_first_page_only() -> None:
     ]
     sent: list[dict[str, str]] = []
 
-    async def request(method: str, path: str, *, params: dict[str, str]) -> dict[str, Any]:
+    async def get_page(path: str, params: dict[str, str]) -> bytes:
         sent.append(dict(params))
-        return pages.pop(0)
+        return orjson.dumps(pages.pop(0))
 
-    client._request = request  # type: ignore[method-assign,assignment]
+    client._get_page = get_page  # type: ignore[method-assign]
     items, rv = await client.list(
         CONFIG_MAP, namespace="ns", limit=1, resource_version="12", resource_version_match="NotOlderThan"
     )
@@ -84,13 +85,37 @@ async def test_list_without_a_resource_version_sends_none() -> None:
     client = Client(FakeApi())
     sent: list[dict[str, str]] = []
 
-    async def request(method: str, path: str, *, params: dict[str, str]) -> dict[str, Any]:
+    async def get_page(path: str, params: dict[str, str]) -> bytes:
         sent.append(dict(params))
-        return {"items": [], "metadata": {"resourceVersion": "7"}}
+        return orjson.dumps({"items": [], "metadata": {"resourceVersion": "7"}})
 
-    client._request = request  # type: ignore[method-assign,assignment]
+    client._get_page = get_page  # type: ignore[method-assign]
     await client.list(CONFIG_MAP, label_selector="a=b")
     assert sent == [{"labelSelector": "a=b", "limit": "500"}]
+
+
+async def test_list_pages_converts_each_page_off_the_loop_before_fetching_the_next() -> None:
+    # issue 17 defects 2/3: decode + convert per page in a worker thread; never the whole list decoded
+    client = Client(FakeApi())
+    pages = [
+        {"items": [{"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}], "metadata": {"continue": "t"}},
+        {"items": [{"metadata": {"name": "c"}}], "metadata": {"resourceVersion": "40"}},
+    ]
+    trace: list[str] = []
+
+    async def get_page(path: str, params: dict[str, str]) -> bytes:
+        trace.append("fetch")
+        return orjson.dumps(pages.pop(0))
+
+    def convert(items: list[dict[str, Any]]) -> list[tuple[str, str]]:
+        trace.append("convert on the loop thread" if threading.get_ident() == loop_thread else "convert")
+        return [(i["kind"], i["metadata"]["name"]) for i in items]
+
+    loop_thread = threading.get_ident()
+    client._get_page = get_page  # type: ignore[method-assign]
+    got = [page async for page in client.list_pages(CONFIG_MAP, convert=convert, limit=2)]
+    assert got == [([("ConfigMap", "a"), ("ConfigMap", "b")], ""), ([("ConfigMap", "c")], "40")]
+    assert trace == ["fetch", "convert", "fetch", "convert"]
 
 
 async def test_watch_calls_on_open_once_accepted_and_raises_error_events() -> None:
