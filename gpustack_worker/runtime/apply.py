@@ -22,6 +22,16 @@ not change the object:
 
 Status goes through the ``/status`` subresource with its own managedFields entry.
 
+**Our own write not yet in the cache.** A reconcile can run between an accepted write and the watch
+event that brings it into the cache (another event of the object, e.g. Kueue's status update, wakes
+it first); against that stale object the apply would be sent again — a doubled write, and a repair
+reported twice. So the Applier remembers, per object and subresource, the resourceVersion and UID the
+server answered its last write with and the body it sent: while the cached object is the same object
+(UID) at an older resourceVersion and the desired body is the one already written, the apply is skipped.
+Once the cache reaches that resourceVersion (or the UID changes) the entry is dropped and the cache is
+the truth again; an object missing from the cache is always written (never suppress a re-create). At
+most :data:`RECENT_WRITES_MAX` entries are kept (oldest dropped: that only costs a redundant write).
+
 **A field another manager changed** (an admin's ``kubectl edit``, a forced apply): the server moves the
 field to that manager's entry, so it is missing from ours while the object holds a value other than
 ours. :func:`taken_fields` finds exactly those fields; the apply writes them back (rule 1 above makes it a
@@ -40,6 +50,7 @@ object), the resourceVersion only when the caller asks for it, and an optional p
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast, runtime_checkable
 
@@ -58,6 +69,7 @@ if TYPE_CHECKING:
 
 __all__ = (
     "PROPAGATION_POLICIES",
+    "RECENT_WRITES_MAX",
     "Applier",
     "ApplierConfigError",
     "FieldPath",
@@ -91,9 +103,34 @@ _UNTRACKED: Final = frozenset(
         )
     }
 )
+#: Own writes remembered until the cache has them (see "Our own write not yet in the cache").
+RECENT_WRITES_MAX: Final = 4096
 #: ``DeleteOptions.propagationPolicy`` values.
 PROPAGATION_POLICIES: Final = frozenset({"Background", "Foreground", "Orphan"})
 _MISSING: Final = object()
+
+
+def _resource_version(value: Any) -> int | None:
+    """A resourceVersion as a number (etcd's revision), or None when it is not one: then it is never
+    compared, and the cache is taken as it is."""
+    try:
+        return int(str(value))
+    except ValueError:
+        return None
+
+
+def _plain_value(value: Any) -> Any:
+    """orjson's fallback for the read-only mappings and sequences cached objects are made of."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        return list(value)
+    raise TypeError(type(value).__name__)
+
+
+def _digest(body: Mapping[str, Any]) -> str:
+    """A canonical spelling of an apply body (to tell "the body we already sent" from a new one)."""
+    return orjson.dumps(dict(body), option=orjson.OPT_SORT_KEYS, default=_plain_value).decode()
 
 
 def _json(value: Any) -> str:
@@ -451,6 +488,8 @@ class Applier:
         self.client = client
         self.field_manager = field_manager
         self.on_repair = on_repair
+        #: (kind, namespace, name, subresource) → (uid, resourceVersion, body digest) of our last write.
+        self._recent: OrderedDict[tuple[str, str, str, str], tuple[str, int, str]] = OrderedDict()
         self._skipped = APPLY_SKIPPED.labels(field_manager=field_manager)
         several = isinstance(cache, list | tuple | set | frozenset)
         caches = list(cast("Iterable[ManagedFieldsCache]", cache)) if several else [cache]
@@ -488,10 +527,15 @@ class Applier:
         ``force`` takes fields over from other managers: pass it only for fields this controller alone
         owns by design.
         """
-        if is_noop(desired, cached, self.field_manager, subresource, hints=resource.hints):
+        meta = desired.get("metadata") or {}
+        ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        key = (resource.kind, ns, name, subresource or "")
+        digest = _digest(desired)
+        if self._written_already(key, cached, digest) or is_noop(
+            desired, cached, self.field_manager, subresource, hints=resource.hints
+        ):
             self._skipped.inc()
             return None
-        meta = desired.get("metadata") or {}
         # debug: a cold start applies once per object; counts are in rest_client_requests_total.
         _log.debug(
             "apply",
@@ -505,6 +549,7 @@ class Applier:
         written = await self.client.apply(
             resource, dict(desired), field_manager=self.field_manager, force=force, subresource=subresource
         )
+        self._remember(key, written, digest)
         if taken and cached is not None:
             fields = tuple(sorted(dotted(p) for p in taken))
             _log.warning(
@@ -519,6 +564,38 @@ class Applier:
             if self.on_repair is not None:
                 self.on_repair(resource, cached, fields)
         return written
+
+    def _written_already(
+        self, key: tuple[str, str, str, str], cached: Mapping[str, Any] | None, digest: str
+    ) -> bool:
+        """Is ``cached`` older than our last accepted write of this very body (the watch event not yet
+        delivered)? Drops the entry once the cache has caught up or holds another object."""
+        entry = self._recent.get(key)
+        if entry is None or cached is None:
+            return False
+        meta = cached.get("metadata") or {}
+        seen = _resource_version(meta.get("resourceVersion"))
+        uid, version, sent = entry
+        if seen is None or meta.get("uid") != uid or seen >= version:
+            del self._recent[key]
+            return False
+        return sent == digest
+
+    def _remember(self, key: tuple[str, str, str, str], written: Any, digest: str) -> None:
+        meta = written.get("metadata") if isinstance(written, Mapping) else None
+        version = _resource_version((meta or {}).get("resourceVersion"))
+        uid = (meta or {}).get("uid")
+        if version is None or not uid:
+            self._recent.pop(key, None)
+            return
+        self._recent[key] = (str(uid), version, digest)
+        self._recent.move_to_end(key)
+        while len(self._recent) > RECENT_WRITES_MAX:
+            self._recent.popitem(last=False)
+
+    def _forget(self, resource: Resource, namespace: str | None, name: str) -> None:
+        for key in [k for k in self._recent if k[:3] == (resource.kind, namespace or "", name)]:
+            del self._recent[key]
 
     async def apply_status(
         self, resource: Resource, desired: Mapping[str, Any], cached: Mapping[str, Any] | None
@@ -545,6 +622,7 @@ class Applier:
         uid = meta.get("uid")
         if not uid:
             raise ValueError(f"{resource.kind} {meta.get('name')!r}: no metadata.uid to delete by")
+        self._forget(resource, meta.get("namespace"), str(meta["name"]))
         return await self.client.delete(
             resource,
             str(meta["name"]),

@@ -219,3 +219,74 @@ async def test_a_refused_repair_is_not_reported() -> None:
     with pytest.raises(Conflict):
         await applier.apply(CM, _body({"a": "1", "z": "1"}), edited)
     assert repairs == []
+
+
+# -- our own write not yet in the cache: never sent twice --------------------------------------------------
+class VersionedClient:
+    """Answers an apply like the server: the object at the next resourceVersion, our entry owning it."""
+
+    def __init__(self) -> None:
+        self.applied: list[dict[str, Any]] = []
+        self.version = 10
+
+    async def apply(self, resource: Resource, body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        self.applied.append(body)
+        self.version += 1
+        obj = _labelled(dict(body["metadata"]["labels"]), {MANAGER: set(body["metadata"]["labels"])})
+        obj["metadata"].update(uid="u1", resourceVersion=str(self.version))
+        self.last = obj
+        return obj
+
+    def applied_object(self) -> dict[str, Any]:
+        return copy.deepcopy(self.last)
+
+    async def delete(self, resource: Resource, name: str, *_a: Any, **_kw: Any) -> bool:
+        return True
+
+
+def _versioned(obj: dict[str, Any], version: int, uid: str = "u1") -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    out["metadata"].update(uid=uid, resourceVersion=str(version))
+    return out
+
+
+async def test_a_stale_cache_after_our_own_write_is_not_written_again_nor_reported_again() -> None:
+    """The admin's edit (rv 10) is repaired (rv 11); an event older than the repair (Kueue's update at rv
+    10.5, say, still holding the admin's value) wakes another reconcile before the repair's event: the
+    cache is stale against our own write, so nothing is sent and nothing reported. Once the cache holds
+    the repair, the usual check applies."""
+    client = VersionedClient()
+    repairs: list[tuple[str, ...]] = []
+    applier = Applier(
+        client,  # type: ignore[arg-type]
+        MANAGER,
+        cache=Cache(),
+        on_repair=lambda _resource, _obj, fields: repairs.append(fields),
+    )
+    desired = _body({"a": "1", "b": "2"})
+    edited = _versioned(_labelled({"a": "1", "b": "admin"}, {MANAGER: {"a"}, "kubectl": {"b"}}), 10)
+    written = await applier.apply(CM, desired, edited)
+    assert written is not None and len(client.applied) == 1 and len(repairs) == 1
+    # The stale cache: the same object, older than our write, still the admin's value.
+    assert await applier.apply(CM, desired, edited) is None
+    assert len(client.applied) == 1 and len(repairs) == 1
+    # A different intent is still written at once, stale cache or not.
+    changed = _body({"a": "1", "b": "3"})
+    assert await applier.apply(CM, changed, edited) is not None
+    assert len(client.applied) == 2
+    # The cache caught up (our write's rv): judged by the cache again — a no-op.
+    assert await applier.apply(CM, changed, _versioned(client.applied_object(), client.version)) is None
+    assert len(client.applied) == 2
+
+
+async def test_a_missing_or_recreated_object_is_always_written() -> None:
+    client = VersionedClient()
+    applier = Applier(client, MANAGER, cache=Cache())  # type: ignore[arg-type]
+    desired = _body({"a": "1"})
+    await applier.apply(CM, desired, None)
+    # Deleted by someone before the cache saw it (or never cached): written again, never suppressed.
+    assert await applier.apply(CM, desired, None) is not None
+    # Another object of that name (another UID), however old its resourceVersion looks.
+    other = _versioned(_labelled({"a": "x"}, {MANAGER: {"a"}}), 5, uid="u2")
+    assert await applier.apply(CM, desired, other) is not None
+    assert len(client.applied) == 3
