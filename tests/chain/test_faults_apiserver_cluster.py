@@ -1,0 +1,79 @@
+"""Fault: kube-apiserver killed and restarted while the chain converges (issue 17).
+
+The operator stack (agent + the controller's topology and chain controllers, in-process, each with its
+ServiceAccount) runs :data:`~tests.chain.fault_kit.SCENARIO` on an audited control plane of its own. As
+soon as the chain has written some of its objects but not all, kube-apiserver is stopped and started again
+on the same port while the stack keeps running: in-flight requests and every open watch break, new
+requests are refused until it is back.
+
+Asserted: the chain converges to the undisturbed run's objects (no write lost); no object that was
+already at rest when the API server went down is written again after it (no write doubled: the no-op
+check held after every informer re-listed or re-watched); and the process says what happened — each of
+the controller's informers recorded the outage as a failed list/watch attempt (``last_error``) and is
+healthy again, and ``rest_client_requests_total{code="<error>"}`` for the API server's host grew. No
+duration is asserted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from typing import TYPE_CHECKING
+
+import pytest
+
+from gpustack_worker.api import kinds
+from gpustack_worker.devcluster.audit import AuditLog
+from tests.chain import fault_kit as fk
+from tests.chain.controller_procs import audited_cluster
+from tests.stack import eventually
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from gpustack_worker.devcluster.cluster import DevCluster
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def devcluster() -> Iterator[DevCluster]:
+    """A control plane for this module alone (the pools must hold exactly the scenario's Nodes)."""
+    with audited_cluster("faults-apiserver") as cluster:
+        yield cluster
+
+
+async def test_apiserver_restarted_mid_convergence(devcluster: DevCluster) -> None:
+    undisturbed = await fk.baseline()
+    assert devcluster.audit_log is not None
+    audit = AuditLog(devcluster.audit_log)
+    host = devcluster.server.removeprefix("https://")
+    errors_before = fk.metric("rest_client_requests_total", code="<error>", host=host)
+    async with fk.running_chain(devcluster) as stack:
+
+        async def converging() -> fk.Snapshot | None:
+            now = await fk.snapshot(stack.admin)
+            done = fk.at_rest(now, undisturbed.objects)
+            chain_done = {k for k in done if not k.startswith(kinds.NODE_FEATURE.kind)}
+            return now if chain_done and now != undisturbed.objects else None
+
+        before = await eventually(converging, within=fk.CONVERGE_S, every=0.05)
+        assert before is not None
+        rest = fk.at_rest(before, undisturbed.objects)
+        since = datetime.datetime.now(datetime.UTC)
+        await asyncio.to_thread(devcluster.restart_apiserver)
+
+        final = await fk.converged(stack, undisturbed.objects)
+        fk.assert_same(undisturbed.objects, final)
+        again = fk.rewritten(audit, (fk.CONTROLLER_USER, fk.AGENT_USER), since, rest)
+        assert again == [], f"objects at rest before the restart written again: {again}"
+        run = fk.accepted_writes(audit, (fk.CONTROLLER_USER, fk.AGENT_USER))
+        print("writes beyond the undisturbed run's:", fk.doubled_writes(run, undisturbed.writes))
+
+        informers = stack.registry.informers
+        assert informers
+        assert all(i.last_error is not None for i in informers), [
+            (i.resource.plural, i.last_error) for i in informers
+        ]
+        assert all(i.healthy and i.has_synced for i in informers)
+        assert fk.metric("rest_client_requests_total", code="<error>", host=host) > errors_before
