@@ -29,7 +29,6 @@ import pytest
 from gpustack_worker.agent.controller import Agent
 from gpustack_worker.api import keys, kinds, rbac
 from gpustack_worker.chain.steps import REASON_FIELDS_REPAIRED
-from gpustack_worker.cli.controller_cmd import USER_AGENT
 from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.devcluster.audit import AuditLog
 from gpustack_worker.runtime.client import Client
@@ -37,6 +36,7 @@ from gpustack_worker.runtime.settings import SettingsSource
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario
 from tests.chain.controller_procs import ControllerProcs, audited_cluster, controller_account, lease_holder
+from tests.chain.fault_kit import accepted_writes, refused_writes, snapshot
 from tests.stack import condition, eventually
 
 if TYPE_CHECKING:
@@ -68,6 +68,8 @@ class World:
     admin: Client
     audit: AuditLog
     procs: ControllerProcs
+    #: The controller's user (its own ServiceAccount).
+    user: str
 
 
 @pytest.fixture(scope="module")
@@ -80,12 +82,12 @@ async def world(devcluster: DevCluster, tmp_path_factory: pytest.TempPathFactory
     agent_task = asyncio.create_task(agent.run(stop))
     logs = tmp_path_factory.mktemp("controller")
     print(f"[admin-edit] controller log in {logs}")
-    kubeconfig, _user = await controller_account(devcluster, admin, IDENTITY)
+    kubeconfig, user = await controller_account(devcluster, admin, IDENTITY)
     procs = ControllerProcs(logs)
     procs.start(IDENTITY, kubeconfig)
     assert devcluster.audit_log is not None
     try:
-        yield World(admin, AuditLog(devcluster.audit_log), procs)
+        yield World(admin, AuditLog(devcluster.audit_log), procs, user)
     finally:
         procs.stop_all()
         stop.set()
@@ -103,8 +105,11 @@ def _flavors(cq: dict[str, Any] | None) -> list[str]:
     return [f["name"] for g in groups for f in g.get("flavors") or ()]
 
 
-async def converged(admin: Client) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """The queue on the pool's one flavor, TopologyReady and Active for its generation; and the flavor."""
+async def converged(w: World) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The queue on the pool's one flavor, TopologyReady and Active for its generation, the controller's
+    work queues empty and the chain's objects (the fault kit's snapshot) the same twice in a row, a second
+    apart; the queue and the flavor."""
+    admin = w.admin
     cq = await admin.get(kinds.CLUSTER_QUEUE, QUEUE)
     rf = await admin.get(kinds.RESOURCE_FLAVOR, FLAVOR)
     if cq is None or rf is None:
@@ -117,17 +122,25 @@ async def converged(admin: Client) -> tuple[dict[str, Any], dict[str, Any]] | No
         and ready.get("observedGeneration") == generation
         and condition(cq, "Active").get("observedGeneration") == generation
         and NOTE in (rf["metadata"].get("annotations") or {})
+        and await w.procs.metric(IDENTITY, "workqueue_depth") == 0
     )
-    return (cq, rf) if ok else None
+    if not ok:
+        return None
+    first = await snapshot(admin)
+    await asyncio.sleep(1.0)
+    stable = first == await snapshot(admin) and await w.procs.metric(IDENTITY, "workqueue_depth") == 0
+    return (cq, rf) if stable else None
 
 
-def chain_writes(w: World, resource: str, name: str, since: datetime.datetime) -> list[str]:
-    """The controller's writes of one object (its status subresource apart) since ``since``."""
-    return [
-        f"{e.received.isoformat()} {e.verb} {e.resource_path} code={e.code}"
-        for e in w.audit.writes(f"{USER_AGENT}/{IDENTITY}", since=since)
-        if e.resource == resource and e.name == name and not e.subresource
-    ]
+def spec_writes(w: World, since: datetime.datetime, *, accepted: bool = True) -> dict[str, int]:
+    """The controller's writes of chain objects since ``since`` (the fault kit's count per object; status
+    subresources apart), by ``<resource path>/<name>``: accepted (2xx) or refused."""
+    count = accepted_writes if accepted else refused_writes
+    return {
+        f"{path}/{name}": n
+        for (_user, path, _ns, name), n in count(w.audit, [w.user], since).items()
+        if "/" not in path
+    }
 
 
 async def repaired_events(admin: Client, kind: str, name: str) -> list[dict[str, Any]]:
@@ -183,7 +196,7 @@ async def diagnose(w: World) -> None:
 async def test_an_admin_edit_of_a_chain_field_is_repaired_and_reported_once(world: World) -> None:
     w, admin = world, world.admin
     try:
-        cq, rf = await eventually(lambda: converged(admin), within=STEP_S)
+        cq, rf = await eventually(lambda: converged(w), within=STEP_S)
         assert cq["spec"]["preemption"]["withinClusterQueue"] == "Never"
         note = rf["metadata"]["annotations"][NOTE]
         queue_runs = await reconciles(w, "chain-queues")
@@ -237,15 +250,12 @@ async def test_an_admin_edit_of_a_chain_field_is_repaired_and_reported_once(worl
         assert await reconciles(w, "chain-queues") >= queue_runs + 2
         assert await reconciles(w, "chain-flavors") >= flavor_runs + 2
 
-        # --- the audit log: one repair write per object, nothing for the admin's labels
-        queue_writes = chain_writes(w, "clusterqueues", QUEUE, edited_at)
-        flavor_writes = chain_writes(w, "resourceflavors", FLAVOR, edited_at)
-        print(f"[admin-edit] chain writes since the edit: queue {queue_writes}, flavor {flavor_writes}")
-        assert len(queue_writes) == 1, queue_writes
-        assert len(flavor_writes) == 1, flavor_writes
-        assert all("code=200" in x for x in queue_writes + flavor_writes)
-        assert not chain_writes(w, "clusterqueues", QUEUE, labelled_at)
-        assert not chain_writes(w, "resourceflavors", FLAVOR, labelled_at)
+        # --- the audit log: one repair write per object, none refused, nothing for the admin's labels
+        writes = spec_writes(w, edited_at)
+        print(f"[admin-edit] chain writes since the edit: {writes}")
+        assert writes == {f"clusterqueues/{QUEUE}": 1, f"resourceflavors/{FLAVOR}": 1}, writes
+        assert spec_writes(w, edited_at, accepted=False) == {}, "a refused write: the repair looped"
+        assert spec_writes(w, labelled_at) == {}
         cq = await admin.get(kinds.CLUSTER_QUEUE, QUEUE)
         rf = await admin.get(kinds.RESOURCE_FLAVOR, FLAVOR)
         assert cq is not None and cq["metadata"]["labels"].get(ADMIN_LABEL) == "ml"
