@@ -4,11 +4,15 @@ kr8s' watch ends silently, cannot resume from a list resourceVersion and loops o
 own reflector with client-go's semantics (``tools/cache/reflector.go``):
 
 1. paginated LIST, objects pushed through the ingest transform, ``Store.replace`` (emitting deletes
-   for objects that vanished while we were not watching). Lists are served from the API server's watch
-   cache, never as a quorum read from etcd unless they have to be: the first with
-   ``resourceVersion=0``, a relist from the last seen RV with ``resourceVersionMatch=NotOlderThan``;
-   only after that RV was answered 410 (or "too large") does the next list ask for ``RV=""`` (a
-   consistent read). A DaemonSet restarting on every node thus costs no etcd range read per pod;
+   for objects that vanished while we were not watching). Each page is decoded and transformed in a
+   worker thread (:meth:`Client.list_pages`) and dropped before the next is fetched, so a relist of
+   thousands of Nodes neither holds the event loop (lease renewals, webhooks, probes) for seconds nor
+   holds every page decoded at once; only the swap into the store happens on the loop, in one step.
+   Lists are served from the API server's watch cache, never as a quorum read from etcd unless they
+   have to be: the first with ``resourceVersion=0``, a relist from the last seen RV with
+   ``resourceVersionMatch=NotOlderThan``; only after that RV was answered 410 (or "too large") does
+   the next list ask for ``RV=""`` (a consistent read). A DaemonSet restarting on every node thus
+   costs no etcd range read per pod;
 2. WATCH from the list's resourceVersion with bookmarks, a random 5-10 min ``timeoutSeconds`` (spreads
    reconnects) and an inactivity watchdog (a silently dropped TCP stream is noticed);
 3. a watch that ends normally, stalls or breaks mid-stream is resumed at once from the last seen RV.
@@ -272,7 +276,9 @@ class Informer:
 
     async def _list(self, reason: str) -> None:
         rv, match = self._list_version()
-        items, list_rv = await self.client.list(
+        objs: list[Any] = []
+        list_rv = ""
+        async for page, page_rv in self.client.list_pages(
             self.resource,
             namespace=self.namespace,
             label_selector=self.label_selector,
@@ -280,9 +286,11 @@ class Informer:
             limit=self.options.page_size,
             resource_version=rv,
             resource_version_match=match,
-        )
-        objs = [self._transform(item) for item in items]
-        added, updated, deleted = self.store.replace(objs)
+            convert=self._transform_page,
+        ):
+            objs.extend(page)
+            list_rv = page_rv
+        added, updated, deleted = self.store.replace(objs)  # one atomic swap, on the loop, as before
         self.last_resource_version = list_rv
         self.rv_unavailable = False
         self.relists += 1
@@ -307,6 +315,11 @@ class Informer:
             resource_version=list_rv,
         )
         self._synced.set()
+
+    def _transform_page(self, items: list[dict[str, Any]]) -> list[Any]:
+        """One LIST page through the ingest transform; runs in :meth:`Client.list_pages`' worker thread,
+        so the decoded page is dropped as soon as its frozen projections exist."""
+        return [self._transform(item) for item in items]
 
     def _opened(self) -> None:
         self._watch_open_since = self._clock.now()

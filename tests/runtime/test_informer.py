@@ -111,6 +111,9 @@ class FakeClient:
         #: (lists so far, backoff sleeps so far) when each watch was requested.
         self.before_watch: list[tuple[int, int]] = []
         self.reauthentications = 0
+        #: When set, a paged list waits for it between pages (``paused`` counts the waits).
+        self.between_pages: asyncio.Event | None = None
+        self.paused = 0
         self._parked = asyncio.Event()  # never set
 
     async def list(self, resource: Resource, **kwargs: Any) -> tuple[list[dict[str, Any]], str]:
@@ -123,6 +126,19 @@ class FakeClient:
             raise step
         items, rv = step
         return [dict(i) for i in items], rv
+
+    async def list_pages(
+        self, resource: Resource, *, convert: Callable[[list[dict[str, Any]]], Any], **kwargs: Any
+    ) -> AsyncGenerator[tuple[Any, str], None]:
+        """:meth:`list`'s answer served one object per page; waits for :attr:`between_pages` (when set)
+        after each page but the last."""
+        items, rv = await self.list(resource, **kwargs)
+        pages = [items[i : i + 1] for i in range(len(items))] or [[]]
+        for n, page in enumerate(pages, start=1):
+            yield convert(page), rv
+            if self.between_pages is not None and n < len(pages):
+                self.paused += 1
+                await self.between_pages.wait()
 
     async def watch(
         self, resource: Resource, *, on_open: Callable[[], None] | None = None, **kwargs: Any
@@ -400,6 +416,29 @@ async def test_an_error_event_relists_from_the_last_seen_rv() -> None:
         assert r.list_versions() == [("0", None), ("11", "NotOlderThan")]
         assert r.informer.relists_by_reason == {"initial": 1, "error": 1}
         assert r.seen == [(ADDED, "a", "5"), (ADDED, "b", "11")]  # the relist found nothing new
+
+
+async def test_a_relist_over_several_pages_swaps_the_store_in_one_step() -> None:
+    lists: list[tuple[list[dict[str, Any]], str] | BaseException] = [
+        ([obj("a", "5"), obj("b", "6")], "10"),
+        ([obj("a", "12"), obj("c", "13"), obj("d", "14")], "20"),  # b vanished, a changed, c and d new
+    ]
+    async with rig(lists, [Watch([gone()]), Watch(hold=True)]) as r:
+        await until(lambda: r.clock.sleepers == 1)
+        seen_before = list(r.seen)
+        r.client.between_pages = asyncio.Event()
+        await r.clock.advance(FIRST)
+        await until(lambda: r.client.paused == 1)  # the first of the relist's three pages is in
+        assert sorted(r.informer.store.keys()) == ["ns/a", "ns/b"]  # the old content, untouched
+        assert r.informer.store.get("ns/a")["metadata"]["resourceVersion"] == "5"
+        assert r.seen == seen_before and r.informer.last_resource_version == "10"
+        r.client.between_pages.set()
+        await until(lambda: len(r.client.watches) == 2)
+        assert sorted(r.informer.store.keys()) == ["ns/a", "ns/c", "ns/d"]
+        assert r.seen[len(seen_before) :] == [
+            (DELETED, "b", "6"), (ADDED, "c", "13"), (ADDED, "d", "14"), (MODIFIED, "a", "12"),
+        ]  # fmt: skip
+        assert r.watch_versions() == ["10", "20"]
 
 
 async def test_a_relist_emits_deletes_for_objects_that_vanished() -> None:

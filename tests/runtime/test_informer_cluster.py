@@ -46,8 +46,8 @@ class GatedWatches:
         self.gate.set()
         self.waiting = 0
 
-    async def list(self, resource: Resource, **kwargs: Any) -> tuple[list[dict[str, Any]], str]:
-        return await self.client.list(resource, **kwargs)
+    def list_pages(self, resource: Resource, **kwargs: Any) -> AsyncGenerator[tuple[Any, str], None]:
+        return self.client.list_pages(resource, **kwargs)
 
     async def reauthenticate(self) -> None:
         await self.client.reauthenticate()
