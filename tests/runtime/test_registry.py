@@ -61,6 +61,10 @@ class FakeClient:
         self.lists.append((resource.plural, kwargs.get("label_selector")))
         return [dict(o, metadata=dict(o["metadata"])) for o in self.objects.get(resource.plural, [])], "10"
 
+    async def list_pages(self, resource: Resource, *, convert: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        items, rv = await self.list(resource, **kwargs)
+        yield convert(items), rv
+
     async def watch(self, resource: Resource, **kwargs: Any) -> AsyncIterator[dict[str, Any]]:
         await asyncio.Event().wait()
         yield {}  # pragma: no cover - never reached
