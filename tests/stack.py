@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 
     from gpustack_worker.runtime.controller import Controller
+    from gpustack_worker.runtime.informer import InformerOptions
     from gpustack_worker.simulate.scenario import Scenario
 
 __all__ = ("Stack", "condition", "eventually", "module_cluster", "running_stack", "write_settings")
@@ -120,11 +121,13 @@ async def running_stack(
     namespaces: tuple[str, ...] = (),
     extra: Callable[[Client, SettingsSource[WorkerSettings], InformerRegistry], list[Any]] | None = None,
     controller_kubeconfig: Path | None = None,
+    informer_options: InformerOptions | None = None,
 ) -> AsyncIterator[Stack]:
     """Apply ``scenario`` (a packaged one's name, or the scenario itself), create ``namespaces``, and run
     the agent (all nodes) and the controllers (topology, chain, and whatever ``extra`` builds over the same
     registry) until the block ends. ``controller_kubeconfig`` replaces the controller ServiceAccount's
-    kubeconfig (the same user through another address, e.g. a fault-injecting proxy)."""
+    kubeconfig (the same user through another address, e.g. a fault-injecting proxy);
+    ``informer_options`` the controllers' reflector tunables (defaults: client-go's)."""
     admin = await Client.connect(str(cluster.kubeconfig))
     await apply_scenario(admin, packaged_scenario(scenario) if isinstance(scenario, str) else scenario)
     for ns in namespaces:
@@ -137,7 +140,7 @@ async def running_stack(
     agent = Agent(agent_client, SettingsSource(agent_client, model=WorkerSettings, env={}), node_name=None)
     settings = SettingsSource(ctl_client, model=WorkerSettings, env={})
     manager = Manager(settings=settings)
-    registry = manager.add_registry(InformerRegistry(ctl_client))
+    registry = manager.add_registry(InformerRegistry(ctl_client, options=informer_options))
     chain = Chain(ctl_client, settings, registry)
     topology = Topology(ctl_client, settings, registry)
     stack = Stack(admin, agent, chain, topology, ctl_client, registry, settings)

@@ -42,18 +42,20 @@ The identities are users, not User-Agents: the in-process controllers write as
 
 Interface:
 
-``SCENARIO``, ``TEAM``, ``CHAIN_KINDS``, ``CONTROLLER_USER``, ``AGENT_USER``, ``CONVERGE_S``
-``normalize(obj) -> dict`` · ``await snapshot(admin) -> Snapshot`` · ``diff(expected, actual) -> str`` ·
-``assert_same(expected, actual)``
-``accepted_writes(audit, users, since=None) -> Counter[WriteKey]`` (``WriteKey`` = user, resource path,
-namespace, name; only :data:`CHAIN_KINDS`) · ``refused_writes(...)`` (the same for non-2xx answers) ·
-``at_rest(before, expected) -> set[str]`` · ``rewritten(audit, users, since, keys) -> list[AuditEvent]`` ·
-``doubled_writes(run, baseline) -> dict[WriteKey, tuple[int, int]]``
-``running_chain(cluster, ...)`` — :func:`tests.stack.running_stack` with the scenario's Nodes published
-first · ``await converged(stack, expected) -> Snapshot`` · ``await baseline(scenario=SCENARIO) ->
-Baseline`` (computed once per test session on a fresh audited control plane, then cached)
-``metric(name, **labels) -> float`` (this process' Prometheus registry) · ``relists(stack, reason) ->
-int`` (the controllers' informers' successful lists for ``reason`` since they started)
+- ``SCENARIO``, ``TEAM``, ``CHAIN_KINDS``, ``CONTROLLER_USER``, ``AGENT_USER``, ``CONVERGE_S``
+- ``normalize(obj) -> dict``; ``await snapshot(admin) -> Snapshot``; ``snapshot_key(audit_event) -> str``
+- ``diff(expected, actual) -> str``; ``assert_same(expected, actual)``
+- ``accepted_writes(audit, users, since=None) -> Counter[WriteKey]`` (``WriteKey`` = user, resource
+  path, namespace, name; only :data:`CHAIN_KINDS`); ``refused_writes(...)`` (non-2xx answers)
+- ``at_rest(before, expected) -> set[str]``; ``rewritten(audit, users, since, keys) -> list[AuditEvent]``
+- ``doubled_writes(run, undisturbed) -> dict[WriteKey, tuple[int, int]]`` (diagnostic)
+- ``running_chain(cluster, scenario=SCENARIO, *, controller_kubeconfig=None, informer_options=None)``:
+  :func:`tests.stack.running_stack` with the scenario's Nodes published first
+- ``await converged(stack, expected) -> Snapshot``
+- ``await baseline(scenario=SCENARIO) -> Baseline`` (``objects``, ``writes``): computed once per test
+  session on a fresh audited control plane, then cached
+- ``metric(name, **labels) -> float`` (this process' Prometheus registry); ``relists(stack, reason) ->
+  int`` (the controllers' informers' successful lists for ``reason`` since they started)
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from gpustack_worker.devcluster.cluster import DevCluster
+    from gpustack_worker.runtime.informer import InformerOptions
 
 __all__ = (
     "AGENT_USER",
@@ -315,13 +318,19 @@ async def running_chain(
     scenario: str = SCENARIO,
     *,
     controller_kubeconfig: Path | None = None,
+    informer_options: InformerOptions | None = None,
 ) -> AsyncIterator[Stack]:
     """:func:`tests.stack.running_stack` on ``scenario`` with namespace :data:`TEAM`, once the Nodes are
     applied and the agent alone has published their NodeFeatures (so the chain's inputs no longer change
-    while it converges). ``controller_kubeconfig``: the controller's user through another address."""
+    while it converges). ``controller_kubeconfig``: the controller's user through another address;
+    ``informer_options``: the controllers' reflector tunables."""
     await _publish(cluster, scenario)
     async with running_stack(
-        cluster, scenario, namespaces=(TEAM,), controller_kubeconfig=controller_kubeconfig
+        cluster,
+        scenario,
+        namespaces=(TEAM,),
+        controller_kubeconfig=controller_kubeconfig,
+        informer_options=informer_options,
     ) as stack:
         yield stack
 

@@ -67,6 +67,8 @@ async def test_apiserver_restarted_mid_convergence(devcluster: DevCluster) -> No
         fk.assert_same(undisturbed.objects, final)
         again = fk.rewritten(audit, (fk.CONTROLLER_USER, fk.AGENT_USER), since, rest)
         assert again == [], f"objects at rest before the restart written again: {again}"
+        # the fault hit while converging: the chain still had objects to write after it
+        assert fk.accepted_writes(audit, (fk.CONTROLLER_USER,), since)
         run = fk.accepted_writes(audit, (fk.CONTROLLER_USER, fk.AGENT_USER))
         print("writes beyond the undisturbed run's:", fk.doubled_writes(run, undisturbed.writes))
 
