@@ -32,12 +32,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import select
 import socket
 import ssl
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import httpcore
-from httpcore._utils import is_socket_readable
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -276,8 +276,16 @@ class _Stream(httpcore.AsyncNetworkStream):
         if info == "socket":
             return self._sock
         if info == "is_readable":
-            return is_socket_readable(self._sock)
+            return _readable(self._sock)
         return None
+
+
+def _readable(sock: socket.socket) -> bool:
+    """True when a read would not block: data, or the peer closed (httpcore asks this of an idle
+    connection to tell whether the server dropped it)."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def _set_done(waiter: asyncio.Future[None]) -> None:

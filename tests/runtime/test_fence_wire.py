@@ -52,7 +52,8 @@ INCOMPLETE = "refused: the write fence closed before the request was complete"
 
 class Recorder(socketserver.ThreadingTCPServer):
     """An HTTP/1.1 server that records every byte received and every complete request, and answers each
-    complete request with ``200 {}`` (a request whose target contains ``slow`` waits for :attr:`release`)."""
+    complete request with ``200 {}`` (a request whose target contains ``slow`` waits for :attr:`release`;
+    after one containing ``drop`` it closes the connection without a ``Connection: close``)."""
 
     daemon_threads = True
     allow_reuse_address = True
@@ -136,6 +137,8 @@ class _Handler(socketserver.BaseRequestHandler):
                         + f"Content-Length: {len(body)}\r\n\r\n".encode()
                         + body
                     )
+                    if "drop" in target:
+                        return  # close the kept-alive connection without saying so
         except (OSError, ssl.SSLError):
             return
         finally:
@@ -357,6 +360,22 @@ async def test_a_request_that_left_whole_and_outlived_the_fence_is_cut_off(
         assert server.complete("slow"), "the request had left whole"
     finally:
         server.release.set()
+        await client.close()
+
+
+async def test_a_kept_alive_connection_the_server_dropped_is_not_reused(
+    server: Recorder, certificate: tuple[Path, Path, bytes], tmp_path: Path
+) -> None:
+    client = await connect(tmp_path, server, certificate[2])
+    try:
+        assert await client.get(CONFIG_MAP, "drop", NS) == {}
+        assert await asyncio.to_thread(server.wait_closed, 1)
+        client.fence = Script([])
+        await client.apply(CONFIG_MAP, configmap("after-drop"), field_manager="t")
+        assert client.fence.asked == 3, "not one attempt (its check, headers, body): the dead one was tried"
+        assert server.complete("after-drop")
+        assert server.connections == 2
+    finally:
         await client.close()
 
 
