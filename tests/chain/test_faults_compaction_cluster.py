@@ -40,7 +40,7 @@ from tests.chain.controller_procs import audited_cluster
 from tests.stack import eventually
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Awaitable, Callable, Iterator
 
     from gpustack_worker.devcluster.cluster import DevCluster
     from gpustack_worker.runtime.informer import Informer
@@ -160,7 +160,7 @@ async def test_compaction_gives_410_on_watch_and_on_list(devcluster: DevCluster)
         await admin.close()
 
 
-def _relisted_after_gone(informer: Informer) -> Any:
+def _relisted_after_gone(informer: Informer) -> Callable[[], Awaitable[bool]]:
     async def check() -> bool:
         return informer.relists_by_reason["gone"] >= 1 and informer.watching
 

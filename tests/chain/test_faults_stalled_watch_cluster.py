@@ -1,0 +1,104 @@
+"""Fault: the controller's watch streams silently stall (issue 17).
+
+The controller's client reaches kube-apiserver through a loopback TCP proxy (:mod:`tests.chain.
+stall_proxy`; TLS passes through unchanged). While the chain converges and every one of its informers is
+watching, the proxy freezes every connection open at that moment: no byte moves in either direction and
+nothing is closed, so each watch looks open and simply goes quiet — no error, no end of stream. New
+connections are forwarded. The informers run with a 10 s inactivity watchdog (production: 120 s;
+``watch-inactivity-seconds``) and the default 5-10 min watch timeouts, so only the watchdog can notice.
+
+Asserted: the chain converges to the undisturbed run's objects (it needs its informers' events to finish,
+so this alone shows every stalled watch was replaced); no object at rest before the stall is written
+again (no write doubled); every informer that was watching logged ``watch inactive, reconnecting`` after
+the stall and is watching again on a new connection through the proxy, and is healthy. No duration is
+asserted.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import TYPE_CHECKING
+
+import pytest
+from structlog.testing import capture_logs
+
+from gpustack_worker.api import rbac
+from gpustack_worker.devcluster.audit import AuditLog
+from gpustack_worker.runtime.informer import InformerOptions
+from tests.chain import fault_kit as fk
+from tests.chain.controller_procs import audited_cluster
+from tests.chain.stall_proxy import StallProxy, proxied_kubeconfig
+from tests.stack import eventually
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Iterator
+
+    from gpustack_worker.devcluster.cluster import DevCluster
+    from gpustack_worker.runtime.informer import Informer
+
+pytestmark = pytest.mark.cluster
+
+OPTIONS = InformerOptions(inactivity_timeout_s=10.0, backoff_initial_s=0.2, backoff_max_s=2.0)
+
+
+@pytest.fixture(scope="module")
+def devcluster() -> Iterator[DevCluster]:
+    """A control plane for this module alone (the pools must hold exactly the scenario's Nodes)."""
+    with audited_cluster("faults-stalled-watch") as cluster:
+        yield cluster
+
+
+async def test_stalled_watch_streams_are_noticed_and_replaced(devcluster: DevCluster) -> None:
+    undisturbed = await fk.baseline()
+    assert devcluster.audit_log is not None
+    audit = AuditLog(devcluster.audit_log)
+    proxy = await StallProxy(devcluster.server.removeprefix("https://")).start()
+    direct = devcluster.service_account_kubeconfig(rbac.CONTROLLER.name)
+    kubeconfig = proxied_kubeconfig(direct, direct.with_name("controller-via-proxy.kubeconfig"), proxy)
+    try:
+        async with fk.running_chain(
+            devcluster, controller_kubeconfig=kubeconfig, informer_options=OPTIONS
+        ) as stack:
+            assert stack.controller_client.host == proxy.address
+            informers = stack.registry.informers
+
+            async def converging() -> fk.Snapshot | None:
+                now = await fk.snapshot(stack.admin)
+                chain_done = {
+                    k for k in fk.at_rest(now, undisturbed.objects) if not k.startswith("NodeFeature/")
+                }
+                watching = all(i.watching for i in informers)
+                return now if watching and chain_done and now != undisturbed.objects else None
+
+            with capture_logs() as logs:
+                before = await eventually(converging, within=fk.CONVERGE_S, every=0.05)
+                assert before is not None
+                rest = fk.at_rest(before, undisturbed.objects)
+                since = datetime.datetime.now(datetime.UTC)
+                frozen = proxy.freeze()
+                assert frozen >= len(informers)
+                final = await fk.converged(stack, undisturbed.objects)
+                await eventually(_all_watching(informers), within=fk.CONVERGE_S)
+
+            fk.assert_same(undisturbed.objects, final)
+            again = fk.rewritten(audit, (fk.CONTROLLER_USER, fk.AGENT_USER), since, rest)
+            assert again == [], f"objects at rest before the stall written again: {again}"
+
+            noticed = {
+                (e.get("resource"), e.get("namespace"), e.get("selector"))
+                for e in logs
+                if e["event"] == "watch inactive, reconnecting"
+            }
+            watched = {(i.resource.plural, i.namespace, i.label_selector) for i in informers}
+            assert watched <= noticed, watched - noticed
+            assert proxy.accepted_since_freeze >= len(informers)
+            assert all(i.healthy for i in informers)
+    finally:
+        await proxy.close()
+
+
+def _all_watching(informers: list[Informer]) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return all(i.watching for i in informers)
+
+    return check
