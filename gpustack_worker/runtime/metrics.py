@@ -128,6 +128,19 @@ INFORMER_OBJECTS: Final = Gauge(
     "gpustack_informer_objects", "Objects held in the informer cache.", ("resource",)
 )
 
+#: Buckets of the loop lag: a healthy loop lags ~1 ms; 10 s is a lease renew deadline.
+LOOP_LAG_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+EVENT_LOOP_LAG: Final = Histogram(
+    "gpustack_event_loop_lag_seconds",
+    "How late the event loop woke a task that slept a fixed interval (runtime/looplag.py): every lease"
+    " renewal, webhook answer and probe waits this long.",
+    buckets=LOOP_LAG_BUCKETS,
+)
+EVENT_LOOP_LAG_MAX: Final = Gauge(
+    "gpustack_event_loop_lag_max_seconds",
+    "The longest event loop lag within the last 2 minutes.",
+)
+
 SETTINGS_INVALID: Final = Counter(
     "gpustack_settings_invalid_total", "Settings ConfigMap revisions rejected as invalid.", ("configmap",)
 )
