@@ -399,8 +399,8 @@ class Client:
         fence = self.fence if method in WRITE_METHODS else None
         if fence is None:
             return await self._once(method, path, params=params, content=content, content_type=content_type)
-        left = fence.remaining()
-        if left <= 0:
+        left = wire.time_left(fence)
+        if not left:
             raise _fenced(method, path, fence, None, wired=self._wired)
         scope = asyncio.timeout(left)
         with wire.fenced(fence) as attempt:

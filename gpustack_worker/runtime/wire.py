@@ -44,7 +44,17 @@ if TYPE_CHECKING:
 
     import httpx
 
-__all__ = ("Attempt", "FenceClosed", "FencedBackend", "GuardFence", "current", "fenced", "install")
+__all__ = (
+    "Attempt",
+    "FenceClosed",
+    "FencedBackend",
+    "GuardFence",
+    "current",
+    "fenced",
+    "install",
+    "installed",
+    "time_left",
+)
 
 #: Bytes asked of the kernel per ``recv``.
 _READ_CHUNK: Final = 64 * 1024
@@ -54,6 +64,13 @@ class GuardFence(Protocol):
     """What the wire asks (the client's ``WriteFence``)."""
 
     def remaining(self) -> float: ...
+
+
+def time_left(fence: GuardFence) -> float:
+    """Seconds ``fence`` stays open, 0.0 when it is closed (anything not above zero, NaN included): the
+    one reading of a fence, before an attempt and at each write."""
+    left = fence.remaining()
+    return left if left > 0 else 0.0
 
 
 class Attempt:
@@ -144,7 +161,7 @@ class _Stream(httpcore.AsyncNetworkStream):
             raise
 
     def _check(self, attempt: Attempt | None) -> None:
-        if attempt is not None and attempt.fence.remaining() <= 0:
+        if attempt is not None and not time_left(attempt.fence):
             self._abort(attempt)
             raise FenceClosed(attempt.bytes_sent)
 

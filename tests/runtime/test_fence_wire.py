@@ -363,6 +363,35 @@ async def test_a_request_that_left_whole_and_outlived_the_fence_is_cut_off(
         await client.close()
 
 
+class Fixed:
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def remaining(self) -> float:
+        return self.value
+
+
+@settings(max_examples=200)
+@given(st.floats(allow_nan=True, allow_infinity=True))
+def test_a_fence_is_open_only_with_time_above_zero(value: float) -> None:
+    left = wire.time_left(Fixed(value))
+    assert (left > 0) == (value > 0)
+    assert left == (value if value > 0 else 0.0)
+
+
+async def test_a_fence_answering_nan_is_closed(
+    server: Recorder, certificate: tuple[Path, Path, bytes], tmp_path: Path
+) -> None:
+    client = await connect(tmp_path, server, certificate[2])
+    try:
+        client.fence = Fixed(float("nan"))
+        with pytest.raises(Fenced, match="refused"):
+            await client.apply(CONFIG_MAP, configmap("nan"), field_manager="t")
+        assert not server.saw_bytes_of("nan")
+    finally:
+        await client.close()
+
+
 async def test_a_kept_alive_connection_the_server_dropped_is_not_reused(
     server: Recorder, certificate: tuple[Path, Path, bytes], tmp_path: Path
 ) -> None:
