@@ -1,5 +1,6 @@
-"""What every long-running command sets up the same way: JSON logs, tracing, the API client, and a stop
-event set by SIGTERM/SIGINT (removed again, and the client closed, when the command returns)."""
+"""What every long-running command sets up the same way: JSON logs, tracing, the API client, the event-loop
+lag monitor (:mod:`gpustack_worker.runtime.looplag`) and a stop event set by SIGTERM/SIGINT (removed again,
+and the client closed, when the command returns)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from gpustack_worker.cli.settings import WorkerSettings, boot_settings
 from gpustack_worker.runtime.client import Client
+from gpustack_worker.runtime.looplag import LoopLagMonitor
 from gpustack_worker.runtime.telemetry import configure_logging, configure_tracing
 
 if TYPE_CHECKING:
@@ -48,9 +50,11 @@ async def running(kubeconfig: str | None, *, user_agent: str | None = None) -> A
     loop = asyncio.get_running_loop()
     for sig in _STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
+    lag = asyncio.ensure_future(LoopLagMonitor(boot.loop_lag_interval_seconds).run())
     try:
         yield Process(boot, client, stop)
     finally:
+        lag.cancel()
         for sig in _STOP_SIGNALS:
             loop.remove_signal_handler(sig)
         await client.close()
