@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import pytest
 import yaml
 from cryptography import x509
@@ -40,8 +41,6 @@ from gpustack_worker.runtime.resources import CONFIG_MAP
 if TYPE_CHECKING:
     import socket
     from collections.abc import Iterator
-
-    import httpx
 
 NS = "default"
 #: kr8s asks ``/version`` when it connects.
@@ -361,6 +360,21 @@ async def test_a_request_that_left_whole_and_outlived_the_fence_is_cut_off(
     finally:
         server.release.set()
         await client.close()
+
+
+async def test_install_fences_every_pool_including_proxies_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("NO_PROXY", "10.0.0.1")
+    session = httpx.AsyncClient()
+    try:
+        assert len(session._mounts) >= 2, "httpx made proxy mounts from the environment"
+        assert not wire.installed(session)
+        wire.install(session)
+        assert wire.installed(session)
+    finally:
+        await session.aclose()
 
 
 class Fixed:
