@@ -14,8 +14,8 @@ Each size is measured in a fresh subprocess, which
 
 * lists once into an empty cache (the start-up list), then relists with the cache full (a relist after a
   watch failure: the old cache is alive while the new list comes in);
-* runs a probe task on the loop that wakes every 5 ms and records how late it woke: the longest lateness
-  during a list is the longest stretch the loop could not answer a lease renewal, a webhook or a probe;
+* runs the loop-lag monitor (:mod:`gpustack_worker.runtime.looplag`, waking every 5 ms here): the longest
+  lag during a list is the longest stretch the loop could not answer a lease renewal, a webhook or a probe;
 * reads the peak RSS (``VmHWM``, reset through ``/proc/self/clear_refs`` before each list) against the RSS
   before the list: the transient memory of a list, the figure the chart's memory limit must cover.
 """
@@ -48,28 +48,31 @@ OUR_MANAGER = "gpustack-worker/node-agent"
 # -- the API server (own process) -----------------------------------------------------------------------
 
 
-def _pages(nodes: int, page: int) -> dict[str, bytes]:
-    """Continue token ("" for the first page) -> the NodeList page's bytes."""
+def _items(nodes: int) -> list[bytes]:
+    """Each Node's JSON as the server puts it inside a List (without apiVersion/kind)."""
     from runtime_bench import synthetic_node
 
-    out: dict[str, bytes] = {}
-    for start in range(0, nodes, page):
-        items = [synthetic_node(i) for i in range(start, min(start + page, nodes))]
-        for item in items:  # the server omits apiVersion/kind inside a List
-            item.pop("apiVersion")
-            item.pop("kind")
-        meta: dict[str, Any] = {"resourceVersion": "999999"}
-        if start + page < nodes:
-            meta["continue"] = f"c{start + page}"
-        token = f"c{start}" if start else ""
-        out[token] = orjson.dumps({"kind": "NodeList", "apiVersion": "v1", "metadata": meta, "items": items})
+    out: list[bytes] = []
+    for i in range(nodes):
+        item = synthetic_node(i)
+        del item["apiVersion"], item["kind"]
+        out.append(orjson.dumps(item))
     return out
+
+
+def _page(items: list[bytes], start: int, limit: int) -> bytes:
+    """The NodeList page of ``limit`` items from ``start``, with a continue token unless it is the last."""
+    end = min(start + limit, len(items)) if limit > 0 else len(items)
+    meta = b'{"resourceVersion":"999999"' + (b',"continue":"c%d"}' % end if end < len(items) else b"}")
+    return b'{"kind":"NodeList","apiVersion":"v1","metadata":' + meta + b',"items":[' + b",".join(
+        items[start:end]
+    ) + b"]}"
 
 
 def serve(nodes: int, ready: Any) -> None:
     """A minimal HTTP/1.1 API server for ``GET /api/v1/nodes`` (keep-alive, Content-Length)."""
-    pages = _pages(nodes, PAGE)
-    wire = sum(len(p) for p in pages.values())
+    items = _items(nodes)
+    wire = sum(len(i) for i in items)
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -80,7 +83,8 @@ def serve(nodes: int, ready: Any) -> None:
                 if target.startswith("/version"):
                     body = b'{"major": "1", "minor": "35", "gitVersion": "v1.35.4"}'
                 else:
-                    body = pages.get(query.get("continue", [""])[0], b"{}")
+                    start = int(query.get("continue", ["c0"])[0][1:])
+                    body = _page(items, start, int(query.get("limit", ["0"])[0]))
                 writer.write(
                     b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                     + f"Content-Length: {len(body)}\r\n\r\n".encode()
@@ -113,27 +117,11 @@ def _reset_peak() -> None:
     Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
 
 
-class Probe:
-    """Wakes every ``PROBE_S`` on the loop; ``worst`` is the longest it woke late since :meth:`reset`."""
-
-    def __init__(self) -> None:
-        self.worst = 0.0
-
-    def reset(self) -> None:
-        self.worst = 0.0
-
-    async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            due = loop.time() + PROBE_S
-            await asyncio.sleep(PROBE_S)
-            self.worst = max(self.worst, loop.time() - due)
-
-
 async def measure(port: int, nodes: int) -> dict[str, float]:
     from gpustack_worker.api.kinds import NODE
     from gpustack_worker.runtime.client import Client
     from gpustack_worker.runtime.informer import Informer
+    from gpustack_worker.runtime.looplag import LoopLagMonitor
     from gpustack_worker.runtime.transform import make_transform
 
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
@@ -146,7 +134,7 @@ async def measure(port: int, nodes: int) -> dict[str, float]:
     client = await Client.connect(f.name)
     os.unlink(f.name)
     informer = Informer(client, NODE, transform=make_transform([OUR_MANAGER]))
-    probe = Probe()
+    probe = LoopLagMonitor(PROBE_S)  # the process's own loop-lag monitor, sampling more often
     task = asyncio.ensure_future(probe.run())
     out: dict[str, float] = {}
     await asyncio.sleep(0.05)
@@ -154,7 +142,7 @@ async def measure(port: int, nodes: int) -> dict[str, float]:
         gc.collect()
         before = _status("VmRSS")
         _reset_peak()
-        probe.reset()
+        probe.worst = 0.0
         start = time.perf_counter()
         await informer._list(phase if phase == "initial" else "error")
         out[f"{phase}_s"] = time.perf_counter() - start
