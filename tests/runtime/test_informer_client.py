@@ -5,14 +5,17 @@ reloads credentials without cutting the other open watches."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import threading
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from gpustack_worker.runtime.client import ApiError, Client, Gone, Unauthorized
+from gpustack_worker.runtime.client import ApiError, Client, Gone, Unauthorized, _GcPause
 from gpustack_worker.runtime.resources import CONFIG_MAP
 
 if TYPE_CHECKING:
@@ -167,3 +170,46 @@ async def test_reauthenticate_without_a_token_rebuilds_the_session() -> None:
     client = Client(api)
     await client.reauthenticate()
     assert api.sessions_created == 1
+
+
+async def test_the_cyclic_gc_is_paused_while_a_page_is_converted_and_back_after() -> None:
+    client = Client(FakeApi())
+
+    async def get_page(path: str, params: dict[str, str]) -> bytes:
+        return orjson.dumps({"items": [{"metadata": {"name": "a"}}], "metadata": {"resourceVersion": "4"}})
+
+    client._get_page = get_page  # type: ignore[method-assign]
+    during: list[bool] = []
+
+    def convert(items: list[dict[str, Any]]) -> int:
+        during.append(gc.isenabled())
+        return len(items)
+
+    assert gc.isenabled()
+    got = [page async for page in client.list_pages(CONFIG_MAP, convert=convert)]
+    assert got == [(1, "4")]
+    assert during == [False]
+    assert gc.isenabled()
+
+
+@settings(max_examples=200)
+@given(st.booleans(), st.lists(st.integers(0, 3), max_size=30))
+def test_gc_pause_is_counted_across_holders_and_restores_what_it_found(
+    was_enabled: bool, steps: list[int]
+) -> None:
+    # each step toggles holder n (enter if out, exit if in): the collector is off exactly while at least
+    # one holder is in, and afterwards as it was found (a GC someone else turned off stays off)
+    pause = _GcPause()
+    inside: set[int] = set()
+    (gc.enable if was_enabled else gc.disable)()
+    try:
+        for n in steps + sorted(set(steps)):  # every holder leaves at the end
+            if n in inside:
+                inside.discard(n)
+                pause.__exit__(None, None, None)
+            else:
+                inside.add(n)
+                pause.__enter__()
+            assert gc.isenabled() == (was_enabled and not inside)
+    finally:
+        gc.enable()
