@@ -10,8 +10,15 @@ connections are forwarded. The informers run with a 10 s inactivity watchdog (pr
 Asserted: the chain converges to the undisturbed run's objects (it needs its informers' events to finish,
 so this alone shows every stalled watch was replaced); no object at rest before the stall is written
 again (no write doubled); every informer that was watching logged ``watch inactive, reconnecting`` after
-the stall and is watching again on a new connection through the proxy, and is healthy. No duration is
-asserted.
+the stall and is watching again on a new connection through the proxy, and is healthy.
+
+A second case is a watch that never opens: the proxy terminates TLS (with the API server's own serving
+certificate) so it can tell watch requests apart, and the informers resume their watches every 3-4 s
+(short watch timeouts). While the chain converges, the proxy holds back the responses of the next
+watches, one per informer: the server gets each request, the client never a status line. Asserted, as
+above, the same objects and nothing at rest written again; and each held watch was logged ``watch never
+opened, relisting`` and ended in a relist (reason ``error``), every informer watching and healthy again.
+No duration is asserted.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from gpustack_worker.devcluster.audit import AuditLog
 from gpustack_worker.runtime.informer import InformerOptions
 from tests.chain import fault_kit as fk
 from tests.chain.controller_procs import audited_cluster
-from tests.chain.stall_proxy import StallProxy, proxied_kubeconfig
+from tests.chain.stall_proxy import StallProxy, TlsTermination, proxied_kubeconfig
 from tests.stack import eventually
 
 if TYPE_CHECKING:
@@ -39,11 +46,20 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.cluster
 
 OPTIONS = InformerOptions(inactivity_timeout_s=10.0, backoff_initial_s=0.2, backoff_max_s=2.0)
+#: Watches resumed every 3-4 s, so held ones are met soon.
+SHORT_WATCHES = InformerOptions(
+    watch_timeout_min_s=3.0,
+    watch_timeout_max_s=4.0,
+    inactivity_timeout_s=10.0,
+    backoff_initial_s=0.2,
+    backoff_max_s=2.0,
+)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def devcluster() -> Iterator[DevCluster]:
-    """A control plane for this module alone (the pools must hold exactly the scenario's Nodes)."""
+    """A control plane for each case (the pools must hold exactly the scenario's Nodes, and the fault
+    must meet a chain that is still converging)."""
     with audited_cluster("faults-stalled-watch") as cluster:
         yield cluster
 
@@ -95,6 +111,59 @@ async def test_stalled_watch_streams_are_noticed_and_replaced(devcluster: DevClu
             assert all(i.healthy for i in informers)
     finally:
         await proxy.close()
+
+
+async def test_a_watch_that_never_opens_is_a_failure_and_is_retried(devcluster: DevCluster) -> None:
+    undisturbed = await fk.baseline()
+    assert devcluster.audit_log is not None
+    assert devcluster.pki is not None
+    audit = AuditLog(devcluster.audit_log)
+    pki = devcluster.pki
+    tls = TlsTermination(pki.serving_cert, pki.serving_key, pki.ca_cert)
+    proxy = await StallProxy(devcluster.server.removeprefix("https://"), tls=tls).start()
+    direct = devcluster.service_account_kubeconfig(rbac.CONTROLLER.name)
+    kubeconfig = proxied_kubeconfig(direct, direct.with_name("controller-via-tls-proxy.kubeconfig"), proxy)
+    try:
+        async with fk.running_chain(
+            devcluster, controller_kubeconfig=kubeconfig, informer_options=SHORT_WATCHES
+        ) as stack:
+            informers = stack.registry.informers
+
+            async def converging() -> fk.Snapshot | None:
+                now = await fk.snapshot(stack.admin)
+                chain_done = {
+                    k for k in fk.at_rest(now, undisturbed.objects) if not k.startswith("NodeFeature/")
+                }
+                watching = all(i.watching for i in informers)
+                return now if watching and chain_done and now != undisturbed.objects else None
+
+            with capture_logs() as logs:
+                before = await eventually(converging, within=fk.CONVERGE_S, every=0.05)
+                assert before is not None
+                rest = fk.at_rest(before, undisturbed.objects)
+                since = datetime.datetime.now(datetime.UTC)
+                errors_before = fk.relists(stack, "error")
+                proxy.hold_watches(len(informers))
+                await eventually(_held(proxy, len(informers)), within=fk.CONVERGE_S)
+                final = await fk.converged(stack, undisturbed.objects)
+                await eventually(_all_watching(informers), within=fk.CONVERGE_S)
+
+            fk.assert_same(undisturbed.objects, final)
+            again = fk.rewritten(audit, (fk.CONTROLLER_USER, fk.AGENT_USER), since, rest)
+            assert again == [], f"objects at rest before the held watches written again: {again}"
+            never = [e for e in logs if e["event"] == "watch never opened, relisting"]
+            assert len(never) == proxy.held == len(informers), [e.get("resource") for e in never]
+            assert fk.relists(stack, "error") - errors_before >= proxy.held
+            assert all(i.healthy for i in informers)
+    finally:
+        await proxy.close()
+
+
+def _held(proxy: StallProxy, n: int) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return proxy.held >= n
+
+    return check
 
 
 def _all_watching(informers: list[Informer]) -> Callable[[], Awaitable[bool]]:
