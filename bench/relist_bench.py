@@ -138,6 +138,8 @@ async def measure(port: int, nodes: int) -> dict[str, float]:
     task = asyncio.ensure_future(probe.run())
     out: dict[str, float] = {}
     await asyncio.sleep(0.05)
+    gc.collect()
+    out["base_b"] = _status("VmRSS")
     for phase in ("initial", "relist"):
         gc.collect()
         before = _status("VmRSS")
@@ -183,6 +185,7 @@ def run(nodes: int) -> None:
     m = orjson.loads(result.stdout.strip().splitlines()[-1])
     kib, mib = 1024, 1024 * 1024
     print(f"relist of {nodes} Nodes ({wire / nodes / kib:.1f} KiB JSON each, pages of {PAGE}):")
+    print(f"  process RSS before the first list (imports, client, loop): {m['base_b'] / mib:.1f} MiB")
     for phase, title in (("initial", "start-up list, empty cache"), ("relist", "relist, full cache")):
         print(
             f"  {title:28s} {m[f'{phase}_s']:6.2f} s;  longest loop stall {m[f'{phase}_stall_s']:6.3f} s;"
