@@ -32,9 +32,13 @@ run's (``(run, undisturbed)`` for each object written more often); it is diagnos
 not asserted: two undisturbed runs can differ by one write of an object the chain applied again from a
 cache that had not yet seen its first write (a no-op on the server, and no fault involved).
 
-The chain's inputs are fixed before it starts: :func:`running_chain` applies the scenario's Nodes and
-runs the agent alone until every Node's NodeFeature is published, so what the chain writes depends on the
-fault only.
+The objects counted as at rest are also in the writer's informer cache (:func:`in_cache`): the Applier
+skips a write its cache shows done (or its own accepted write, not yet in the cache, of the same body),
+but always writes an object missing from its cache (it never suppresses a re-create), so an object the
+server has and the cache not yet would be written again with no fault involved.
+
+The chain's inputs do not change under it: :func:`running_chain` applies the scenario's Nodes and runs
+the agent alone until every Node's NodeFeature is published before the controllers start.
 
 The identities are users, not User-Agents: the in-process controllers write as
 :data:`CONTROLLER_USER`, the agent as :data:`AGENT_USER` (the subprocess controllers of
@@ -47,7 +51,8 @@ Interface:
 - ``diff(expected, actual) -> str``; ``assert_same(expected, actual)``
 - ``accepted_writes(audit, users, since=None) -> Counter[WriteKey]`` (``WriteKey`` = user, resource
   path, namespace, name; only :data:`CHAIN_KINDS`); ``refused_writes(...)`` (non-2xx answers)
-- ``at_rest(before, expected) -> set[str]``; ``rewritten(audit, users, since, keys) -> list[AuditEvent]``
+- ``at_rest(before, expected) -> set[str]``; ``in_cache(stack) -> set[str]`` (what the writers' caches
+  hold); ``rewritten(audit, users, since, keys) -> list[AuditEvent]``
 - ``doubled_writes(run, undisturbed) -> dict[WriteKey, tuple[int, int]]`` (diagnostic)
 - ``running_chain(cluster, scenario=SCENARIO, *, controller_kubeconfig=None, informer_options=None)``:
   :func:`tests.stack.running_stack` with the scenario's Nodes published first
@@ -109,6 +114,7 @@ __all__ = (
     "converged",
     "diff",
     "doubled_writes",
+    "in_cache",
     "metric",
     "normalize",
     "refused_writes",
@@ -252,6 +258,18 @@ def snapshot_key(write: AuditEvent) -> str:
 def at_rest(before: Snapshot, expected: Snapshot) -> set[str]:
     """The objects of ``before`` that already equal ``expected`` (done: a later write of one is doubled)."""
     return {k for k, v in before.items() if expected.get(k) == v}
+
+
+def in_cache(stack: Stack) -> set[str]:
+    """The :data:`Snapshot` keys of the objects the controllers' and the agent's informers hold now."""
+    agent = stack.agent
+    out = set()
+    for informer in (*stack.registry.informers, agent.nodes, agent.devices, agent.features):
+        kind = informer.resource.kind
+        for obj in informer.store.list():
+            meta = obj.get("metadata") or {}
+            out.add(f"{kind}/{meta.get('namespace', '')}/{meta.get('name', '')}")
+    return out
 
 
 def rewritten(

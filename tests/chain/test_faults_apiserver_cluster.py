@@ -66,7 +66,7 @@ async def test_apiserver_restarted_mid_convergence(devcluster: DevCluster) -> No
 
         before = await eventually(converging, within=fk.CONVERGE_S, every=0.05)
         assert before is not None
-        rest = fk.at_rest(before, undisturbed.objects)
+        rest = fk.at_rest(before, undisturbed.objects) & fk.in_cache(stack)
         watched = {_name(i) for i in stack.registry.informers}
         since = datetime.datetime.now(datetime.UTC)
         with capture_logs() as logs:

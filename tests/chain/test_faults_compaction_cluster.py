@@ -127,7 +127,7 @@ async def test_compaction_gives_410_on_watch_and_on_list(devcluster: DevCluster)
             with capture_logs() as logs:
                 before = await eventually(converging, within=fk.CONVERGE_S, every=0.05)
                 assert before is not None
-                rest = fk.at_rest(before, undisturbed.objects)
+                rest = fk.at_rest(before, undisturbed.objects) & fk.in_cache(stack)
                 since = datetime.datetime.now(datetime.UTC)
                 injector.armed = True
                 await asyncio.to_thread(devcluster.compact_etcd)

@@ -89,7 +89,7 @@ async def test_stalled_watch_streams_are_noticed_and_replaced(devcluster: DevClu
             with capture_logs() as logs:
                 before = await eventually(converging, within=fk.CONVERGE_S, every=0.05)
                 assert before is not None
-                rest = fk.at_rest(before, undisturbed.objects)
+                rest = fk.at_rest(before, undisturbed.objects) & fk.in_cache(stack)
                 since = datetime.datetime.now(datetime.UTC)
                 frozen = proxy.freeze()
                 assert frozen >= len(informers)
@@ -140,7 +140,7 @@ async def test_a_watch_that_never_opens_is_a_failure_and_is_retried(devcluster: 
             with capture_logs() as logs:
                 before = await eventually(converging, within=fk.CONVERGE_S, every=0.05)
                 assert before is not None
-                rest = fk.at_rest(before, undisturbed.objects)
+                rest = fk.at_rest(before, undisturbed.objects) & fk.in_cache(stack)
                 since = datetime.datetime.now(datetime.UTC)
                 errors_before = fk.relists(stack, "error")
                 proxy.hold_watches(len(informers))
