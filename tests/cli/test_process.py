@@ -1,0 +1,56 @@
+"""What every long-running command gets from ``cli.process.running``: here, the event-loop lag monitor."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from prometheus_client import REGISTRY
+
+from gpustack_worker.cli.process import running
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import pytest
+
+
+VERSION = b'{"major": "1", "minor": "35", "gitVersion": "v1.35.4"}'
+
+
+async def answer_version(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """The one request the client makes on connecting: ``GET /version``."""
+    await reader.readuntil(b"\r\n\r\n")
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n")
+    writer.write(f"Content-Length: {len(VERSION)}\r\n\r\n".encode() + VERSION)
+    await writer.drain()
+    writer.close()
+
+
+def lag_samples() -> float:
+    return REGISTRY.get_sample_value("gpustack_event_loop_lag_seconds_count") or 0.0
+
+
+async def test_a_running_process_samples_its_event_loop_lag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = await asyncio.start_server(answer_version, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: t\n"
+        f"clusters: [{{name: t, cluster: {{server: 'http://127.0.0.1:{port}'}}}}]\n"
+        "users: [{name: t, user: {}}]\ncontexts: [{name: t, context: {cluster: t, user: t}}]\n"
+    )
+    monkeypatch.setenv("GPUSTACK_LOOP_LAG_INTERVAL_SECONDS", "0.01")
+    before = lag_samples()
+    async with running(str(kubeconfig)):
+        for _ in range(500):
+            if lag_samples() >= before + 2:
+                break
+            await asyncio.sleep(0.01)
+        assert lag_samples() >= before + 2
+    settled = lag_samples()
+    await asyncio.sleep(0.05)
+    assert lag_samples() == settled  # stopped with the process
+    server.close()
