@@ -278,7 +278,7 @@ class Informer:
         rv, match = self._list_version()
         objs: list[Any] = []
         list_rv = ""
-        async for page, page_rv in self.client.list_pages(
+        pages = self.client.list_pages(
             self.resource,
             namespace=self.namespace,
             label_selector=self.label_selector,
@@ -287,9 +287,11 @@ class Informer:
             resource_version=rv,
             resource_version_match=match,
             convert=self._transform_page,
-        ):
-            objs.extend(page)
-            list_rv = page_rv
+        )
+        async with contextlib.aclosing(pages):
+            async for page, page_rv in pages:
+                objs.extend(page)
+                list_rv = page_rv
         added, updated, deleted = self.store.replace(objs)  # one atomic swap, on the loop, as before
         self.last_resource_version = list_rv
         self.rv_unavailable = False
@@ -318,8 +320,23 @@ class Informer:
 
     def _transform_page(self, items: list[dict[str, Any]]) -> list[Any]:
         """One LIST page through the ingest transform; runs in :meth:`Client.list_pages`' worker thread,
-        so the decoded page is dropped as soon as its frozen projections exist."""
-        return [self._transform(item) for item in items]
+        so the decoded page is dropped as soon as its frozen projections exist.
+
+        An item whose resourceVersion equals the cached object's is that object unchanged (every write
+        bumps the RV), so the cached projection is reused instead of building a second one: a relist of a
+        quiet fleet then holds no second cache while it runs. Only reads the store, which nothing else
+        changes while this informer lists (its events are applied only between lists).
+        """
+        store = self.store
+        out: list[Any] = []
+        for item in items:
+            cached = store.get(object_key(item))
+            rv = resource_version(item)
+            if cached is not None and rv and resource_version(cached) == rv:
+                out.append(cached)
+            else:
+                out.append(self._transform(item))
+        return out
 
     def _opened(self) -> None:
         self._watch_open_since = self._clock.now()
