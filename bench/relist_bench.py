@@ -151,6 +151,7 @@ async def measure(port: int, nodes: int) -> dict[str, float]:
         await asyncio.sleep(0.02)  # the probe's last lateness
         out[f"{phase}_stall_s"] = probe.worst
         out[f"{phase}_peak_b"] = _status("VmHWM") - before
+        out[f"{phase}_hwm_b"] = _status("VmHWM")
         gc.collect()
         out[f"{phase}_after_b"] = _status("VmRSS") - before
     assert len(informer.store) == nodes, len(informer.store)
@@ -190,7 +191,8 @@ def run(nodes: int) -> None:
         print(
             f"  {title:28s} {m[f'{phase}_s']:6.2f} s;  longest loop stall {m[f'{phase}_stall_s']:6.3f} s;"
             f"  peak RSS +{m[f'{phase}_peak_b'] / mib:6.1f} MiB ({m[f'{phase}_peak_b'] / nodes / kib:5.1f}"
-            f" KiB/Node);  after +{m[f'{phase}_after_b'] / mib:6.1f} MiB"
+            f" KiB/Node);  after +{m[f'{phase}_after_b'] / mib:6.1f} MiB;  process peak"
+            f" {m[f'{phase}_hwm_b'] / mib:6.1f} MiB"
         )
 
 
