@@ -322,21 +322,12 @@ class Informer:
         """One LIST page through the ingest transform; runs in :meth:`Client.list_pages`' worker thread,
         so the decoded page is dropped as soon as its frozen projections exist.
 
-        An item whose resourceVersion equals the cached object's is that object unchanged (every write
-        bumps the RV), so the cached projection is reused instead of building a second one: a relist of a
-        quiet fleet then holds no second cache while it runs. Only reads the store, which nothing else
-        changes while this informer lists (its events are applied only between lists).
+        Every item is transformed, also one whose resourceVersion equals the cached object's: reusing the
+        cached projection instead was measured (bench/relist_bench.py) to cut a relist's time by a
+        quarter but to raise its peak RSS (5,000 Nodes: 208 MiB instead of 160 MiB; 20,000: 300 instead
+        of 240), and the peak is what the memory limit must cover.
         """
-        store = self.store
-        out: list[Any] = []
-        for item in items:
-            cached = store.get(object_key(item))
-            rv = resource_version(item)
-            if cached is not None and rv and resource_version(cached) == rv:
-                out.append(cached)
-            else:
-                out.append(self._transform(item))
-        return out
+        return [self._transform(item) for item in items]
 
     def _opened(self) -> None:
         self._watch_open_since = self._clock.now()

@@ -441,22 +441,6 @@ async def test_a_relist_over_several_pages_swaps_the_store_in_one_step() -> None
         assert r.watch_versions() == ["10", "20"]
 
 
-async def test_a_relist_reuses_the_cached_object_of_an_unchanged_resource_version() -> None:
-    lists: list[tuple[list[dict[str, Any]], str] | BaseException] = [
-        ([obj("a", "5"), obj("b", "6")], "10"),
-        ([obj("a", "5", value="same rv, not re-read"), obj("b", "7")], "20"),
-    ]
-    async with rig(lists, [Watch([gone()]), Watch(hold=True)]) as r:
-        await until(lambda: r.clock.sleepers == 1)
-        a_before, b_before = r.informer.store.get("ns/a"), r.informer.store.get("ns/b")
-        await r.clock.advance(FIRST)
-        await until(lambda: len(r.client.watches) == 2)
-        assert r.informer.store.get("ns/a") is a_before  # no second projection built for it
-        assert r.informer.store.get("ns/b") is not b_before
-        assert r.informer.store.get("ns/b")["metadata"]["resourceVersion"] == "7"
-        assert r.seen[-1] == (MODIFIED, "b", "7")
-
-
 async def test_a_relist_emits_deletes_for_objects_that_vanished() -> None:
     lists: list[tuple[list[dict[str, Any]], str] | BaseException] = [
         ([obj("a", "5"), obj("b", "6"), obj("c", "7")], "10"),
