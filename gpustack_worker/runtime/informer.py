@@ -49,7 +49,12 @@ import structlog
 from gpustack_worker.runtime.backoff import Backoff
 from gpustack_worker.runtime.client import TRANSPORT_ERRORS, ApiError, Gone, Unauthorized
 from gpustack_worker.runtime.clock import Clock, MonotonicClock
-from gpustack_worker.runtime.metrics import INFORMER_OBJECTS, INFORMER_RELISTS
+from gpustack_worker.runtime.metrics import (
+    INFORMER_FAILURES,
+    INFORMER_OBJECTS,
+    INFORMER_RELISTS,
+    INFORMER_WATCH_INACTIVE,
+)
 from gpustack_worker.runtime.store import Store, object_key, resource_version
 from gpustack_worker.runtime.transform import Transform, make_transform
 
@@ -104,6 +109,27 @@ class ShortWatchError(Exception):
 
 class WatchNeverOpenedError(Exception):
     """The watch got no response headers within ``inactivity_timeout_s``: the server never answered."""
+
+
+def failure_reason(exc: BaseException) -> str:
+    """The ``reason`` label of ``gpustack_informer_failures_total`` for a failed list/watch attempt."""
+    if isinstance(exc, WatchNeverOpenedError):
+        return "watch_never_opened"
+    if isinstance(exc, ShortWatchError):
+        return "short_watch"
+    if isinstance(exc, Gone):
+        return "gone"
+    if isinstance(exc, Unauthorized):
+        return "unauthorized"
+    if isinstance(exc, ApiError):
+        if exc.status == 429:
+            return "throttled"
+        if exc.status >= 500:
+            return "server_error"
+        return "error"
+    if isinstance(exc, TRANSPORT_ERRORS):
+        return "connection"
+    return "error"
 
 
 class _Relist(Exception):
@@ -171,8 +197,8 @@ class Informer:
 
     @property
     def healthy(self) -> bool:
-        """False once ``unhealthy_after_failures`` attempts in a row failed, until a list succeeds, a
-        watch delivers an event, or a watch has stayed open for ``short_watch_s``."""
+        """False once ``unhealthy_after_failures`` attempts in a row failed, until a watch delivers an
+        event or has stayed open for ``short_watch_s`` (a successful list alone does not reset it)."""
         if self.consecutive_failures < self.options.unhealthy_after_failures:
             return True
         opened = self._watch_open_since
@@ -241,6 +267,7 @@ class Informer:
 
     def _failed(self, exc: BaseException, delay: float, *, relist: bool) -> None:
         self.consecutive_failures += 1
+        INFORMER_FAILURES.labels(resource=self.resource.plural, reason=failure_reason(exc)).inc()
         self.last_error = repr(exc)
         status = exc.status if isinstance(exc, ApiError) else None
         log = self._log.warning if self.healthy else self._log.error
@@ -297,7 +324,9 @@ class Informer:
         self.rv_unavailable = False
         self.relists += 1
         self.relists_by_reason[reason] += 1
-        self._succeeded()
+        # A list proves the server answers, not that the cache will stay fresh: only a watch that
+        # delivers or stays open resets the failures, so watches that never open (every relist in
+        # between succeeding) still turn ``healthy`` false instead of hiding behind the lists.
         INFORMER_RELISTS.labels(resource=self.resource.plural, reason=reason).inc()
         self._gauge.set(len(self.store))
         for obj in deleted:
@@ -373,6 +402,7 @@ class Informer:
                 )
             # Opened, then silent (a dropped TCP stream): resumed at once from the last RV, as an end.
             self._log.warning("watch inactive, reconnecting", inactivity_s=opts.inactivity_timeout_s)
+            INFORMER_WATCH_INACTIVE.labels(resource=self.resource.plural).inc()
         except Gone as exc:
             self._log.info("watch expired, relisting", resource_version=self.last_resource_version)
             raise _Relist("gone") from exc

@@ -124,6 +124,17 @@ INFORMER_RELISTS: Final = Counter(
     "Full relists per informer, by reason (initial, gone, error).",
     ("resource", "reason"),
 )
+INFORMER_FAILURES: Final = Counter(
+    "gpustack_informer_failures_total",
+    "Failed list/watch attempts per informer (each one backs off), by what failed: watch_never_opened,"
+    " gone, unauthorized, throttled, server_error, connection, short_watch, error.",
+    ("resource", "reason"),
+)
+INFORMER_WATCH_INACTIVE: Final = Counter(
+    "gpustack_informer_watch_inactive_total",
+    "Open watches that went silent for the inactivity timeout and were re-opened (a stalled stream).",
+    ("resource",),
+)
 INFORMER_OBJECTS: Final = Gauge(
     "gpustack_informer_objects", "Objects held in the informer cache.", ("resource",)
 )

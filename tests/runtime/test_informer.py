@@ -13,10 +13,20 @@ from typing import TYPE_CHECKING, Any, cast
 
 import httpx
 import pytest
+from prometheus_client import REGISTRY
 
 from gpustack_worker.runtime.client import ApiError, Gone, Unauthorized
 from gpustack_worker.runtime.clock import FakeClock
-from gpustack_worker.runtime.informer import ADDED, DELETED, MODIFIED, Informer, InformerOptions
+from gpustack_worker.runtime.informer import (
+    ADDED,
+    DELETED,
+    MODIFIED,
+    Informer,
+    InformerOptions,
+    ShortWatchError,
+    WatchNeverOpenedError,
+    failure_reason,
+)
 from gpustack_worker.runtime.manager import Manager
 from gpustack_worker.runtime.resources import CONFIG_MAP, Resource
 
@@ -356,6 +366,50 @@ async def test_a_watch_that_never_opens_is_a_failure_backed_off_and_relisted() -
         assert r.client.before_watch == [(1, 0), (2, 1)]
 
 
+async def test_watches_that_never_open_turn_unhealthy_although_every_relist_between_them_succeeds() -> None:
+    # the lists answer, the watches never do: the cache is only as fresh as the last relist, so the
+    # relists must not reset the failure count (else readiness stays green with a frozen cache)
+    lists: list[tuple[list[dict[str, Any]], str] | BaseException] = [([obj("a", "5")], "10")] * 4
+    watches = [Watch(never_open=True)] * 3 + [Watch(hold=True)]
+    failures = REGISTRY.get_sample_value(
+        "gpustack_informer_failures_total", {"resource": THINGS.plural, "reason": "watch_never_opened"}
+    ) or 0.0
+    async with rig(lists, watches, inactivity_timeout_s=0.05, unhealthy_after_failures=3) as r:
+        healthy: list[bool] = []
+        for delay in (FIRST, SECOND, THIRD):
+            await eventually(lambda: r.clock.sleepers == 1)
+            healthy.append(r.informer.healthy)
+            await r.clock.advance(delay)
+        assert healthy == [True, True, False]  # the third unopened watch in a row crosses the threshold
+        await eventually(lambda: len(r.client.watches) == 4 and r.informer.watching)
+        assert r.informer.relists_by_reason == {"initial": 1, "error": 3}  # every relist succeeded
+        assert not r.informer.healthy  # still unproven: the relists alone do not make it fresh
+        await r.clock.advance(1.0)
+        assert r.informer.healthy  # a watch that stayed open does
+    after = REGISTRY.get_sample_value(
+        "gpustack_informer_failures_total", {"resource": THINGS.plural, "reason": "watch_never_opened"}
+    )
+    assert after == failures + 3
+
+
+@pytest.mark.parametrize(
+    ("exc", "reason"),
+    [
+        (WatchNeverOpenedError("x"), "watch_never_opened"),
+        (ShortWatchError("x"), "short_watch"),
+        (Gone(410, "Expired", status(410, "Expired")), "gone"),
+        (Unauthorized(401, "Unauthorized", status(401, "Unauthorized")), "unauthorized"),
+        (ApiError(429, "TooManyRequests", status(429, "TooManyRequests")), "throttled"),
+        (ApiError(503, "ServiceUnavailable", status(503, "ServiceUnavailable")), "server_error"),
+        (ApiError(403, "Forbidden", status(403, "Forbidden")), "error"),
+        (httpx.ConnectError("refused"), "connection"),
+        (ValueError("undecodable"), "error"),
+    ],
+)
+def test_failure_reason_names_what_failed(exc: BaseException, reason: str) -> None:
+    assert failure_reason(exc) == reason
+
+
 async def test_a_watch_that_opened_and_went_quiet_is_resumed_at_once() -> None:
     # opened (headers came), then silent past the inactivity timeout: a dropped stream, resumed from the
     # last RV without backoff or relist, and not a failure
@@ -473,7 +527,9 @@ async def test_unhealthy_after_consecutive_failures_until_a_watch_stays_open() -
         assert healthy == [True, True, False]  # the third failure in a row crosses the threshold
         await until(lambda: len(r.client.watches) == 2 and r.informer.watching)
         assert r.informer.has_synced  # a synced cache can still be stale: that is what healthy says
-        assert r.informer.consecutive_failures == 0  # the relist succeeded
+        assert r.informer.consecutive_failures == 3  # a list proves the server answers, not a fresh cache
+        assert not r.informer.healthy  # accepted, but not yet proven
+        await r.clock.advance(1.0)  # the watch has stayed open for short_watch_s
         assert r.informer.healthy
 
 
