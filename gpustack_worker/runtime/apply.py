@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, cast, runtime_checkable
 import orjson
 import structlog
 
-from gpustack_worker.runtime.metrics import APPLY_SKIPPED
+from gpustack_worker.runtime.metrics import APPLY_REPAIRS, APPLY_SKIPPED
 from gpustack_worker.runtime.quantity import parse
 from gpustack_worker.runtime.resources import ITEM, NO_HINTS, FieldHints, Pattern
 
@@ -561,6 +561,7 @@ class Applier:
                 subresource=subresource,
                 fields=list(fields),
             )
+            APPLY_REPAIRS.labels(field_manager=self.field_manager, kind=resource.kind).inc()
             if self.on_repair is not None:
                 self.on_repair(resource, cached, fields)
         return written

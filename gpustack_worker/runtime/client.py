@@ -37,11 +37,12 @@ from urllib.parse import urlsplit
 import httpx
 import kr8s
 import orjson
+import structlog
 from opentelemetry import trace
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop_after_delay
 
 from gpustack_worker.runtime import wire
-from gpustack_worker.runtime.metrics import FENCED_WRITES, REST_REQUESTS
+from gpustack_worker.runtime.metrics import CLIENT_REAUTHENTICATIONS, FENCED_WRITES, REST_REQUESTS
 
 if TYPE_CHECKING:
     import builtins
@@ -63,6 +64,7 @@ __all__ = (
 )
 
 _TRACER: Final = trace.get_tracer(__name__)
+_log = structlog.get_logger(__name__)
 #: HTTP methods that change state; ``requests_by_method`` summed over these is the write count.
 WRITE_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _PATCH_TYPES: Final = {
@@ -355,6 +357,8 @@ class Client:
         certificate-based credentials, which live in the TLS context, get a new session.
         """
         self.reauthentications += 1
+        CLIENT_REAUTHENTICATIONS.inc()
+        _log.info("reloading credentials after 401", host=self.host, reauthentications=self.reauthentications)
         auth = self._api.auth
         await auth.reauthenticate()
         session = getattr(self._api, "_session", None)

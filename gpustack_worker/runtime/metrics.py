@@ -161,6 +161,15 @@ SETTINGS_LAST_GOOD: Final = Gauge(
     ("configmap",),
 )
 
+APPLY_REPAIRS: Final = Counter(
+    "gpustack_apply_repairs_total",
+    "Accepted applies that wrote back fields another field manager had changed (an edit undone).",
+    ("field_manager", "kind"),
+)
+CLIENT_REAUTHENTICATIONS: Final = Counter(
+    "gpustack_client_reauthentications_total",
+    "Credential reloads after the API server answered 401 (an expired or rotated token).",
+)
 APPLY_SKIPPED: Final = Counter(
     "gpustack_apply_skipped_total",
     "Server-side applies skipped because the cache already matched.",

@@ -127,6 +127,7 @@ async def test_the_controller_reauthenticates_with_the_rotated_token_and_the_cha
         old = await bound_token(cluster, admin, "controller-token-1")
         write_token(template, kubeconfig, old)
         unauthorized_before = fault_kit.metric(**UNAUTHORIZED)
+        reloads_before = fault_kit.metric("gpustack_client_reauthentications_total")
         try:
             async with fault_kit.running_chain(cluster, controller_kubeconfig=kubeconfig) as stack:
                 ctl = stack.controller_client
@@ -148,6 +149,7 @@ async def test_the_controller_reauthenticates_with_the_rotated_token_and_the_cha
                 await admin.delete(kinds.LOCAL_QUEUE, queue_name, namespace=queue_ns)
                 final = await fault_kit.converged(stack, undisturbed.objects)
                 reauthentications = ctl.reauthentications
+                reloads = fault_kit.metric("gpustack_client_reauthentications_total") - reloads_before
                 unauthorized = fault_kit.metric(**UNAUTHORIZED) - unauthorized_before
                 total_writes = ctl.writes
         finally:
@@ -165,6 +167,7 @@ async def test_the_controller_reauthenticates_with_the_rotated_token_and_the_cha
     print(f"[faults-token] written more often than undisturbed (diagnostic): {more}")
     # what the process reports
     assert reauthentications > 0
+    assert reloads > 0  # gpustack_client_reauthentications_total: what an operator graphs
     assert unauthorized > 0
     # the same objects, nothing lost, nothing written twice
     fault_kit.assert_same(undisturbed.objects, final)

@@ -18,6 +18,7 @@ from capture_fixtures import CASES_BY_NAME, load
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from noop_cases import ROWS, Row
+from prometheus_client import REGISTRY
 
 from gpustack_worker.runtime.apply import Applier, dotted, is_noop, taken_fields
 from gpustack_worker.runtime.client import Conflict
@@ -194,9 +195,12 @@ async def test_the_applier_reports_a_repair_once_then_the_next_pass_is_a_noop() 
     )
     desired = _body({"a": "1", "b": "2"})
     edited = _labelled({"a": "1", "b": "admin"}, {MANAGER: {"a"}, "kubectl": {"b"}})
+    counted = {"field_manager": MANAGER, "kind": "ConfigMap"}
+    before = REGISTRY.get_sample_value("gpustack_apply_repairs_total", counted) or 0.0
     written = await applier.apply(CM, desired, edited)
     assert written is not None and len(client.applied) == 1
     assert repairs == [("ConfigMap", ("metadata.labels.b",))]
+    assert REGISTRY.get_sample_value("gpustack_apply_repairs_total", counted) == before + 1
     # The repaired object is ours again: no write, no report.
     assert await applier.apply(CM, desired, written) is None
     assert len(client.applied) == 1 and len(repairs) == 1

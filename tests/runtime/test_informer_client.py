@@ -14,6 +14,7 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from prometheus_client import REGISTRY
 
 from gpustack_worker.runtime.client import ApiError, Client, Gone, Unauthorized, _GcPause
 from gpustack_worker.runtime.resources import CONFIG_MAP
@@ -158,7 +159,9 @@ async def test_reauthenticate_swaps_the_token_in_the_shared_session() -> None:
     api = FakeApi(token="old")
     client = Client(api)
     session = api._session
+    before = REGISTRY.get_sample_value("gpustack_client_reauthentications_total") or 0.0
     await client.reauthenticate()
+    assert REGISTRY.get_sample_value("gpustack_client_reauthentications_total") == before + 1
     assert api._session is session  # not recreated: other informers' open watches survive
     assert session.headers["Authorization"] == "Bearer new"
     assert api.sessions_created == 0
