@@ -18,7 +18,9 @@ as the margin for a request already on the wire. The elector therefore
 
 * installs a :class:`~gpustack_worker.runtime.client.WriteFence` on the client it is given
   (:attr:`LeaderElector.fence`): writes pass only while this process leads *and* the Lease is provably
-  ours, each bounded by the time the fence has left, so a write cannot be sent after the fence closed;
+  ours. The client asks the fence at the moment each write's bytes go to the socket, in the same
+  synchronous step (``runtime/wire.py``), so a write held up behind a stalled loop is refused there
+  instead of being sent late; the wait for the answer is bounded by the time the fence has left;
   controllers, Events and everything else written through that client are fenced;
 * renews and releases the Lease through a view of the client fenced by the provable window alone (so
   the release still goes out after the controllers' fence closed, but never once the Lease may be
