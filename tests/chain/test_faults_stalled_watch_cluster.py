@@ -91,6 +91,7 @@ async def test_stalled_watch_streams_are_noticed_and_replaced(devcluster: DevClu
                 assert before is not None
                 rest = fk.at_rest(before, undisturbed.objects) & fk.in_cache(stack)
                 since = datetime.datetime.now(datetime.UTC)
+                inactive_before = fk.metric("gpustack_informer_watch_inactive_total")
                 frozen = proxy.freeze()
                 assert frozen >= len(informers)
                 final = await fk.converged(stack, undisturbed.objects)
@@ -107,6 +108,8 @@ async def test_stalled_watch_streams_are_noticed_and_replaced(devcluster: DevClu
             }
             watched = {(i.resource.plural, i.namespace, i.label_selector) for i in informers}
             assert watched <= noticed, watched - noticed
+            # the counter an operator graphs says the same as the log lines
+            assert fk.metric("gpustack_informer_watch_inactive_total") - inactive_before >= len(watched)
             assert proxy.accepted_since_freeze >= len(informers)
             assert all(i.healthy for i in informers)
     finally:
@@ -143,6 +146,7 @@ async def test_a_watch_that_never_opens_is_a_failure_and_is_retried(devcluster: 
                 rest = fk.at_rest(before, undisturbed.objects) & fk.in_cache(stack)
                 since = datetime.datetime.now(datetime.UTC)
                 errors_before = fk.relists(stack, "error")
+                never_before = fk.metric("gpustack_informer_failures_total", reason="watch_never_opened")
                 proxy.hold_watches(len(informers))
                 await eventually(_held(proxy, len(informers)), within=fk.CONVERGE_S)
                 final = await fk.converged(stack, undisturbed.objects)
@@ -154,6 +158,8 @@ async def test_a_watch_that_never_opens_is_a_failure_and_is_retried(devcluster: 
             never = [e for e in logs if e["event"] == "watch never opened, relisting"]
             assert len(never) == proxy.held == len(informers), [e.get("resource") for e in never]
             assert fk.relists(stack, "error") - errors_before >= proxy.held
+            never_counted = fk.metric("gpustack_informer_failures_total", reason="watch_never_opened")
+            assert never_counted - never_before == proxy.held
             assert all(i.healthy for i in informers)
     finally:
         await proxy.close()
