@@ -3,8 +3,13 @@
 ``FILE`` is a scenario path; when no such file exists, the name of a packaged example (``mixed-4``)
 is accepted too, so a demo needs no checkout.
 
-Exit codes: ``0`` done; ``2`` the scenario cannot be read or is invalid — every problem is listed
-(at most 50 lines) and nothing has been written, not even a connection opened; ``1`` the cluster
+Nodes are written ``simulate-apply-concurrency`` at once (environment seed
+``GPUSTACK_SIMULATE_APPLY_CONCURRENCY``, default 8; see
+:class:`~gpustack_worker.simulate.settings.SimulateSettings`).
+
+Exit codes: ``0`` done; ``2`` the scenario cannot be read or is invalid, or the settings environment
+is malformed — every problem is listed (at most 50 lines) and nothing has been written, not even a
+connection opened; ``1`` the cluster
 could not be reached or refused a write part-way — the failed write is named and every write that
 succeeded before it is listed (they stay; a re-run converges). Errors go to stderr, one line each, no
 traceback.
@@ -17,9 +22,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpustack_worker.runtime.client import TRANSPORT_ERRORS, Client
+from gpustack_worker.runtime.settings import SettingsError, settings_from
 from gpustack_worker.simulate.apply import ApplyFailed, apply_scenario
 from gpustack_worker.simulate.load import load_scenario, packaged_scenario, packaged_scenario_names
 from gpustack_worker.simulate.scenario import Scenario, ScenarioError
+from gpustack_worker.simulate.settings import SimulateSettings
 
 if TYPE_CHECKING:
     import argparse
@@ -69,6 +76,11 @@ async def run(args: argparse.Namespace) -> int:
         print(exc, file=sys.stderr)
         return 2
     try:
+        settings = settings_from(SimulateSettings, None)
+    except SettingsError as exc:
+        print(f"simulate apply: invalid settings in the environment: {exc}", file=sys.stderr)
+        return 2
+    try:
         client = await Client.connect(args.kubeconfig, user_agent=USER_AGENT)
     except (OSError, ValueError, TypeError, KeyError, *TRANSPORT_ERRORS) as exc:
         # kr8s reports an unusable kubeconfig with whatever its parser raised (TypeError on a file
@@ -77,7 +89,7 @@ async def run(args: argparse.Namespace) -> int:
         print(f"simulate apply: cannot connect using {where}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     try:
-        report = await apply_scenario(client, scenario)
+        report = await apply_scenario(client, scenario, concurrency=settings.simulate_apply_concurrency)
     except ApplyFailed as exc:
         _failed(exc, scenario)
         return 1

@@ -454,7 +454,9 @@ async def test_a_write_refused_mid_way_names_what_was_written(
     devcluster: Any, client: Client, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     await _deny_devices_named(client, _DENIED)
-    names = ["bi-written", _DENIED, "bi-not-reached"]
+    # Written concurrently (default 8 at once), so the node after the refused one is written too: the
+    # report lists every accepted write node by node in file order, and names what is incomplete.
+    names = ["bi-written", _DENIED, "bi-after"]
     try:
         path = tmp_path / "scenario.yaml"
         path.write_bytes(_doc(*(_node(name, accelerators=[_gpu()]) for name in names)))
@@ -474,7 +476,12 @@ async def test_a_write_refused_mid_way_names_what_was_written(
             f"  created Node/{_DENIED}",
             f"  applied Node/{_DENIED}",
             f"  applied NodeFeature/{_DENIED}-gpustack-device-manager",
-            f"nodes not (fully) applied: {_DENIED}, bi-not-reached",
+            "  created Node/bi-after",
+            "  applied Node/bi-after",
+            "  applied NodeFeature/bi-after-gpustack-device-manager",
+            "  applied Devices/bi-after",
+            "  applied Devices/bi-after/status",
+            f"nodes not (fully) applied: {_DENIED}",
         ]
         # What the report says is what the cluster holds.
         assert sorted(await _objects_of(client, names)) == sorted(
@@ -484,6 +491,9 @@ async def test_a_write_refused_mid_way_names_what_was_written(
                 "NodeFeature/bi-written-gpustack-device-manager",
                 f"Node/{_DENIED}",
                 f"NodeFeature/{_DENIED}-gpustack-device-manager",
+                "Node/bi-after",
+                "Devices/bi-after",
+                "NodeFeature/bi-after-gpustack-device-manager",
             ]
         )
     finally:
