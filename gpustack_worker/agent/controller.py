@@ -10,7 +10,9 @@ this module only says which event enqueues which key. Keys are node names; recon
 level-triggered.
 
 - Node (when what a reconciler reads changed) or Devices → ``agent-nodefeature`` and
-  ``agent-capacity`` at once, ``agent-fit`` after the coalescing window;
+  ``agent-capacity`` at once, ``agent-fit`` after the coalescing window — except the objects of an
+  informer's first LIST, which ``agent-fit`` takes at once too: they are the state as it stands, no
+  burst is in flight to coalesce, and the window would only delay every node's first fit labels;
 - worker NodeFeature change (someone edited or deleted ours) → ``agent-nodefeature``;
 - a new settings snapshot (:meth:`SettingsSource.subscribe`) → every node, every controller.
 
@@ -18,6 +20,10 @@ The fit controller enqueues with ``add_after(window)``, the window read from the
 and a pending deadline is never pushed back by a later add: the first ledger change of a burst
 schedules the reconcile and the rest collapse into it, so a burst yields at most one Node metadata
 patch, computed from the state at the end of the window.
+
+Workers per controller: ``controller-workers`` for a per-node agent (it has one key), and
+``all-nodes-workers`` (default 8) with ``--all-nodes``, whose reconciles are one apply each over
+every node, so the agent keeps the API server at its own write rate on a cold fleet.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ if TYPE_CHECKING:
     from gpustack_worker.agent.settings import AgentSettings
     from gpustack_worker.runtime.client import Client
     from gpustack_worker.runtime.clock import Clock
-    from gpustack_worker.runtime.controller import Result
+    from gpustack_worker.runtime.controller import Predicate, Result
     from gpustack_worker.runtime.settings import SettingsSource
 
 __all__ = ("Agent",)
@@ -61,6 +67,18 @@ def _feature_node(obj: Any) -> Iterable[str]:
     meta = obj.get("metadata") or {}
     node = str((meta.get("labels") or {}).get(keys.NFD_NODE_NAME) or "")
     return (node,) if node and meta.get("name") == keys.worker_nodefeature_name(node) else ()
+
+
+def _first_list(informer: Informer) -> tuple[Predicate, Predicate]:
+    """Two predicates: the event comes from ``informer``'s first LIST (before it has synced), or not."""
+
+    def listing(_event: str, _old: Any, _new: Any) -> bool:
+        return not informer.has_synced
+
+    def live(_event: str, _old: Any, _new: Any) -> bool:
+        return informer.has_synced
+
+    return listing, live
 
 
 class Agent:
@@ -115,15 +133,18 @@ class Agent:
             namespace=namespace,
             events=self.events,
         )
-        self.nodefeature = self._controller("agent-nodefeature", self.steps.nodefeature, boot)
-        self.capacity = self._controller("agent-capacity", self.steps.capacity, boot)
-        self.fit = self._controller("agent-fit", self.steps.fit, boot, fit_clock)
+        workers = boot.controller_workers if node_name else boot.all_nodes_workers
+        self.nodefeature = self._controller("agent-nodefeature", self.steps.nodefeature, workers, boot)
+        self.capacity = self._controller("agent-capacity", self.steps.capacity, workers, boot)
+        self.fit = self._controller("agent-fit", self.steps.fit, workers, boot, fit_clock)
         for ctl in (self.nodefeature, self.capacity):
             ctl.watch(self.nodes, predicates=[_node_read_changed])
             ctl.watch(self.devices)
         self.nodefeature.watch(self.features, mapper=_feature_node)
-        self.fit.watch(self.nodes, predicates=[_node_read_changed], delay=self._window)
-        self.fit.watch(self.devices, delay=self._window)
+        for informer, predicates in ((self.nodes, [_node_read_changed]), (self.devices, [])):
+            listing, live = _first_list(informer)
+            self.fit.watch(informer, predicates=[*predicates, listing])
+            self.fit.watch(informer, predicates=[*predicates, live], delay=self._window)
         settings.subscribe(self._settings_changed)
         self.manager = Manager(
             settings=settings, health_bind=health_bind, cache_sync_timeout=boot.cache_sync_timeout_seconds
@@ -137,10 +158,11 @@ class Agent:
     def _controller(
         name: str,
         reconcile: Callable[[str], Awaitable[Result]],
+        workers: int,
         boot: AgentSettings,
         clock: Clock | None = None,
     ) -> Controller:
-        return Controller(name, reconcile, settings_queue(name, boot, clock), workers=boot.controller_workers)
+        return Controller(name, reconcile, settings_queue(name, boot, clock), workers=workers)
 
     def _window(self) -> float:
         return self.settings.current.fit_label_coalesce_seconds
