@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import Field
+
 from gpustack_worker.runtime.settings import RuntimeSettings, SettingsModel
 
 __all__ = ("ChainSettings", "ControllerSettings")
@@ -43,3 +45,9 @@ class ControllerSettings(RuntimeSettings, ChainSettings):
     """Everything the controller process's controllers (chain, topology, placement) read: the runtime's
     tunables and the chain settings. The process validates the ConfigMap against the command line's
     composed model (a subclass), so the controller accepts exactly the keys the agent accepts."""
+
+    chain_settle_seconds: float = Field(default=10.0, ge=0, le=600)
+    """How long the chain waits for a Node's topology profile before it writes the flavors, queues and
+    InstanceType status that Node feeds: a cold fleet is written once, not once per arriving profile. The
+    wait lasts while profiles keep arriving (none more than this apart) and ends this long after the last;
+    a Node still without one then no longer holds anything back. 0 writes at once, on every partial view."""

@@ -29,10 +29,22 @@ if TYPE_CHECKING:
 
     from gpustack_worker.chain.nodes import CpuIdentity, DeviceIdentity, NodeHardware
 
-__all__ = ("FLAVOR_RESOURCE_TYPE", "FlavorPlan", "desired_flavors", "flavor_body", "plan_flavors")
+__all__ = (
+    "FLAVOR_RESOURCE_TYPE",
+    "Family",
+    "FlavorPlan",
+    "desired_flavors",
+    "flavor_body",
+    "node_families",
+    "plan_flavors",
+)
 
 #: ``resource.gpustack.ai/type`` of operator-owned flavors.
 FLAVOR_RESOURCE_TYPE: Final = keys.TYPE_NODES
+
+#: A flavor's identity without its topology profile: (gKey, aKey or "", os, arch, per-node count). A Node
+#: whose profile has not arrived yet already says which families it will feed, not which flavors.
+Family = tuple[str, str, str, str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +83,21 @@ class FlavorPlan:
     def manufacturer(self) -> str:
         """The device manufacturer, or the CPU manufacturer of a CPU flavor."""
         return self.device.manufacturer if self.device is not None else self.cpu.manufacturer
+
+    @property
+    def family(self) -> Family:
+        a_key = self.device.a_key if self.device is not None else ""
+        return (self.cpu.g_key, a_key, self.os, self.arch, self.count)
+
+
+def node_families(node: NodeHardware, *, mixed_on_node: bool) -> frozenset[Family]:
+    """The families of the flavors ``node`` contributes to (:func:`plan_flavors`' grouping, profile aside)."""
+    found: set[Family] = set()
+    if node.cpu_member(mixed_on_node=mixed_on_node):
+        found.add((node.cpu.g_key, "", node.os, node.arch, node.cpu.cores))
+    for device in node.devices:
+        found.add((node.cpu.g_key, device.a_key, node.os, node.arch, device.cards))
+    return frozenset(found)
 
 
 def plan_flavors(nodes: Iterable[NodeHardware], *, mixed_on_node: bool) -> list[FlavorPlan]:

@@ -23,7 +23,7 @@ from gpustack_worker.api import identity, keys, node_class
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ("CpuIdentity", "DeviceIdentity", "NodeHardware", "node_hardware")
+__all__ = ("CpuIdentity", "DeviceIdentity", "NodeHardware", "node_hardware", "unprofiled_hardware")
 
 #: ``cpuDetail`` JSON field → the CPU detail annotation suffix it is read from (reference §3.2).
 _CPU_DETAIL_FIELDS: Final = (
@@ -157,13 +157,29 @@ def node_hardware(node: Mapping[str, Any]) -> NodeHardware | None:
     """The chain's view of a Node, or None when it is not managed, has no profile, no os/arch, or no
     ``true`` CPU-key label (``keys.cpu_key_label``: every flavor's selector pins it, so no flavor could
     select the Node)."""
+    labels: Mapping[str, str] = (node.get("metadata") or {}).get("labels") or {}
+    profile = labels.get(keys.TOPOLOGY_PROFILE, "")
+    return _hardware(node, profile) if profile else None
+
+
+def unprofiled_hardware(node: Mapping[str, Any]) -> NodeHardware | None:
+    """The chain's view of a managed Node that does not carry its topology profile yet (``profile`` is
+    ""), or None when it carries one or would not take part once it does. The topology controller labels
+    every managed Node, so such a Node's profile is about to arrive: what it feeds is not complete yet
+    (:mod:`gpustack_worker.chain.settle`)."""
+    labels: Mapping[str, str] = (node.get("metadata") or {}).get("labels") or {}
+    if labels.get(keys.TOPOLOGY_PROFILE):
+        return None
+    return _hardware(node, "")
+
+
+def _hardware(node: Mapping[str, Any], profile: str) -> NodeHardware | None:
     meta = node.get("metadata") or {}
     labels: Mapping[str, str] = meta.get("labels") or {}
     if not node_class.is_managed(labels):
         return None
-    profile = labels.get(keys.TOPOLOGY_PROFILE, "")
     os_, arch = labels.get(keys.OS, ""), labels.get(keys.ARCH, "")
-    if not profile or not os_ or not arch:
+    if not os_ or not arch:
         return None
     annotations: Mapping[str, str] = meta.get("annotations") or {}
     cpu = _cpu(labels, annotations)

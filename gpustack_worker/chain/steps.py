@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -36,8 +37,9 @@ from gpustack_worker.chain import (
     managers,
     pools,
     queues,
+    settle,
 )
-from gpustack_worker.chain.nodes import NodeHardware, node_hardware
+from gpustack_worker.chain.nodes import NodeHardware, node_hardware, unprofiled_hardware
 from gpustack_worker.chain.views import pool_status
 from gpustack_worker.runtime import conditions
 from gpustack_worker.runtime.apply import Applier, owned_fields
@@ -314,6 +316,8 @@ class Steps:
     checks: Informer
     system_namespace: str = kinds.SYSTEM_NAMESPACE
     now: Callable[[], dt.datetime] = field(default=lambda: dt.datetime.now(dt.UTC))
+    #: The clock of the settle gate (:mod:`gpustack_worker.chain.settle`).
+    monotonic: Callable[[], float] = field(default=time.monotonic)
     #: Warning Events for refused writes (None: the structured log line only).
     events: EventRecorder | None = None
     #: The refused writes last reported, by (kind, namespace, name): a repeat is not reported again.
@@ -327,6 +331,17 @@ class Steps:
     _by_label: dict[tuple[str, str], set[str]] = field(default_factory=dict)
     #: Parsed ``Devices`` by name, with the resourceVersion they were parsed from.
     _facts: dict[str, tuple[str, DevicesFacts]] = field(default_factory=dict)
+    #: Pending Nodes (managed, profile not there yet): their view (profile "") and when first seen pending.
+    _pending: dict[str, tuple[NodeHardware, float]] = field(default_factory=dict)
+    #: When a pending Node last got its profile (or stopped being pending).
+    _last_arrival: float | None = None
+    #: Flavors this process wrote, by name → the resourceVersion the server answered, until the flavor
+    #: cache has reached it (the queue and status computed from the cache wait for them).
+    _flavor_writes: dict[str, int] = field(default_factory=dict)
+    #: A flavor pass has written and not finished yet.
+    _flavor_pass_writing: bool = False
+    #: (controller, key) → when the key first waited for the chain's own writes (the wait's bound).
+    _waiting_since: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         c, fix = self.client, self.repaired
@@ -408,6 +423,12 @@ class Steps:
     def _node_event(self, _event: str, old: Any | None, new: Any | None) -> None:
         """Keep the Node's chain view current (informer handler: the cache already holds ``new``)."""
         name = str(_meta(new if new is not None else old).get("name", ""))
+        pending = unprofiled_hardware(new) if new is not None else None
+        if pending is not None:
+            seen = self._pending.get(name)
+            self._pending[name] = (pending, seen[1] if seen is not None else self.monotonic())
+        elif self._pending.pop(name, None) is not None:
+            self._last_arrival = self.monotonic()
         view = node_hardware(new) if new is not None else None
         before = self._hardware.pop(name, None) if view is None else self._hardware.get(name)
         if view is None and before is None:
@@ -479,13 +500,100 @@ class Steps:
             self._facts[name] = memo
         return memo[1]
 
+    # -- the settle gate (chain/settle.py) ----------------------------------------------------------
+
+    def held(self) -> settle.Held:
+        """The pending Nodes that hold back what they feed, now."""
+        return settle.held(
+            {name: seen for name, (_view, seen) in self._pending.items()},
+            last_arrival=self._last_arrival,
+            now=self.monotonic(),
+            settle=self.settings().chain_settle_seconds,
+        )
+
+    def _held_families(self, held: settle.Held) -> set[flavors.Family]:
+        mixed = self.settings().instance_type_mixed_on_node
+        out: set[flavors.Family] = set()
+        for name in held.nodes:
+            out |= flavors.node_families(self._pending[name][0], mixed_on_node=mixed)
+        return out
+
+    def _pool_held(self, it: Mapping[str, Any], held: settle.Held) -> bool:
+        """A held pending Node will belong to the InstanceType's pool."""
+        if not held.nodes:
+            return False
+        s = self.settings()
+        pool = pools.identity_of(it)
+        selector = pools.flavor_selector(
+            pools.schedule_labels(pool, aware=s.instance_type_aware_cpu_manufacturer)
+        )
+        views = [self._pending[name][0] for name in sorted(held.nodes)]
+        return bool(
+            queues.pool_nodes(pool, views, mixed_on_node=s.instance_type_mixed_on_node, selector=selector)
+        )
+
+    def _own_flavor_writes(self) -> bool:
+        """A flavor pass is writing, or a flavor it wrote is not in the cache yet (the cache is the truth:
+        an entry the cache has reached, or whose flavor is gone, is dropped here)."""
+        for name, rv in list(self._flavor_writes.items()):
+            cached = self.flavor_cache.store.get(name)
+            if cached is None or (_rv(cached) or 0) >= rv:
+                del self._flavor_writes[name]
+        return self._flavor_pass_writing or bool(self._flavor_writes)
+
+    def _wait(self, controller: str, name: str, it: Mapping[str, Any], *, also: bool = False) -> float | None:
+        """Seconds the write of ``controller``'s key ``name`` waits for complete inputs, or None to write
+        now (:func:`settle.wait`): a held pending Node of the pool, the chain's own flavor writes in
+        flight, or ``also`` (the status' queue not created yet)."""
+        held = self.held()
+        pool_held = self._pool_held(it, held)
+        own = also or self._own_flavor_writes()
+        key = (controller, name)
+        if pool_held or not own:
+            # Held Nodes have their own bound; the key's own bound counts from its first wait on writes.
+            self._waiting_since.pop(key, None)
+        if not pool_held and not own:
+            return None
+        now = self.monotonic()
+        since = now if pool_held else self._waiting_since.setdefault(key, now)
+        wait = settle.wait(
+            held_for=held.recheck_after if pool_held else None,
+            own_writes=own,
+            waited=now - since,
+            settle=self.settings().chain_settle_seconds,
+        )
+        if wait is None:
+            self._waiting_since.pop(key, None)
+        return wait
+
+    def _tracked_flavor(
+        self, name: str, write: Callable[[], Awaitable[Any]]
+    ) -> Callable[[], Awaitable[Any]]:
+        """``write`` of the flavor ``name``, remembered until the flavor cache has it."""
+
+        async def run() -> Any:
+            written = await write()
+            if written is not None:
+                self._flavor_pass_writing = True
+                rv = _rv(written)
+                if rv is not None and (_rv(self.flavor_cache.store.get(name)) or 0) < rv:
+                    self._flavor_writes[name] = rv
+            return written
+
+        return run
+
     # -- flavors, InstanceType authoring -----------------------------------------------
 
     async def flavors(self, _key: str) -> Result:
         s = self.settings()
         hardware = self.hardware()
-        plans = flavors.plan_flavors(hardware, mixed_on_node=s.instance_type_mixed_on_node)
+        planned = flavors.plan_flavors(hardware, mixed_on_node=s.instance_type_mixed_on_node)
         requeue: float | None = None
+        # A flavor (and the InstanceType authored from it) whose family a held pending Node will join is
+        # written once that Node's profile has arrived, not now and again then.
+        held = self.held()
+        blocked = self._held_families(held)
+        plans = [p for p in planned if p.family not in blocked]
 
         desired = {
             p.name: stamp(
@@ -500,45 +608,54 @@ class Steps:
         }
         by_name = {p.name: p for p in plans}
         batch = self._flavor_batch()
-        for name, body in desired.items():
-            regarding = self._plan_regarding(by_name[name], aware=s.instance_type_aware_cpu_manufacturer)
-            if not validation.is_dns1123_subdomain(name):
-                # Never valid as built: reported, not retried (a Node change re-plans it).
-                why = "; ".join(validation.dns1123_subdomain(name))
-                error = ApiError(_INVALID, "Invalid", {"message": why})
-                failure = write_failure(
-                    kinds.RESOURCE_FLAVOR, name, None, error, None, owner=None, field_managers=()
+        batch.attempted |= {p.name for p in planned if p.family in blocked}  # their refusals stay known
+        try:
+            for name, body in desired.items():
+                regarding = self._plan_regarding(
+                    by_name[name], aware=s.instance_type_aware_cpu_manufacturer
                 )
-                self.report(failure, [r for r in regarding if r is not None])
-                batch.attempted.add(name)
-                continue
-            cached = self.flavor_cache.store.get(name)
-            if cached is not None and _meta(cached).get("deletionTimestamp"):
-                requeue = REPLACE_POLL_S  # being replaced: wait until Kueue lets it go
-                continue
-            if cached is not None and (drift := _topology_drift(body, cached)):
-                # No EventRecorder in the chain's steps: a structured error log names the drift. The queue
-                # refuses the flavor (MissingTopology) until an admin removes it.
-                _log.error(
-                    "flavor topology drift: left unmodified (immutable in Kueue); delete it to recreate",
-                    flavor=name,
-                    drift=drift,
-                )
-                continue
-            if cached is not None and _immutable_spec_changed(body, cached):
-                _log.info("replacing flavor whose immutable selector changed", flavor=name)
+                if not validation.is_dns1123_subdomain(name):
+                    # Never valid as built: reported, not retried (a Node change re-plans it).
+                    why = "; ".join(validation.dns1123_subdomain(name))
+                    error = ApiError(_INVALID, "Invalid", {"message": why})
+                    failure = write_failure(
+                        kinds.RESOURCE_FLAVOR, name, None, error, None, owner=None, field_managers=()
+                    )
+                    self.report(failure, [r for r in regarding if r is not None])
+                    batch.attempted.add(name)
+                    continue
+                cached = self.flavor_cache.store.get(name)
+                if cached is not None and _meta(cached).get("deletionTimestamp"):
+                    requeue = REPLACE_POLL_S  # being replaced: wait until Kueue lets it go
+                    continue
+                if cached is not None and (drift := _topology_drift(body, cached)):
+                    # No EventRecorder in the chain's steps: a structured error log names the drift. The
+                    # queue refuses the flavor (MissingTopology) until an admin removes it.
+                    _log.error(
+                        "flavor topology drift: left unmodified (immutable in Kueue); "
+                        "delete it to recreate",
+                        flavor=name,
+                        drift=drift,
+                    )
+                    continue
+                if cached is not None and _immutable_spec_changed(body, cached):
+                    _log.info("replacing flavor whose immutable selector changed", flavor=name)
+                    await batch.write(
+                        name, partial(self._delete, kinds.RESOURCE_FLAVOR, cached), regarding=regarding
+                    )
+                    requeue = REPLACE_POLL_S
+                    continue
                 await batch.write(
-                    name, partial(self._delete, kinds.RESOURCE_FLAVOR, cached), regarding=regarding
+                    name,
+                    self._tracked_flavor(name, batch.apply(self.flavor_applier, body, cached)),
+                    uncached=cached is None,
+                    regarding=regarding,
                 )
-                requeue = REPLACE_POLL_S
-                continue
-            await batch.write(
-                name,
-                batch.apply(self.flavor_applier, body, cached),
-                uncached=cached is None,
-                regarding=regarding,
-            )
-        await self.flavor_pruner.prune(self.flavor_cache.store.list(), set(desired))
+        finally:
+            self._flavor_pass_writing = False
+        if not held.nodes:
+            # Nothing is pruned while a held Node may still select a flavor (its profile is arriving).
+            await self.flavor_pruner.prune(self.flavor_cache.store.list(), {p.name for p in planned})
         authored = None
         if s.instance_type_derived_from_node:
             authored = await self._author(plans, aware=s.instance_type_aware_cpu_manufacturer)
@@ -548,7 +665,8 @@ class Steps:
             # Both batches forget what they no longer write, even when the flavors' one raises first.
             if authored is not None:
                 authored.finish()
-        return Result.after(requeue) if requeue else Result.done()
+        waits = [w for w in (requeue, held.recheck_after) if w]
+        return Result.after(min(waits)) if waits else Result.done()
 
     def _flavor_batch(self) -> _Batch:
         return _Batch(
@@ -616,6 +734,11 @@ class Steps:
                         kinds.CLUSTER_QUEUE, name, decision.body, field_manager=managers.QUEUE
                     )
             return Result.done()
+        if it is not None and settle.deferrable(decision.body, queue):
+            # A plan, quota or TopologyReady from a partial view: written once its inputs are complete.
+            wait = self._wait("queue", name, it)
+            if wait is not None:
+                return Result.after(wait)
         written = await self.queue_applier.apply(kinds.CLUSTER_QUEUE, decision.body, queue, force=True)
         if written is not None:
             for note in decision.notes:
@@ -664,6 +787,12 @@ class Steps:
             await self.client.patch(
                 kinds.INSTANCE_TYPE, name, {"spec": {"inactive": True}}, field_manager=managers.INSTANCE_TYPE
             )
+        if not _meta(it).get("deletionTimestamp"):
+            # The status of a pool still being labelled, or before the queue controller created its queue,
+            # is written once they are there (finalizer, teardown and backfill above never wait).
+            wait = self._wait("instancetype", name, it, also=queue is None)
+            if wait is not None:
+                return Result.after(wait)
         status = {
             "entrance": keys.local_queue_name(name),
             "phase": decision.phase,
@@ -747,6 +876,14 @@ def _indexed_pairs(labels: Mapping[str, str]) -> list[tuple[str, str]]:
         for k, v in labels.items()
         if k.endswith(_COUNT) or (v == "true" and k.startswith(keys.ACCELERATABLE_PREFIX))
     ]
+
+
+def _rv(obj: Mapping[str, Any] | None) -> int | None:
+    """An object's resourceVersion as a number (None when absent or not numeric)."""
+    try:
+        return int(str(_meta(obj).get("resourceVersion", "")))
+    except ValueError:
+        return None
 
 
 def _cpu_used(queue: Mapping[str, Any] | None) -> int:
