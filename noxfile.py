@@ -86,7 +86,11 @@ def bench(session: nox.Session) -> None:
     session.install("-e", ".[test]")
     session.run("python", "-m", "gpustack_worker.devcluster.build")
     for script in (
-        "bench/runtime_bench.py", "bench/relist_bench.py", "bench/agent_bench.py", "bench/chain_bench.py"
+        "bench/runtime_bench.py",
+        "bench/relist_bench.py",
+        "bench/simulate_bench.py",
+        "bench/agent_bench.py",
+        "bench/chain_bench.py",
     ):
         session.run("python", script, *session.posargs)
 

@@ -4,11 +4,17 @@
    simulator writes them and frozen like the informer cache holds them; per node the adapters, the
    three ``desired`` functions, the runtime Applier's no-op check (``is_noop``) on each apply body and
    the stale-key scans, i.e. everything a reconcile does except I/O.
-2. **Cluster** (unless ``--no-cluster``) — a fresh dev cluster, N simulated nodes applied, then one
-   ``--all-nodes`` agent started (runtime Manager, 8 workers per controller through the settings env
-   seed ``GPUSTACK_CONTROLLER_WORKERS``): time until every NodeFeature is written, until nfd-master has
-   projected ``gpustack.ai/managed`` onto every node, and until every accelerated node carries its
-   counting keys; plus the agent's requests per node.
+2. **Cluster** (unless ``--no-cluster``) — a fresh dev cluster, N simulated nodes applied and their
+   Device Manager labels projected by nfd-master; then the API server's raw server-side-apply rate
+   (a bare client, 8 in flight, a label on each Node; ``simulate_bench.raw_node_label_rate``); then one
+   ``--all-nodes`` agent started in this process with the default settings (``--set GPUSTACK_X=V``
+   seeds others): seconds until its caches synced and until its last write (converged: nothing
+   queued or in progress, no write for longer than the fit window), its writes and requests, and the
+   ratio *least time of its writes at the raw rate / its time to the last write* (1.0: as fast as the
+   API server accepts writes from 8 concurrent clients).
+3. **Quiet per-node agent** (``--quiet S``, default 60; 0 skips) — ``gpustack-worker agent
+   --node-name`` as a process on one node of the converged fleet: CPU seconds over S quiet seconds,
+   RSS and its high-water mark.
 
 Prints measured numbers and ratios; never passes or fails. ``nox -s bench`` runs it.
 """
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import tempfile
@@ -104,85 +111,139 @@ def bench_pure(count: int, rounds: int) -> None:
     print(f"  all {count} nodes: {best * 1e3:.1f} ms ({count / best:,.0f} node-reconciles/s on one core)")
 
 
-async def bench_cluster(count: int, directory: Path) -> None:
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _memory_kib(pid: int) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            found[key] = int(value.split()[0])
+    return found
+
+
+def _idle(*controllers: Any) -> bool:
+    """No key queued or being reconciled (a key waiting for a fit window may remain)."""
+    return all(not len(c.queue) and not c.queue.processing for c in controllers)
+
+
+async def quiet_per_node_agent(kubeconfig: Path, node: str, quiet: float) -> None:
+    """A per-node agent process (the DaemonSet mode) on ``node`` of a converged fleet: its RSS and the
+    CPU it spends over ``quiet`` seconds once started."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gpustack_worker", "agent", "--node-name", node,
+        "--kubeconfig", str(kubeconfig), "--metrics-bind", "127.0.0.1:0",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        await asyncio.sleep(15)  # start-up, cache sync, its first (no-op) reconciles
+        cpu0, t0 = _cpu_seconds(proc.pid), time.perf_counter()
+        await asyncio.sleep(quiet)
+        cpu = _cpu_seconds(proc.pid) - cpu0
+        took = time.perf_counter() - t0
+        mem = _memory_kib(proc.pid)
+        print(
+            f"  per-node agent ({node}), quiet {took:.0f} s: CPU {cpu:.2f} s "
+            f"({cpu / took * 100:.2f} % of a core), "
+            f"RSS {mem.get('VmRSS', 0) / 1024:.0f} MiB (high-water {mem.get('VmHWM', 0) / 1024:.0f} MiB)"
+        )
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+
+async def bench_cluster(count: int, directory: Path, env: dict[str, str], quiet: float) -> None:
+    from simulate_bench import RAW_CONCURRENCY, raw_node_label_rate
+
     from gpustack_worker.agent.controller import Agent
     from gpustack_worker.cli.settings import WorkerSettings
     from gpustack_worker.devcluster.cluster import DevCluster
     from gpustack_worker.runtime.client import Client
     from gpustack_worker.runtime.settings import SettingsSource
-    from gpustack_worker.simulate.apply import ApplyReport, apply_node
+    from gpustack_worker.simulate.apply import apply_scenario
+    from gpustack_worker.simulate.scenario import Scenario
 
     cluster = DevCluster(directory, log=lambda msg: print(f"  [devcluster] {msg}"))
     cluster.start()
     try:
         admin = await Client.connect(str(cluster.kubeconfig))
         specs = synthetic_nodes(count)
-        gate = asyncio.Semaphore(32)
-        report = ApplyReport()
-
-        async def one(spec: NodeSpec) -> None:
-            async with gate:
-                await apply_node(admin, spec, report)
-
         start = time.perf_counter()
-        await asyncio.gather(*(one(s) for s in specs))
+        await apply_scenario(admin, Scenario(nodes=specs))
         print(f"cluster: {count} simulated nodes applied in {time.perf_counter() - start:.1f} s")
+        names = [s.name for s in specs]
+        accelerated = {s.name for s in specs if s.accelerators}
+        # nfd-master projects the Device Manager labels before the agent starts: the agent is measured
+        # alone, on the state a restarted or newly installed agent finds.
+        while True:
+            nodes, _ = await admin.list(kinds.NODE)
+            projected = sum(
+                (n["metadata"].get("labels") or {}).get(keys.ACCELERATABLE) == "true"
+                for n in nodes
+                if n["metadata"]["name"] in accelerated
+            )
+            if projected == len(accelerated):
+                break
+            await asyncio.sleep(1)
+        raw_writes, raw_s = await raw_node_label_rate(admin, names, "1")
+        raw_rate = raw_writes / raw_s
 
         agent_client = await Client.connect(str(cluster.kubeconfig))
-        settings = SettingsSource(
-            agent_client, model=WorkerSettings, env={"GPUSTACK_CONTROLLER_WORKERS": "8"}
-        )
+        settings = SettingsSource(agent_client, model=WorkerSettings, env=env)
         agent = Agent(agent_client, settings, node_name=None)
-        names = {s.name for s in specs}
-        accelerated = {s.name for s in specs if s.accelerators}
+        controllers = (agent.nodefeature, agent.capacity, agent.fit)
         start = time.perf_counter()
         stop = asyncio.Event()
         task = asyncio.create_task(agent.run(stop))
         await agent.ready.wait()
         synced = time.perf_counter() - start
-        features_at = projected_at = capacity_at = None
-        while projected_at is None or capacity_at is None:
-            await asyncio.sleep(0.5)
+        # Converged: no key queued or in progress and no write for longer than the fit window.
+        writes, last_write = agent_client.writes, synced
+        settle = settings.current.fit_label_coalesce_seconds + 3
+        while True:
+            await asyncio.sleep(0.05)
             now = time.perf_counter() - start
-            if features_at is None and agent.steps.writes[nodefeature.FIELD_MANAGER] >= count:
-                features_at = now
-            nodes, _ = await admin.list(kinds.NODE)
-            by_name = {n["metadata"]["name"]: n for n in nodes if n["metadata"]["name"] in names}
-            managed = sum(
-                (n["metadata"].get("labels") or {}).get(keys.MANAGED) == "true" for n in by_name.values()
-            )
-            counted = sum(
-                any(".sliced." in k or ".partitioned." in k for k in by_name[n]["status"].get("capacity", {}))
-                for n in accelerated
-                if n in by_name
-            )
-            if projected_at is None and managed == count:
-                projected_at = now
-            if capacity_at is None and counted == len(accelerated):
-                capacity_at = now
-            if now > 600:
-                print(
-                    f"  gave up after 600 s: {managed}/{count} projected, "
-                    f"{counted}/{len(accelerated)} counted"
-                )
+            if agent_client.writes != writes:
+                writes, last_write = agent_client.writes, now
+            elif _idle(*controllers) and now - last_write > settle:
                 break
-        await asyncio.sleep(4)  # let the fit windows close before counting requests
+            if now > 900:
+                print("  gave up after 900 s")
+                break
         stop.set()
         await task
         requests = dict(agent_client.requests_by_method)
-        print(f"  agent caches synced after {synced:.2f} s")
-        print(f"  all NodeFeatures written after {features_at or float('nan'):.2f} s")
-        print(
-            f"  nfd-master projected managed=true on all {count} nodes "
-            f"after {projected_at or float('nan'):.2f} s"
+        nodes, _ = await admin.list(kinds.NODE)
+        by_name = {n["metadata"]["name"]: n for n in nodes}
+        counted = sum(
+            any(".sliced." in k or ".partitioned." in k for k in by_name[n]["status"].get("capacity", {}))
+            for n in accelerated
         )
-        print(
-            f"  counting keys on all {len(accelerated)} accelerated nodes "
-            f"after {capacity_at or float('nan'):.2f} s"
+        labelled = sum(
+            any(".fit.gpustack.ai/" in k for k in (by_name[n]["metadata"].get("labels") or {}))
+            for n in accelerated
         )
-        print(f"  agent requests: {requests}; writes per node {agent_client.writes / count:.2f}")
+        workers = {c.name: c.workers for c in controllers}
+        print(f"  agent --all-nodes, settings env {env or '{}'}: workers {workers}")
+        print(f"  caches synced after {synced:.2f} s")
+        print(f"  last write after {last_write:.2f} s ({writes} writes, {writes / count:.2f} per node)")
+        print(f"  counting keys on {counted}/{len(accelerated)}, fit labels on {labelled}/{len(accelerated)}")
+        print(f"  agent requests: {requests}")
         print(f"  writes by field manager: {dict(agent.steps.writes)}")
+        print(
+            f"  raw SSA rate, Node label, {RAW_CONCURRENCY} in flight (bare client): {raw_rate:.0f} /s "
+            f"({raw_writes} in {raw_s:.1f} s)"
+        )
+        print(
+            f"  ratio: least time of the agent's writes at the raw rate / its time to the last write: "
+            f"{writes / raw_rate:.1f} s / {last_write:.1f} s = {writes / raw_rate / last_write:.2f}"
+        )
         await agent_client.close()
+        if quiet > 0:
+            await quiet_per_node_agent(cluster.kubeconfig, sorted(accelerated)[0], quiet)
         await admin.close()
     finally:
         cluster.stop()
@@ -195,11 +256,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=1000, help="simulated nodes (default: %(default)s)")
     parser.add_argument("--rounds", type=int, default=5, help="pure-cost repetitions (default: %(default)s)")
     parser.add_argument("--no-cluster", action="store_true", help="skip the dev-cluster part")
+    parser.add_argument(
+        "--quiet", type=float, default=60, help="seconds a per-node agent is watched idle (0: skip)"
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="GPUSTACK_X=V",
+        help="a settings environment seed for the --all-nodes agent (default: none, the defaults)",
+    )
     args = parser.parse_args(argv)
+    env = dict(item.split("=", 1) for item in args.set)
     bench_pure(args.nodes, args.rounds)
     if not args.no_cluster:
         with tempfile.TemporaryDirectory(prefix="agent-bench-") as tmp:
-            asyncio.run(bench_cluster(args.nodes, Path(tmp)))
+            asyncio.run(bench_cluster(args.nodes, Path(tmp), env, args.quiet))
     return 0
 
 

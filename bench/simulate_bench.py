@@ -1,0 +1,131 @@
+"""``simulate apply`` benchmark: a synthetic fleet written to a fresh dev cluster, next to the API
+server's raw server-side-apply rate measured in the same run.
+
+1. **Cold** — ``apply_scenario`` of N synthetic nodes (default 5,000; :func:`synthetic`, the realistic
+   mix) on an empty cluster, with the simulator's own settings (``simulate-apply-concurrency``):
+   seconds, write requests (POST/PATCH/DELETE) and every request by method, writes per second.
+2. **Raw** — a bare client's server-side apply at 8 requests in flight: one label applied to each of
+   the same Nodes under another field manager (a real change, so a real write), once right after the
+   cold run and once after the warm one; the mean is the rate the ratio is taken against.
+3. **Warm** — the same file applied again: every apply a no-op on the server.
+
+The ratio is the simulator's writes per second divided by the raw rate: 1.0 means the simulator
+writes as fast as the API server accepts writes from 8 concurrent clients. Prints measured numbers;
+never passes or fails. ``nox -s bench`` runs it; ``--nodes N`` changes the size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpustack_worker.api import kinds
+
+if TYPE_CHECKING:
+    from gpustack_worker.runtime.client import Client
+
+#: Requests in flight of the raw-rate client (the issue's reference concurrency).
+RAW_CONCURRENCY = 8
+RAW_MANAGER = "gpustack-bench-raw"
+RAW_LABEL = "bench.gpustack.ai/raw"
+
+
+async def raw_node_label_rate(
+    client: Client, names: list[str], value: str, concurrency: int = RAW_CONCURRENCY
+) -> tuple[int, float]:
+    """Server-side apply of ``RAW_LABEL=value`` on each Node in ``names``, ``concurrency`` in flight;
+    returns (writes, seconds)."""
+    todo = iter(names)
+
+    async def worker() -> None:
+        for name in todo:
+            body = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name, "labels": {RAW_LABEL: value}},
+            }
+            await client.apply(kinds.NODE, body, field_manager=RAW_MANAGER, force=True)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return len(names), time.perf_counter() - start
+
+
+def _rate(measured: tuple[int, float]) -> str:
+    writes, seconds = measured
+    return f"{writes / seconds:.0f} /s ({writes} in {seconds:.1f} s)"
+
+
+async def bench(count: int, seed: int, directory: Path) -> None:
+    from gpustack_worker.devcluster.cluster import DevCluster
+    from gpustack_worker.runtime.client import Client
+    from gpustack_worker.simulate.apply import apply_scenario
+    from gpustack_worker.simulate.synthetic import synthetic
+
+    scenario = synthetic(count, seed=seed)
+    accelerated = sum(bool(spec.accelerators) for spec in scenario.nodes)
+    cluster = DevCluster(directory, log=lambda msg: print(f"  [devcluster] {msg}"))
+    cluster.start()
+    try:
+        client = await Client.connect(str(cluster.kubeconfig))
+        names = [spec.name for spec in scenario.nodes]
+
+        before = dict(client.requests_by_method)
+        start = time.perf_counter()
+        await apply_scenario(client, scenario)
+        cold_s = time.perf_counter() - start
+        cold = {m: n - before.get(m, 0) for m, n in client.requests_by_method.items()}
+        cold_writes = sum(n for m, n in cold.items() if m in ("POST", "PUT", "PATCH", "DELETE"))
+
+        raw1 = await raw_node_label_rate(client, names, "1")
+
+        before = dict(client.requests_by_method)
+        start = time.perf_counter()
+        await apply_scenario(client, scenario)
+        warm_s = time.perf_counter() - start
+        warm = {m: n - before.get(m, 0) for m, n in client.requests_by_method.items()}
+
+        raw2 = await raw_node_label_rate(client, names, "2")
+        raw_rate = (raw1[0] + raw2[0]) / (raw1[1] + raw2[1])
+        cold_rate = cold_writes / cold_s
+
+        print(f"simulate apply: {count} synthetic nodes ({accelerated} accelerated), seed {seed}")
+        rows: list[tuple[str, Any]] = [
+            ("cold apply", f"{cold_s:.1f} s"),
+            ("cold requests by method", dict(sorted(cold.items()))),
+            ("cold writes", f"{cold_writes} ({cold_writes / count:.2f} per node)"),
+            ("cold write rate", f"{cold_rate:.0f} /s"),
+            (f"raw SSA rate, Node label, {RAW_CONCURRENCY} in flight (after cold)", _rate(raw1)),
+            (f"raw SSA rate, Node label, {RAW_CONCURRENCY} in flight (after warm)", _rate(raw2)),
+            ("ratio: cold write rate / raw rate (mean of both)", f"{cold_rate / raw_rate:.2f}"),
+            ("least time of the cold writes at the raw rate", f"{cold_writes / raw_rate:.1f} s"),
+            ("warm re-apply (every apply a no-op)", f"{warm_s:.1f} s"),
+            ("warm requests by method", dict(sorted(warm.items()))),
+        ]
+        width = max(len(label) for label, _ in rows)
+        for label, value in rows:
+            print(f"  {label:<{width}}  {value}")
+        await client.close()
+    finally:
+        cluster.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--nodes", type=int, default=5000, help="synthetic nodes (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="fleet seed (default: %(default)s)")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="simulate-bench-") as tmp:
+        asyncio.run(bench(args.nodes, args.seed, Path(tmp)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
