@@ -335,9 +335,9 @@ class Steps:
     _pending: dict[str, tuple[NodeHardware, float]] = field(default_factory=dict)
     #: When a pending Node last got its profile (or stopped being pending).
     _last_arrival: float | None = None
-    #: Flavors this process wrote, by name → the resourceVersion the server answered, until the flavor
-    #: cache has reached it (the queue and status computed from the cache wait for them).
-    _flavor_writes: dict[str, int] = field(default_factory=dict)
+    #: Flavors this process wrote, by name → (the resourceVersion the server answered, when), until the
+    #: flavor cache has reached it (the queue and status computed from the cache wait for them).
+    _flavor_writes: dict[str, tuple[int, float]] = field(default_factory=dict)
     #: A flavor pass has written and not finished yet.
     _flavor_pass_writing: bool = False
     #: (controller, key) → when the key first waited for the chain's own writes (the wait's bound).
@@ -533,11 +533,12 @@ class Steps:
         )
 
     def _own_flavor_writes(self) -> bool:
-        """A flavor pass is writing, or a flavor it wrote is not in the cache yet (the cache is the truth:
-        an entry the cache has reached, or whose flavor is gone, is dropped here)."""
-        for name, rv in list(self._flavor_writes.items()):
-            cached = self.flavor_cache.store.get(name)
-            if cached is None or (_rv(cached) or 0) >= rv:
+        """A flavor pass is writing, or a flavor it wrote is not in the cache yet. An entry is dropped once
+        the cache has reached it, or ``chain-settle-seconds`` after the write (a flavor deleted before
+        the watch brought it never arrives)."""
+        now, limit = self.monotonic(), self.settings().chain_settle_seconds
+        for name, (rv, at) in list(self._flavor_writes.items()):
+            if (_rv(self.flavor_cache.store.get(name)) or 0) >= rv or now - at >= limit:
                 del self._flavor_writes[name]
         return self._flavor_pass_writing or bool(self._flavor_writes)
 
@@ -577,7 +578,7 @@ class Steps:
                 self._flavor_pass_writing = True
                 rv = _rv(written)
                 if rv is not None and (_rv(self.flavor_cache.store.get(name)) or 0) < rv:
-                    self._flavor_writes[name] = rv
+                    self._flavor_writes[name] = (rv, self.monotonic())
             return written
 
         return run
