@@ -1,0 +1,129 @@
+"""A cold fleet on the real control plane writes each chain object once (issue 18).
+
+200 Nodes from the chain benchmark's fleet generator (``bench/chain_bench.py``: every shape of the
+5,000-Node fleet, what stages 1-3 leave on each Node, ``Devices`` with ledgers), none carrying its
+topology profile yet, as at a first install. The real ``gpustack-worker controller`` starts cold as the
+controller ServiceAccount and labels every Node's profile while the chain waits for them
+(``chain-settle-seconds``, default). Once the chain has converged (every object as the chain's own pure
+functions plan it for the profiled fleet) and the controller is idle, the API server's audit log must
+show, for the controller's User-Agent:
+
+- one profile label write per Node;
+- per chain kind, exactly one write per object desired: ResourceFlavors, ClusterQueues, their
+  ``TopologyReady`` status, InstanceType status, LocalQueues — and the InstanceTypes' create and
+  finalizer, the Topology and the two AdmissionChecks.
+
+Counts, not durations: they do not depend on the machine's speed. Before the settle gate the same fleet
+rewrote its flavors, queue status and InstanceType status with every second of labelling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import datetime as dt
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from bench import chain_bench
+from gpustack_worker.api import kinds, rbac
+from gpustack_worker.chain import localqueues
+from gpustack_worker.cli.settings import WorkerSettings
+from gpustack_worker.devcluster.audit import AuditLog
+from gpustack_worker.devcluster.cluster import DevCluster
+from gpustack_worker.runtime.client import Client
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+pytestmark = pytest.mark.cluster
+
+N_NODES = 200
+#: How long convergence may take before the test gives up (a wait, never asserted as a duration).
+CONVERGE_LIMIT_S = 600.0
+
+
+@pytest.fixture(scope="module")
+def cold_cluster() -> Iterator[DevCluster]:
+    """A control plane of its own, audited, without nfd-master (the Nodes are created labelled, as the
+    benchmark creates them)."""
+    directory = Path(tempfile.mkdtemp(prefix="gpustack-cold-writes-"))
+    cluster = DevCluster(
+        directory,
+        with_nfd=False,
+        audit_log=directory / "audit.log",
+        log=lambda msg: print(f"[cold-writes devcluster] {msg}"),
+    )
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+async def test_a_cold_fleet_writes_each_chain_object_once(cold_cluster: DevCluster) -> None:
+    cluster = cold_cluster
+    objs = [chain_bench.stage3(spec) for spec in chain_bench.fleet(N_NODES, seed=0)]
+    exp = chain_bench.expected_chain(objs, WorkerSettings())
+    assert exp.unprofiled == N_NODES  # every Node waits for its profile: a first install
+    admin = await Client.connect(str(cluster.kubeconfig))
+    proc = None
+    try:
+        for ns in chain_bench.TEAM_NAMESPACES:
+            await admin.create(
+                kinds.NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+            )
+        await chain_bench.create_fleet(admin, objs)
+        exp.namespaces = sorted(
+            n["metadata"]["name"]
+            for n in (await admin.list(kinds.NAMESPACE))[0]
+            if not localqueues.is_system_namespace(n["metadata"]["name"], kinds.SYSTEM_NAMESPACE)
+        )
+        started = dt.datetime.now(dt.UTC)
+        proc = chain_bench.start_controller(
+            cluster, cluster.service_account_kubeconfig(rbac.CONTROLLER.name)
+        )
+        assert proc.pid is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CONVERGE_LIMIT_S
+        left = await chain_bench.missing(admin, exp)
+        while left:
+            assert proc.alive(), proc.log_tail()
+            assert loop.time() < deadline, f"not converged: {left}"
+            await asyncio.sleep(0.5)
+            left = await chain_bench.missing(admin, exp)
+        await chain_bench.wait_idle(proc.pid)
+    finally:
+        if proc is not None:
+            proc.stop()
+        await admin.close()
+
+    writes = [
+        e
+        for e in AuditLog(cluster.audit_log).writes(chain_bench.CONTROLLER_UA, started)
+        if not chain_bench.is_lease(e)
+    ]
+    got = collections.Counter((e.resource_path, e.verb) for e in writes)
+    by_path = collections.Counter(e.resource_path for e in writes)
+    types = len(exp.types)
+    print(f"writes by the controller: {dict(sorted(got.items()))}")
+    print(f"objects desired: {exp.desired_writes()}")
+    assert by_path["nodes"] == N_NODES  # one profile label per Node
+    wanted = {
+        "resourceflavors": len(exp.flavors),
+        "clusterqueues": types,
+        "clusterqueues/status": types,
+        "instancetypes/status": types,
+        "localqueues": len(exp.local_queues),
+        "topologies": 1,
+        "admissionchecks": 2,
+    }
+    assert {path: by_path[path] for path in wanted} == wanted
+    # Each InstanceType once created by the author and once given its finalizer; nothing else.
+    assert got["instancetypes", "create"] == types
+    assert by_path["instancetypes"] == 2 * types
