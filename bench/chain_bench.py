@@ -995,6 +995,10 @@ async def bench_cluster(
             "requests in flight, as the Node-profile controller does"
         )
         report.notes.append(f"load average at the end: {os.getloadavg()[0]:.1f} (2 cores, shared)")
+        report.notes.append(
+            f"chain-settle-seconds={settings.chain_settle_seconds:g} (the chain writes a flavor, queue or "
+            "InstanceType status once the profiles it is computed from have arrived; docs/chain.md)"
+        )
     finally:
         await admin.close()
         cluster.stop()
