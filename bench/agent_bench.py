@@ -213,6 +213,15 @@ async def bench_cluster(count: int, directory: Path, env: dict[str, str], quiet:
             if now > 900:
                 print("  gave up after 900 s")
                 break
+        # nfd-master's projection of the worker NodeFeatures (not the agent's writes; polled only now,
+        # so the polling never competes with the agent above).
+        while True:
+            nodes, _ = await admin.list(kinds.NODE)
+            managed = sum((n["metadata"].get("labels") or {}).get(keys.MANAGED) == "true" for n in nodes)
+            if managed >= count or time.perf_counter() - start > 900:
+                break
+            await asyncio.sleep(0.5)
+        projected_at = time.perf_counter() - start
         stop.set()
         await task
         requests = dict(agent_client.requests_by_method)
@@ -231,6 +240,7 @@ async def bench_cluster(count: int, directory: Path, env: dict[str, str], quiet:
         print(f"  caches synced after {synced:.2f} s")
         print(f"  last write after {last_write:.2f} s ({writes} writes, {writes / count:.2f} per node)")
         print(f"  counting keys on {counted}/{len(accelerated)}, fit labels on {labelled}/{len(accelerated)}")
+        print(f"  nfd-master projected managed=true on {managed}/{count} nodes by {projected_at:.1f} s")
         print(f"  agent requests: {requests}")
         print(f"  writes by field manager: {dict(agent.steps.writes)}")
         print(
