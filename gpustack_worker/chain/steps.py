@@ -340,6 +340,8 @@ class Steps:
     _flavor_writes: dict[str, tuple[int, float]] = field(default_factory=dict)
     #: A flavor pass has written and not finished yet.
     _flavor_pass_writing: bool = False
+    #: When the last flavor pass started (a profile that arrived later is not planned yet).
+    _flavor_pass_started: float | None = None
     #: (controller, key) → when the key first waited for the chain's own writes (the wait's bound).
     _waiting_since: dict[tuple[str, str], float] = field(default_factory=dict)
 
@@ -533,9 +535,13 @@ class Steps:
         )
 
     def _own_flavor_writes(self) -> bool:
-        """A flavor pass is writing, or a flavor it wrote is not in the cache yet. An entry is dropped once
-        the cache has reached it, or ``chain-settle-seconds`` after the write (a flavor deleted before
-        the watch brought it never arrives)."""
+        """A profile arrived after the last flavor pass started (its flavor is not planned yet), a flavor
+        pass is writing, or a flavor it wrote is not in the cache yet. An entry is dropped once the cache
+        has reached it, or ``chain-settle-seconds`` after the write (a flavor deleted before the watch
+        brought it never arrives)."""
+        arrived = self._last_arrival
+        if arrived is not None and (self._flavor_pass_started is None or arrived > self._flavor_pass_started):
+            return True
         now, limit = self.monotonic(), self.settings().chain_settle_seconds
         for name, (rv, at) in list(self._flavor_writes.items()):
             if (_rv(self.flavor_cache.store.get(name)) or 0) >= rv or now - at >= limit:
@@ -586,6 +592,7 @@ class Steps:
     # -- flavors, InstanceType authoring -----------------------------------------------
 
     async def flavors(self, _key: str) -> Result:
+        self._flavor_pass_started = self.monotonic()
         s = self.settings()
         hardware = self.hardware()
         planned = flavors.plan_flavors(hardware, mixed_on_node=s.instance_type_mixed_on_node)

@@ -344,6 +344,8 @@ def test_steps_hold_a_pool_until_its_last_profile_arrives(chain: tuple[Chain, _C
     # The last one never comes: settle seconds after the last arrival it holds nothing back.
     clock.t += 10.0
     assert not steps.held().nodes
+    assert steps._wait("queue", "a10g", a10g_type) == settle.OWN_WRITES_POLL_S  # no flavor pass since
+    steps._flavor_pass_started = clock.t
     assert steps._wait("queue", "a10g", a10g_type) is None
     # Deleting it counts as its arrival (nothing pending is left).
     _feed(c.nodes, "DELETED", a10g[2])
@@ -367,6 +369,15 @@ def test_steps_wait_for_their_own_flavor_writes_at_most_settle_seconds(chain: tu
     steps._flavor_writes["gone"] = (8, clock.t)
     assert steps._wait("queue", "t4", it) == settle.OWN_WRITES_POLL_S
     clock.t += 10.0
+    assert steps._wait("queue", "t4", it) is None
+    # A profile that arrived after the last flavor pass started: its flavor is not planned yet.
+    pending = _with_rv(_node(8, 5, None), 1)
+    _feed(c.nodes, "ADDED", pending)
+    clock.t += 0.1
+    _feed(c.nodes, "MODIFIED", _with_rv(_node(8, 5, HOSTNAME_PROFILE), 2))
+    assert steps._wait("queue", "t4", it) == settle.OWN_WRITES_POLL_S
+    steps._flavor_pass_started = clock.t + 0.1  # the next pass plans it
+    clock.t += 0.1
     assert steps._wait("queue", "t4", it) is None
     # The InstanceType's status waits for its queue, bounded by the setting.
     assert steps._wait("instancetype", "t4", it, also=True) == settle.OWN_WRITES_POLL_S
