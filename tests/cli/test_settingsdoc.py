@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
+from gpustack_worker.agent.settings import AgentTunables
 from gpustack_worker.cli import settingsdoc
 from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.runtime.settings import (
@@ -89,7 +90,7 @@ def test_fields_are_grouped_by_the_stage_that_declares_them() -> None:
     assert sorted(names) == sorted(WorkerSettings.model_fields) and len(names) == len(set(names))
     by_stage = {klass.__name__: own for klass, own in stages}
     assert by_stage["RuntimeSettings"] == list(RuntimeSettings.model_fields)
-    assert by_stage["AgentTunables"] == ["fit_label_coalesce_seconds"]
+    assert by_stage["AgentTunables"] == list(AgentTunables.model_fields)
 
 
 class _Toy(SettingsModel):
