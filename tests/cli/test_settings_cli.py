@@ -19,7 +19,7 @@ import structlog
 import yaml
 
 from gpustack_worker.agent.settings import AgentSettings, AgentTunables
-from gpustack_worker.api.settings import ChainSettings
+from gpustack_worker.api.settings import ChainSettings, ControllerSettings
 from gpustack_worker.cli.settings import WorkerSettings, open_settings
 from gpustack_worker.runtime import telemetry
 from gpustack_worker.runtime.settings import (
@@ -41,6 +41,9 @@ STAGE_MODELS = (RuntimeSettings, ChainSettings, AgentTunables)
 
 def test_worker_settings_is_every_stage_model_once() -> None:
     fields = [name for model in STAGE_MODELS for name in model.model_fields]
+    # the controller's own tunables beyond the runtime's and the reference chain settings (§4.2)
+    fields += [n for n in ControllerSettings.model_fields if n not in RuntimeSettings.model_fields
+               and n not in ChainSettings.model_fields]
     assert len(fields) == len(set(fields)), "a setting is defined by two stages"
     assert set(WorkerSettings.model_fields) == set(fields)
     assert issubclass(WorkerSettings, AgentSettings)  # what the agent's code is typed against
