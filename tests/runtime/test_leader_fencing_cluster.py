@@ -176,24 +176,10 @@ async def test_a_frozen_leader_writes_nothing_after_the_standby_acquired(
         old = next(k for k, v in ids.items() if v == holder["now"])
         new = next(k for k in ids if k != old)
 
-        async def mirrors_by(writer: str) -> bool:
-            items, _ = await admin.list(CONFIG_MAP, namespace=ns, label_selector=f"{LABEL}={MIRROR}")
-            data = {i["metadata"]["name"]: i.get("data") or {} for i in items}
-            written = {name for name, d in data.items() if d.get("writer") == ids[writer]}
-            return written >= {f"{n}-{MIRROR}" for n in FAST_SOURCES}
-
-        await until(lambda: mirrors_by(old), 120)
+        await until(lambda: mirrors_by(admin, ns, ids[old]), 120)
 
         # 2. keep the sources changing, so a leader always has reconciles in flight and writes
-        async def keep_changing() -> None:
-            i = 0
-            while True:
-                i += 1
-                name = FAST_SOURCES[i % len(FAST_SOURCES)]
-                await admin.patch(CONFIG_MAP, name, {"data": {"v": str(i)}}, namespace=ns)
-                await asyncio.sleep(0.1)
-
-        churn = asyncio.create_task(keep_changing())
+        churn = asyncio.create_task(keep_changing(admin, ns))
 
         def mirror_writes_by_old() -> int:
             writes = audit.writes(user_agent_prefix=f"{USER_AGENT}/{ids[old]}")
@@ -214,7 +200,7 @@ async def test_a_frozen_leader_writes_nothing_after_the_standby_acquired(
         assert int(spec.get("leaseTransitions") or 0) >= 1
 
         # 4. the new leader writes while the old one is still frozen
-        await until(lambda: mirrors_by(new), 120)
+        await until(lambda: mirrors_by(admin, ns, ids[new]), 120)
 
         # 5. resume the old leader: it must find its fence closed and exit 1 without writing
         procs[old].send_signal(signal.SIGCONT)
@@ -276,6 +262,24 @@ async def test_a_frozen_leader_writes_nothing_after_the_standby_acquired(
         with contextlib.suppress(Exception):
             await admin.delete(kinds.NAMESPACE, ns)
         await admin.close()
+
+
+async def mirrors_by(admin: Client, ns: str, identity: str) -> bool:
+    """True once every fast source's mirror was last written by ``identity``."""
+    items, _ = await admin.list(CONFIG_MAP, namespace=ns, label_selector=f"{LABEL}={MIRROR}")
+    data = {i["metadata"]["name"]: i.get("data") or {} for i in items}
+    written = {name for name, d in data.items() if d.get("writer") == identity}
+    return written >= {f"{n}-{MIRROR}" for n in FAST_SOURCES}
+
+
+async def keep_changing(admin: Client, ns: str) -> None:
+    """Change the fast sources one after another until cancelled, so a leader always has writes to make."""
+    i = 0
+    while True:
+        i += 1
+        name = FAST_SOURCES[i % len(FAST_SOURCES)]
+        await admin.patch(CONFIG_MAP, name, {"data": {"v": str(i)}}, namespace=ns)
+        await asyncio.sleep(0.1)
 
 
 def source(ns: str, name: str, data: dict[str, str]) -> dict[str, Any]:

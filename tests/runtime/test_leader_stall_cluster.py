@@ -27,11 +27,13 @@ from gpustack_worker.api import kinds
 from gpustack_worker.devcluster.audit import AuditLog
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.resources import CONFIG_MAP, LEASE
-from tests.runtime.fencing_app import LABEL, MIRROR, STALL_WRITES, USER_AGENT
+from tests.runtime.fencing_app import STALL_WRITES, USER_AGENT
 from tests.runtime.test_leader_fencing_cluster import (
     FAST_SOURCES,
     ROLE,
+    keep_changing,
     log_lines,
+    mirrors_by,
     service_account_kubeconfig,
     show,
     source,
@@ -108,24 +110,10 @@ async def test_a_leader_whose_loop_stalls_past_the_renew_deadline_writes_nothing
         old = next(k for k, v in ids.items() if v == holder["now"])
         new = next(k for k in ids if k != old)
 
-        async def mirrors_by(writer: str) -> bool:
-            items, _ = await admin.list(CONFIG_MAP, namespace=ns, label_selector=f"{LABEL}={MIRROR}")
-            data = {i["metadata"]["name"]: i.get("data") or {} for i in items}
-            written = {name for name, d in data.items() if d.get("writer") == ids[writer]}
-            return written >= {f"{n}-{MIRROR}" for n in FAST_SOURCES}
-
-        await until(lambda: mirrors_by(old), 120)
+        await until(lambda: mirrors_by(admin, ns, ids[old]), 120)
 
         # 2. keep the sources changing, so a leader always has reconciles and writes to make
-        async def keep_changing() -> None:
-            i = 0
-            while True:
-                i += 1
-                name = FAST_SOURCES[i % len(FAST_SOURCES)]
-                await admin.patch(CONFIG_MAP, name, {"data": {"v": str(i)}}, namespace=ns)
-                await asyncio.sleep(0.1)
-
-        churn = asyncio.create_task(keep_changing())
+        churn = asyncio.create_task(keep_changing(admin, ns))
 
         def mirror_writes_by_old() -> int:
             writes = audit.writes(user_agent_prefix=f"{USER_AGENT}/{ids[old]}")
@@ -145,7 +133,7 @@ async def test_a_leader_whose_loop_stalls_past_the_renew_deadline_writes_nothing
         await until(lambda: leader_is({ids[new]}), 180)
         spec = await lease_spec()
         assert int(spec.get("leaseTransitions") or 0) >= 1
-        await until(lambda: mirrors_by(new), 120)
+        await until(lambda: mirrors_by(admin, ns, ids[new]), 120)
         assert procs[old].poll() is None, "the stalled leader exited before its stall ended"
 
         # 5. end the stall: the queued writes meet the closed fence; the process steps down and exits 1
