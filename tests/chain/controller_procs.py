@@ -113,14 +113,19 @@ class ControllerProcs:
     """``gpustack-worker controller`` subprocesses by identity, each with its own kubeconfig; every one is
     stopped at :meth:`stop_all`. stderr (the JSON log) goes to ``<logs>/<identity>.log``."""
 
-    def __init__(self, logs: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, logs: Path, env: dict[str, str] | None = None, kubeconfig: Path | None = None) -> None:
         self.logs = logs
+        #: The kubeconfig of a process started without one of its own.
+        self.kubeconfig = kubeconfig
         self.env = {**LEASE_ENV, **(env or {})}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         #: The health/metrics port of each process.
         self.ports: dict[str, int] = {}
 
-    def start(self, identity: str, kubeconfig: Path) -> None:
+    def start(self, identity: str, kubeconfig: Path | None = None) -> None:
+        kubeconfig = kubeconfig or self.kubeconfig
+        if kubeconfig is None:
+            raise ValueError(f"no kubeconfig for controller {identity}")
         cmd = [
             sys.executable, "-m", "gpustack_worker", "controller",
             f"--kubeconfig={kubeconfig}", f"--identity={identity}",

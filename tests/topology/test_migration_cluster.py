@@ -20,12 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
-import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -43,6 +38,7 @@ from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.settings import SettingsSource
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario
+from tests.chain.controller_procs import ControllerProcs
 from tests.topology.cluster_helpers import (
     apply_object,
     condition,
@@ -80,12 +76,6 @@ TEAM = "team-migration"
 #: Takeover steps: a fresh CI machine is slower (a Lease expiry, informer lists, Kueue's status).
 TAKEOVER_S = 180.0
 STEP_S = 120.0
-#: Short Lease timings for the two controller processes (start-up-only settings, from the environment).
-LEASE_ENV = {
-    "GPUSTACK_LEADER_LEASE_SECONDS": "6",
-    "GPUSTACK_LEADER_RENEW_DEADLINE_SECONDS": "4",
-    "GPUSTACK_LEADER_RETRY_PERIOD_SECONDS": "1",
-}
 
 
 def zones_snapshot() -> dict[str, dict[str, str]]:
@@ -101,63 +91,8 @@ def racks_snapshot() -> dict[str, dict[str, str]]:
     return out
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Controllers:
-    """``gpustack-worker controller`` subprocesses by identity; every one is killed at teardown."""
-
-    def __init__(self, kubeconfig: Path, logs: Path) -> None:
-        self.kubeconfig = kubeconfig
-        self.logs = logs
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-
-    def start(self, identity: str) -> None:
-        cmd = [
-            sys.executable, "-m", "gpustack_worker", "controller",
-            f"--kubeconfig={self.kubeconfig}", f"--identity={identity}",
-            f"--metrics-bind=127.0.0.1:{free_port()}",
-            "--webhook-bind=",  # no admission webhook server: two processes would collide on :9443
-        ]  # fmt: skip
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSTACK_")}
-        env.update(LEASE_ENV)
-        env["PYTHONPATH"] = str(REPO)
-        with (self.logs / f"{identity}.log").open("ab") as err:
-            self.procs[identity] = subprocess.Popen(
-                cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err
-            )
-
-    def kill(self, identity: str) -> None:
-        """SIGKILL: the process cannot release its Lease or finish any write."""
-        proc = self.procs[identity]
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
-
-    def alive(self, identity: str) -> bool:
-        return self.procs[identity].poll() is None
-
-    def stop_all(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self.procs.values():
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
-
-    def tail(self, identity: str, lines: int = 40) -> str:
-        path = self.logs / f"{identity}.log"
-        text = path.read_text(errors="replace") if path.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
-
-
 class Harness:
-    def __init__(self, cluster: DevCluster, admin: Client, controllers: Controllers) -> None:
+    def __init__(self, cluster: DevCluster, admin: Client, controllers: ControllerProcs) -> None:
         self.cluster = cluster
         self.admin = admin
         self.controllers = controllers
@@ -192,7 +127,8 @@ async def harness(devcluster: DevCluster, tmp_path_factory: pytest.TempPathFacto
     stop = asyncio.Event()
     agent_task = asyncio.create_task(agent.run(stop))
     logs = tmp_path_factory.mktemp("controllers")
-    controllers = Controllers(devcluster.service_account_kubeconfig(rbac.CONTROLLER.name), logs)
+    kubeconfig = devcluster.service_account_kubeconfig(rbac.CONTROLLER.name)
+    controllers = ControllerProcs(logs, kubeconfig=kubeconfig)
     print(f"[migration] controller logs in {logs}")
     try:
         yield Harness(devcluster, admin, controllers)
