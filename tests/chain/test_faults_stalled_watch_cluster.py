@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
     from gpustack_worker.devcluster.cluster import DevCluster
     from gpustack_worker.runtime.informer import Informer
+    from tests.stack import Stack
 
 pytestmark = pytest.mark.cluster
 
@@ -64,6 +65,19 @@ def devcluster() -> Iterator[DevCluster]:
         yield cluster
 
 
+def _converging(stack: Stack, final: fk.Snapshot) -> Callable[[], Awaitable[fk.Snapshot | None]]:
+    """The chain's objects once some are at their final state, some are not, and every informer watches:
+    the moment to inject a fault mid-convergence."""
+
+    async def check() -> fk.Snapshot | None:
+        now = await fk.snapshot(stack.admin)
+        chain_done = {k for k in fk.at_rest(now, final) if not k.startswith("NodeFeature/")}
+        watching = all(i.watching for i in stack.registry.informers)
+        return now if watching and chain_done and now != final else None
+
+    return check
+
+
 async def test_stalled_watch_streams_are_noticed_and_replaced(devcluster: DevCluster) -> None:
     undisturbed = await fk.baseline()
     assert devcluster.audit_log is not None
@@ -78,15 +92,8 @@ async def test_stalled_watch_streams_are_noticed_and_replaced(devcluster: DevClu
             assert stack.controller_client.host == proxy.address
             informers = stack.registry.informers
 
-            async def converging() -> fk.Snapshot | None:
-                now = await fk.snapshot(stack.admin)
-                chain_done = {
-                    k for k in fk.at_rest(now, undisturbed.objects) if not k.startswith("NodeFeature/")
-                }
-                watching = all(i.watching for i in informers)
-                return now if watching and chain_done and now != undisturbed.objects else None
-
             with capture_logs() as logs:
+                converging = _converging(stack, undisturbed.objects)
                 before = await eventually(converging, within=fk.CONVERGE_S, every=0.05)
                 assert before is not None
                 rest = fk.at_rest(before, undisturbed.objects) & fk.in_cache(stack)
@@ -132,15 +139,8 @@ async def test_a_watch_that_never_opens_is_a_failure_and_is_retried(devcluster: 
         ) as stack:
             informers = stack.registry.informers
 
-            async def converging() -> fk.Snapshot | None:
-                now = await fk.snapshot(stack.admin)
-                chain_done = {
-                    k for k in fk.at_rest(now, undisturbed.objects) if not k.startswith("NodeFeature/")
-                }
-                watching = all(i.watching for i in informers)
-                return now if watching and chain_done and now != undisturbed.objects else None
-
             with capture_logs() as logs:
+                converging = _converging(stack, undisturbed.objects)
                 before = await eventually(converging, within=fk.CONVERGE_S, every=0.05)
                 assert before is not None
                 rest = fk.at_rest(before, undisturbed.objects) & fk.in_cache(stack)
