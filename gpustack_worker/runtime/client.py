@@ -469,6 +469,21 @@ class Client:
         content_type: str | None = None,
     ) -> dict[str, Any]:
         content = orjson.dumps(body, option=orjson.OPT_SORT_KEYS) if body is not None else None
+        raw = await self._send(method, path, params=params, content=content, content_type=content_type)
+        data = orjson.loads(raw) if raw else {}
+        return data if isinstance(data, dict) else {"items": data}
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, str] | None,
+        content: bytes | None,
+        content_type: str | None,
+    ) -> bytes:
+        """One request's raw answer body: every attempt passes the fence; 429, 5xx and connection errors
+        are retried a bounded number of times (the one retry policy of every verb)."""
         retrying = AsyncRetrying(
             retry=retry_if_exception(_retriable),
             stop=stop_after_attempt(self._max_attempts) | stop_after_delay(self._retry_deadline_s),
@@ -480,8 +495,7 @@ class Client:
                 response = await self._fenced_once(
                     method, path, params=params, content=content, content_type=content_type
                 )
-                data = orjson.loads(response.content) if response.content else {}
-                return data if isinstance(data, dict) else {"items": data}
+                return response.content
         raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
 
     # -- verbs -------------------------------------------------------------------------------------
@@ -570,20 +584,8 @@ class Client:
             params["continue"] = token
 
     async def _get_page(self, path: str, params: dict[str, str]) -> bytes:
-        """One GET's raw body, retried as :meth:`_request` retries (decoded by the caller, off the loop)."""
-        retrying = AsyncRetrying(
-            retry=retry_if_exception(_retriable),
-            stop=stop_after_attempt(self._max_attempts) | stop_after_delay(self._retry_deadline_s),
-            wait=_retry_wait,
-            reraise=True,
-        )
-        async for attempt in retrying:
-            with attempt:
-                response = await self._fenced_once(
-                    "GET", path, params=dict(params), content=None, content_type=None
-                )
-                return response.content
-        raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
+        """One page's raw body (decoded by the caller, off the loop)."""
+        return await self._send("GET", path, params=dict(params), content=None, content_type=None)
 
     async def watch(
         self,
