@@ -10,11 +10,7 @@ No durations are asserted: every wait is a generous poll.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import uuid
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -23,25 +19,17 @@ from gpustack_worker.api import kinds
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.resources import CONFIG_MAP, LEASE
 from tests.runtime.supervision_app import CONTROLLER, LABEL
-from tests.runtime.test_leader_fencing_cluster import free_port, log_lines, until
+from tests.runtime.test_leader_fencing_cluster import log_lines, start, until
 
 if TYPE_CHECKING:
+    import subprocess
+    from pathlib import Path
+
     from gpustack_worker.devcluster.cluster import DevCluster
 
 pytestmark = pytest.mark.cluster
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def start(kubeconfig: Path, ns: str, lease: str, identity: str, log: Path) -> subprocess.Popen[bytes]:
-    cmd = [
-        sys.executable, "-m", "tests.runtime.supervision_app",
-        "--kubeconfig", str(kubeconfig), "--namespace", ns, "--lease", lease, "--identity", identity,
-        "--metrics-bind", f"127.0.0.1:{free_port()}",
-    ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    with log.open("wb") as err:
-        return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err)
+APP = "tests.runtime.supervision_app"
 
 
 def source(ns: str, name: str, misbehave: str | None = None) -> dict[str, Any]:
@@ -65,7 +53,7 @@ async def test_a_leader_whose_only_worker_dies_exits_non_zero_and_releases_the_l
     proc: subprocess.Popen[bytes] | None = None
     try:
         await admin.create(kinds.NAMESPACE, {"metadata": {"name": ns}})
-        proc = start(devcluster.kubeconfig, ns, lease_name, identity, log)
+        proc = start(devcluster.kubeconfig, ns, lease_name, identity, log, app=APP)
 
         async def holder() -> str:
             lease = await admin.get(LEASE, lease_name, ns)

@@ -91,9 +91,12 @@ async def service_account_kubeconfig(admin: Client, devcluster: DevCluster, ns: 
     return path
 
 
-def start(kubeconfig: Path, ns: str, lease: str, identity: str, log: Path) -> subprocess.Popen[bytes]:
+def start(
+    kubeconfig: Path, ns: str, lease: str, identity: str, log: Path, app: str = "tests.runtime.fencing_app"
+) -> subprocess.Popen[bytes]:
+    """Run the test ``app`` (a module with the fencing app's command line) as a subprocess."""
     cmd = [
-        sys.executable, "-m", "tests.runtime.fencing_app",
+        sys.executable, "-m", app,
         "--kubeconfig", str(kubeconfig), "--namespace", ns, "--lease", lease, "--identity", identity,
         "--metrics-bind", f"127.0.0.1:{free_port()}",
     ]  # fmt: skip
