@@ -530,8 +530,7 @@ class Applier:
         meta = desired.get("metadata") or {}
         ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
         key = (resource.kind, ns, name, subresource or "")
-        digest = _digest(desired)
-        if self._written_already(key, cached, digest) or is_noop(
+        if self._written_already(key, cached, desired) or is_noop(
             desired, cached, self.field_manager, subresource, hints=resource.hints
         ):
             self._skipped.inc()
@@ -546,6 +545,7 @@ class Applier:
             subresource=subresource,
         )
         taken = taken_fields(desired, cached, self.field_manager, subresource, hints=resource.hints)
+        digest = _digest(desired)  # only for a write: a no-op pass never serialises its body
         written = await self.client.apply(
             resource, dict(desired), field_manager=self.field_manager, force=force, subresource=subresource
         )
@@ -567,7 +567,7 @@ class Applier:
         return written
 
     def _written_already(
-        self, key: tuple[str, str, str, str], cached: Mapping[str, Any] | None, digest: str
+        self, key: tuple[str, str, str, str], cached: Mapping[str, Any] | None, desired: Mapping[str, Any]
     ) -> bool:
         """Is ``cached`` older than our last accepted write of this very body (the watch event not yet
         delivered)? Drops the entry once the cache has caught up or holds another object."""
@@ -580,7 +580,7 @@ class Applier:
         if seen is None or meta.get("uid") != uid or seen >= version:
             del self._recent[key]
             return False
-        return sent == digest
+        return sent == _digest(desired)
 
     def _remember(self, key: tuple[str, str, str, str], written: Any, digest: str) -> None:
         meta = written.get("metadata") if isinstance(written, Mapping) else None
