@@ -93,8 +93,11 @@ class Manager:
         on every retry)."""
         if self.failed is not None or not self.synced.is_set():
             return False
-        registered = (inf for reg in self.registries for inf in reg.informers)
-        return all(inf.healthy for inf in (*self.informers, *registered))
+        return all(inf.healthy for inf in self._all_informers())
+
+    def _all_informers(self) -> list[Informer]:
+        """The informers added directly and those of every registry."""
+        return [*self.informers, *(inf for reg in self.registries for inf in reg.informers)]
 
     def _runner_stopped(self, name: str, runner: asyncio.Future[Any]) -> None:
         """Record and log that ``runner`` ended on its own: the process is to exit non-zero."""
@@ -182,7 +185,7 @@ class Manager:
             synced.result()
             return True
         except TimeoutError:
-            informers = [*self.informers, *(inf for reg in self.registries for inf in reg.informers)]
+            informers = self._all_informers()
             if self.settings is not None:
                 informers.append(self.settings.informer)
             pending = [describe(inf) for inf in informers if not inf.has_synced]
