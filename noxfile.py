@@ -82,17 +82,13 @@ def demo(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Benchmarks: print measured numbers and ratios from one run (never pass/fail)."""
+    """Benchmarks: every figure from one run per size, then one table per bench with the growth 1k → 20k
+    (never pass/fail). ``nox -s bench -- --sizes 1000,5000`` sets every bench's sizes, ``--sizes
+    chain=1000,5000`` one bench's, ``--only chain,simulate`` picks benches, ``--out DIR`` keeps the JSON,
+    ``--quiet 600`` is chain_bench's idle soak; defaults in bench/summary.py (SIZES)."""
     session.install("-e", ".[test]")
     session.run("python", "-m", "gpustack_worker.devcluster.build")
-    for script in (
-        "bench/runtime_bench.py",
-        "bench/relist_bench.py",
-        "bench/simulate_bench.py",
-        "bench/agent_bench.py",
-        "bench/chain_bench.py",
-    ):
-        session.run("python", script, *session.posargs)
+    session.run("python", "bench/summary.py", "run", *session.posargs)
 
 
 # The image's locks: the Containerfile installs only from these files (pip --require-hashes), and
