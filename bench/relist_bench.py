@@ -1,6 +1,7 @@
 """Relist benchmark: how long a Node relist holds the event loop, and how much memory it needs on the way.
 
-Run with ``python bench/relist_bench.py [SIZES...]`` (default 5000 20000; or ``nox -s bench``). It prints
+Run with ``python bench/relist_bench.py [SIZES...] [--nodes N] [--json PATH]`` (default 5000 20000; or
+``nox -s bench``). It prints
 what it measured in this one run; there is no pass/fail.
 
 The API server is a local HTTP server in a process of its own (so its CPU and memory are not counted)
@@ -167,7 +168,7 @@ def child(port: int, nodes: int) -> None:
 # -- orchestration -----------------------------------------------------------------------------------------
 
 
-def run(nodes: int) -> None:
+def run(nodes: int) -> dict[str, float]:
     ctx = multiprocessing.get_context("spawn")
     ours, theirs = ctx.Pipe()
     server = ctx.Process(target=serve, args=(nodes, theirs), daemon=True)
@@ -194,14 +195,40 @@ def run(nodes: int) -> None:
             f" KiB/Node);  after +{m[f'{phase}_after_b'] / mib:6.1f} MiB;  process peak"
             f" {m[f'{phase}_hwm_b'] / mib:6.1f} MiB"
         )
+    figures = {"process RSS before the first list, MiB": m["base_b"] / mib}
+    for phase, title in (("initial", "start-up list"), ("relist", "relist")):
+        figures[f"{title}, s"] = m[f"{phase}_s"]
+        figures[f"{title}: longest loop stall, s"] = m[f"{phase}_stall_s"]
+        figures[f"{title}: peak RSS over before, MiB"] = m[f"{phase}_peak_b"] / mib
+        figures[f"{title}: process peak RSS, MiB"] = m[f"{phase}_hwm_b"] / mib
+    return figures
 
 
 def main() -> None:
+    import argparse
+
+    from summary import write_json
+
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         child(int(sys.argv[2]), int(sys.argv[3]))
         return
-    for nodes in [int(a) for a in sys.argv[1:]] or SIZES:
-        run(nodes)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("sizes", nargs="*", type=int, help=f"Node counts (default: {SIZES})")
+    parser.add_argument("--nodes", type=int, action="append", default=[], help="a Node count (repeatable)")
+    parser.add_argument(
+        "--json", default=None, metavar="PATH", help="also write the figures here (PATH-N.json per size)"
+    )
+    args = parser.parse_args()
+    sizes = [*args.sizes, *args.nodes] or list(SIZES)
+    for nodes in sizes:
+        figures = run(nodes)
+        if args.json is not None:
+            path = Path(args.json)
+            if len(sizes) > 1:
+                path = path.with_name(f"{path.stem}-{nodes}{path.suffix}")
+            write_json(path, "relist", nodes, dict(figures))
 
 
 if __name__ == "__main__":

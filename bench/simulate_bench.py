@@ -11,7 +11,8 @@ server's raw server-side-apply rate measured in the same run.
 
 The ratio is the simulator's writes per second divided by the raw rate: 1.0 means the simulator
 writes as fast as the API server accepts writes from 8 concurrent clients. Prints measured numbers;
-never passes or fails. ``nox -s bench`` runs it; ``--nodes N`` changes the size.
+never passes or fails. ``nox -s bench`` runs it; ``--nodes N`` changes the size, ``--json PATH`` also
+writes the figures for ``bench/summary.py``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpustack_worker.api import kinds
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from summary import write_json  # bench/ is not a package: its own directory on the path
 
 if TYPE_CHECKING:
     from gpustack_worker.runtime.client import Client
@@ -61,7 +65,7 @@ def _rate(measured: tuple[int, float]) -> str:
     return f"{writes / seconds:.0f} /s ({writes} in {seconds:.1f} s)"
 
 
-async def bench(count: int, seed: int, directory: Path) -> None:
+async def bench(count: int, seed: int, directory: Path, json_path: str | None = None) -> None:
     from gpustack_worker.devcluster.cluster import DevCluster
     from gpustack_worker.runtime.client import Client
     from gpustack_worker.simulate.apply import apply_scenario
@@ -110,6 +114,28 @@ async def bench(count: int, seed: int, directory: Path) -> None:
         width = max(len(label) for label, _ in rows)
         for label, value in rows:
             print(f"  {label:<{width}}  {value}")
+        if json_path is not None:
+            write_json(
+                json_path,
+                "simulate",
+                count,
+                {
+                    "accelerated nodes": accelerated,
+                    "cold apply, s": cold_s,
+                    "cold writes": cold_writes,
+                    "cold reads (GET, LIST)": cold.get("GET", 0),
+                    "cold write rate, /s": cold_rate,
+                    f"raw SSA rate, {RAW_CONCURRENCY} in flight, /s (mean)": raw_rate,
+                    "raw SSA rate after cold, /s": raw1[0] / raw1[1],
+                    "raw SSA rate after warm, /s": raw2[0] / raw2[1],
+                    "ratio: cold write rate / raw": cold_rate / raw_rate,
+                    "least time of the cold writes at the raw rate, s": cold_writes / raw_rate,
+                    "warm re-apply, s": warm_s,
+                    "warm writes (no-op applies)": sum(
+                        n for m, n in warm.items() if m in ("POST", "PUT", "PATCH", "DELETE")
+                    ),
+                },
+            )
         await client.close()
     finally:
         cluster.stop()
@@ -121,9 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--nodes", type=int, default=5000, help="synthetic nodes (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="fleet seed (default: %(default)s)")
+    parser.add_argument("--json", default=None, metavar="PATH", help="also write the figures here")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="simulate-bench-") as tmp:
-        asyncio.run(bench(args.nodes, args.seed, Path(tmp)))
+        asyncio.run(bench(args.nodes, args.seed, Path(tmp), args.json))
     return 0
 
 
