@@ -141,6 +141,11 @@ _PRUNE: Final = (
     "whether that prunes a flavor depends on what the chain had built for it by then"
 )
 
+_REREAD: Final = (
+    "a finalizer's compare-and-swap re-reads the object once when another writer changed the list between "
+    "our read and our patch (422): whether that race happens in a run is up to timing"
+)
+
 CONTROLLER: Final = Component(
     name="gpustack-worker-controller",
     key="controller",
@@ -153,8 +158,8 @@ CONTROLLER: Final = Component(
         ),
         Rule(
             kinds.TOPOLOGY_SOURCE,
-            ("list", "watch", "patch"),
-            "TopologySource informer; its finalizer (JSON patch)",
+            ("get", "list", "watch", "patch"),
+            "TopologySource informer; its finalizer (JSON patch; a failed test re-reads the object once)",
         ),
         Rule(kinds.TOPOLOGY_SOURCE, ("patch",), "status: conditions, revision, counts", subresource="status"),
         Rule(kinds.NAMESPACE, ("list", "watch"), "a LocalQueue in every non-system namespace"),
@@ -176,8 +181,9 @@ CONTROLLER: Final = Component(
         Rule(kinds.CLUSTER_QUEUE, ("patch",), "the TopologyReady condition", subresource="status"),
         Rule(
             kinds.INSTANCE_TYPE,
-            ("list", "watch", "create", "patch"),
-            "create-only authoring; finalizer and the sticky inactive backfill",
+            ("get", "list", "watch", "create", "patch"),
+            "create-only authoring; finalizer (a failed JSON-patch test re-reads the object once) and the "
+            "sticky inactive backfill",
         ),
         Rule(kinds.INSTANCE_TYPE, ("patch",), "status: phase, entrance, views", subresource="status"),
         Rule(
@@ -236,6 +242,8 @@ CONTROLLER: Final = Component(
         ("", kinds.RESOURCE_FLAVOR.group, kinds.RESOURCE_FLAVOR.plural, "delete"): _PRUNE,
         ("", kinds.TOPOLOGY.group, kinds.TOPOLOGY.plural, "delete"): _PRUNE,
         ("", kinds.LOCAL_QUEUE.group, kinds.LOCAL_QUEUE.plural, "delete"): _PRUNE,
+        ("", kinds.INSTANCE_TYPE.group, kinds.INSTANCE_TYPE.plural, "get"): _REREAD,
+        ("", kinds.TOPOLOGY_SOURCE.group, kinds.TOPOLOGY_SOURCE.plural, "get"): _REREAD,
     },
     not_exercised={
         ("", kinds.CLUSTER_QUEUE.group, kinds.CLUSTER_QUEUE.plural, "delete"): (

@@ -16,6 +16,10 @@ a concurrent change to the list (another controller's finalizer) fails the test 
 the object once more from the server and retry (a few times, then the reconcile is retried through the
 rate limiter). Status churn does not conflict, unlike a resourceVersion precondition. Adding is
 skipped for an object that is already being deleted (the API server forbids new finalizers then).
+A reconcile that runs again before the watch has delivered our own write (the cache still shows the
+list we changed) writes nothing: the finalizer remembers the resourceVersion its write produced and
+treats an older cached object of the same UID as already done, as :class:`~gpustack_worker.runtime.
+apply.Applier` does for applies — otherwise the stale ``test`` fails with 422 and costs a re-read.
 
 Reconciling. :func:`lifecycle` is the pure decision a reconcile starts with; :meth:`Finalizer.handle`
 runs it: a live object gets the finalizer (then the normal reconcile continues); an object being
@@ -44,6 +48,15 @@ __all__ = ("Finalizer", "Lifecycle", "finalizer_patch", "has_finalizer", "is_del
 _log = structlog.get_logger("gpustack_worker.runtime.finalizers")
 #: A failed JSON-patch ``test`` (someone changed the list since we read it).
 _TEST_FAILED: Final = 422
+#: Own writes remembered at most (the oldest forgotten first: that only costs a redundant write).
+_RECENT_MAX: Final = 4096
+
+
+def _version(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -128,6 +141,8 @@ class Finalizer:
         self.attempts = max(1, attempts)
         #: Finalizer writes issued (adds + removes) — tests assert "no write at steady state" with it.
         self.writes = 0
+        #: (namespace, name) → (uid, resourceVersion, present) of our last accepted write.
+        self._recent: dict[tuple[str, str], tuple[str, int, bool]] = {}
 
     def lifecycle(self, obj: Mapping[str, Any] | None) -> Lifecycle:
         """See :func:`lifecycle`."""
@@ -141,10 +156,39 @@ class Finalizer:
         """Remove the finalizer if present; True if written."""
         return await self._set(obj, present=False)
 
+    def _written_already(self, obj: Mapping[str, Any], *, present: bool) -> bool:
+        """Is ``obj`` older than our own accepted write that made the finalizer ``present`` (its watch
+        event not delivered yet)? Forgets the write once the cache has caught up or holds another
+        object."""
+        meta = _meta(obj)
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        entry = self._recent.get(key)
+        if entry is None:
+            return False
+        uid, version, wrote_present = entry
+        seen = _version(meta.get("resourceVersion"))
+        if seen is None or meta.get("uid") != uid or seen >= version:
+            del self._recent[key]
+            return False
+        return wrote_present == present
+
+    def _remember(self, written: Any, *, present: bool) -> None:
+        meta = _meta(written if isinstance(written, Mapping) else None)
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        version, uid = _version(meta.get("resourceVersion")), meta.get("uid")
+        if version is None or not uid:
+            self._recent.pop(key, None)
+            return
+        self._recent[key] = (str(uid), version, present)
+        while len(self._recent) > _RECENT_MAX:
+            del self._recent[next(iter(self._recent))]
+
     async def _set(self, obj: Mapping[str, Any], *, present: bool) -> bool:
         current: Mapping[str, Any] | None = obj
         meta = _meta(obj)
         uid = meta.get("uid")
+        if self._written_already(obj, present=present):
+            return False
         for attempt in range(self.attempts):
             if current is None or (uid and _meta(current).get("uid") != uid):
                 return False  # gone, or replaced by another object of the same name
@@ -155,7 +199,7 @@ class Finalizer:
                 return False
             name, namespace = str(_meta(current)["name"]), _meta(current).get("namespace")
             try:
-                await self.client.patch(
+                written = await self.client.patch(
                     self.resource,
                     name,
                     ops,
@@ -174,6 +218,7 @@ class Finalizer:
                 current = await self.client.get(self.resource, name, namespace)
                 continue
             self.writes += 1
+            self._remember(written, present=present)
             _log.info(
                 "finalizer added" if present else "finalizer removed",
                 kind=self.resource.kind,

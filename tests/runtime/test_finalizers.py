@@ -97,8 +97,10 @@ def test_finalizer_patch(item: Any, present: bool, expected: list[dict[str, Any]
 class PatchServer:
     """One object and the JSON-patch semantics the API server applies (test / add / remove)."""
 
-    def __init__(self, stored: dict[str, Any] | None) -> None:
+    def __init__(self, stored: dict[str, Any] | None, *, bump: bool = False) -> None:
         self.stored = stored
+        #: Each accepted patch gives the object a new resourceVersion, as the API server does.
+        self.bump = bump
         self.patches: list[list[dict[str, Any]]] = []
         self.gets = 0
         #: Run before a patch is applied (simulates another writer racing us).
@@ -122,6 +124,8 @@ class PatchServer:
                 meta[field] = op["value"]
             if op["op"] == "remove":
                 del meta[field]
+        if self.bump:
+            meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
         self.stored = doc
         return doc
 
@@ -162,6 +166,39 @@ async def test_a_concurrent_change_to_the_list_is_retried_on_the_fresh_object_an
     assert server.gets == 1
     assert len(server.patches) == 2
     assert server.stored is not None and server.stored["metadata"]["finalizers"] == [KUEUE, OURS]
+
+
+async def test_a_reconcile_before_our_own_write_reached_the_cache_writes_nothing() -> None:
+    stale = obj()  # the cache, before the watch delivers our write (resourceVersion 5)
+    server = PatchServer(_thaw(stale), bump=True)
+    fin = _finalizer(server)
+    assert await fin.add(stale)
+    assert not await fin.add(stale)  # our write (resourceVersion 6) is on its way: no 422, no re-read
+    assert (len(server.patches), server.gets, fin.writes) == (1, 0, 1)
+    assert server.stored is not None
+    caught_up = freeze(server.stored)
+    assert not await fin.add(caught_up)  # present in the cache now
+    assert await fin.remove(caught_up)  # the other direction is a decision of its own
+    assert "finalizers" not in server.stored["metadata"]
+    assert len(server.patches) == 2
+
+
+async def test_the_own_write_memory_never_hides_another_object_or_a_newer_one() -> None:
+    server = PatchServer(_thaw(obj(uid="u1")), bump=True)
+    fin = _finalizer(server)
+    assert await fin.add(obj(uid="u1"))
+    # recreated under the same name (another UID, an older resourceVersion): decided on its own
+    server.stored = _thaw(obj(uid="u2"))
+    assert await fin.add(obj(uid="u2"))
+    # a newer object of the same UID without our finalizer (someone removed it): written again
+    server = PatchServer(_thaw(obj()), bump=True)
+    fin = _finalizer(server)
+    assert await fin.add(obj())
+    newer = copy.deepcopy(_thaw(obj()))
+    newer["metadata"]["resourceVersion"] = "9"
+    server.stored = copy.deepcopy(newer)
+    assert await fin.add(freeze(newer))
+    assert len(server.patches) == 2
 
 
 async def test_persistent_conflicts_raise_after_the_attempts() -> None:
