@@ -18,19 +18,27 @@ One run, printed as a table (never pass/fail; targets are printed next to what w
    InstanceType (finalizer, ``phase=Active``, entrance), ClusterQueue (Kueue ``Active=True``, our
    ``TopologyReady=True``, resource groups = the expected plan), and LocalQueue in every non-system
    namespace. "Expected" is computed with the chain's own pure functions (``chain.nodes``,
-   ``chain.flavors``, ``chain.pools``, ``chain.queues``) from the generated Nodes.
+   ``chain.flavors``, ``chain.pools``, ``chain.queues``) from the generated Nodes. *Converged* also
+   waits for the last Node profile label and ``Devices`` mirror the fleet needs (the audit log's time of
+   that write). The limits scale with N (:func:`converge_limit`, :func:`idle_limit`).
 3. **Writes** — from the kube-apiserver audit log, requests by the controller's User-Agent
    (``gpustack-worker-controller/…``) per resource and verb, next to the objects the chain desires.
-4. **Quiet** — a quiet period and three forced full resyncs (a live setting the chain does not read,
-   flipped in the settings ConfigMap: every settings snapshot re-enqueues every key of every chain
-   controller); writes counted from the audit log; expected 0 (the Lease renewals are listed apart).
+4. **Idle soak** — ``--quiet`` seconds of the converged chain (``--quiet 600`` at 5,000 Nodes is issue
+   18's 10-minute soak): the controller's writes in the audit log (expected 0; its Lease renewals
+   counted apart), its CPU seconds and RSS. Then three forced full resyncs (a live setting the chain
+   does not read, flipped in the settings ConfigMap: every settings snapshot re-enqueues every key of
+   every chain controller); writes counted the same way, expected 0.
 5. **Raw apply rate** — after the controller stopped, the same API server's server-side-apply rate from
-   a bare client at the controller's concurrency (its ``controller-workers``): a label applied to the
-   same Nodes under another field manager (the write the controller issues most), and small ConfigMaps.
+   a bare client on the first 2,000 Nodes at the controller's concurrency (its ``controller-workers``),
+   at 8 and at 32 in flight: a label applied under another field manager (the write the controller
+   issues most), and small ConfigMaps. The *cold ratio* is the least time the desired writes (Node
+   labels, ``Devices`` mirrors, chain objects) take at the rate of 8 in flight, divided by the time from
+   the controller's start to converged (issue 18: ≥ 0.8).
 
 ``nox -s bench`` runs it; ``--nodes``, ``--quiet`` and ``--dir`` change the scale, the quiet period and
-keep the cluster's logs and audit log. ``--profile FILE`` runs the same cold start with the chain in this
-process under cProfile instead (no table; the top functions are printed and the stats kept in FILE).
+keep the cluster's logs and audit log; ``--json PATH`` also writes the figures (``bench/summary.py``).
+``--profile FILE`` runs the same cold start with the chain in this process under cProfile instead (no
+table; the top functions are printed and the stats kept in FILE).
 """
 
 from __future__ import annotations
@@ -63,6 +71,9 @@ from gpustack_worker.simulate import render
 from gpustack_worker.simulate.load import parse_scenario
 from gpustack_worker.topology import profiles as topo
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from summary import write_json  # bench/ is not a package: its own directory on the path
+
 if TYPE_CHECKING:
     from gpustack_worker.devcluster.audit import AuditEvent
     from gpustack_worker.devcluster.cluster import DevCluster
@@ -78,10 +89,33 @@ BENCH_IDENTITY: Final = "chain-bench"
 RESYNC_SETTING: Final = "workload-fit-affinity"
 TEAM_NAMESPACES: Final = ("team-a", "team-b")
 
-# Targets (issue 9): printed next to the measured values, never asserted.
+# Targets (issues 9 and 18): printed next to the measured values, never asserted.
 TARGET_CONVERGE_S: Final = 10.0
 TARGET_RSS_MIB: Final = 200.0
 TARGET_RATIO: Final = 0.8
+#: The raw-rate client's requests in flight for the cold-start ratio (issue 18's reference concurrency).
+RAW_CONCURRENCY: Final = 8
+#: The raw rates are measured on this many Nodes at most (enough for a steady rate at any fleet size).
+RAW_NODES: Final = 2000
+
+# Limits that scale with the fleet, so a 20,000-Node run is not cut short by a limit sized for 5,000.
+#: The cold start may take this long per Node before the bench gives up (5,000 Nodes: 1,200 s) …
+CONVERGE_S_PER_NODE: Final = 0.24
+#: … and never less than this.
+CONVERGE_MIN_S: Final = 600.0
+#: Waiting for the controller's CPU to go quiet: this long per Node, at least IDLE_MIN_S.
+IDLE_S_PER_NODE: Final = 0.06
+IDLE_MIN_S: Final = 600.0
+
+
+def converge_limit(n_nodes: int) -> float:
+    """Seconds after caches synced the bench waits for convergence before it reports "not converged"."""
+    return max(CONVERGE_MIN_S, CONVERGE_S_PER_NODE * n_nodes)
+
+
+def idle_limit(n_nodes: int) -> float:
+    """Seconds the bench waits for the controller to go idle."""
+    return max(IDLE_MIN_S, IDLE_S_PER_NODE * n_nodes)
 
 # --- the fleet ---------------------------------------------------------------------------------------
 _XEON_8259 = {"vendor": "Intel", "model": "Intel(R) Xeon(R) Platinum 8259CL CPU @ 2.50GHz", "cores": 96}
@@ -300,6 +334,8 @@ class Expected:
     topologies: set[str]
     #: Managed Nodes that do not carry their topology profile yet (one label write each).
     unprofiled: int = 0
+    #: ``Devices`` objects of profiled Nodes: each carries a mirror of its Node's profile (one write each).
+    mirrors: int = 0
     namespaces: list[str] = field(default_factory=list)
 
     @property
@@ -311,6 +347,7 @@ class Expected:
         t = len(self.types)
         return {
             "nodes (profile label)": self.unprofiled,
+            "devices (profile mirror)": self.mirrors,
             "topologies": len(self.topologies),
             "resourceflavors": len(self.flavors),
             "instancetypes (create)": t,
@@ -373,6 +410,7 @@ def expected_chain(objs: list[NodeObjects], settings: WorkerSettings, *, profile
     unprofiled = len(
         [1 for want, labels in wanted if want is not None and labels.get(keys.TOPOLOGY_PROFILE) != want]
     )
+    mirrors = sum(1 for (want, _), o in zip(wanted, objs, strict=True) if want is not None and o.devices)
     return Expected(
         nodes=len(hardware),
         flavors=bodies,
@@ -380,6 +418,7 @@ def expected_chain(objs: list[NodeObjects], settings: WorkerSettings, *, profile
         plans=queue_plans,
         topologies={topology},
         unprofiled=0 if profiled else unprofiled,
+        mirrors=mirrors,
     )
 
 
@@ -598,6 +637,28 @@ def is_lease(e: AuditEvent) -> bool:
     return e.resource == "leases"
 
 
+def profiles_written_at(events: list[AuditEvent], exp: Expected) -> dt.datetime | None:
+    """When (the server's time) the controller had written the profile label of ``exp.unprofiled``
+    distinct Nodes and the profile mirror of ``exp.mirrors`` distinct ``Devices`` (successful writes
+    among ``events``, in log order); None while it has not. The earliest time when nothing is needed."""
+    nodes: set[str] = set()
+    devices: set[str] = set()
+    if exp.unprofiled == 0 and exp.mirrors == 0:
+        return dt.datetime.min.replace(tzinfo=dt.UTC)
+    for e in events:
+        if e.code is None or e.code >= 400:
+            continue
+        if e.resource_path == "nodes":
+            nodes.add(e.name)
+        elif e.resource_path == "devices":
+            devices.add(e.name)
+        else:
+            continue
+        if len(nodes) >= exp.unprofiled and len(devices) >= exp.mirrors:
+            return e.received
+    return None
+
+
 # --- raw apply rate ----------------------------------------------------------------------------------
 
 
@@ -704,6 +765,8 @@ class Row:
 class Report:
     rows: list[Row] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: The figures as numbers, for ``--json`` (bench/summary.py).
+    figures: dict[str, float | int | str | None] = field(default_factory=dict)
 
     def add(self, what: str, measured: str, target: str = "") -> None:
         self.rows.append(Row(what, measured, target))
@@ -760,16 +823,20 @@ async def bench_cluster(
 
     settings = WorkerSettings()
     workers = settings.controller_workers
+    fig = report.figures
     t = time.perf_counter()
     specs = fleet(n_nodes, seed)
     objs = [stage3(s) for s in specs]
     exp = expected_chain(objs, settings, profiled=profiled)
     accelerated = sum(o.devices is not None for o in objs)
+    fleet_s = time.perf_counter() - t
     print(
         f"fleet: {n_nodes} nodes ({accelerated} accelerated, {n_nodes - accelerated} CPU-only), "
         f"{len(exp.flavors)} flavors, {len(exp.types)} InstanceTypes/queues expected "
-        f"(computed in {time.perf_counter() - t:.1f} s)"
+        f"(computed in {fleet_s:.1f} s)"
     )
+    fig["accelerated nodes"] = accelerated
+    fig["bench: fleet and expected chain computed, s"] = fleet_s
 
     audit_path = directory / "audit.log"
     cluster = DevCluster(
@@ -778,6 +845,8 @@ async def bench_cluster(
     cluster.start()
     audit = AuditLog(audit_path)
     admin = await Client.connect(str(cluster.kubeconfig))
+    limit_s = converge_limit(n_nodes)
+    idle_s = idle_limit(n_nodes)
     try:
         for ns in TEAM_NAMESPACES:
             await admin.create(
@@ -811,22 +880,29 @@ async def bench_cluster(
             await asyncio.sleep(0.1)
             synced_at = log_time(log_path, "caches synced")
         leader_at = None
-        converged_at = None
+        chain_at = None  # every chain object as expected (polled)
+        written_at = None  # every Node profile and Devices mirror written (the audit log's own time)
         last_print = time.monotonic()
         left: dict[str, int] = {}
-        while converged_at is None and (_now() - synced_at).total_seconds() < 1200:
+        while (chain_at is None or written_at is None) and (_now() - synced_at).total_seconds() < limit_s:
             if not proc.alive():
                 raise SystemExit(f"controller exited:\n{proc.log_tail()}")
-            left = await missing(admin, exp)
-            if not left:
-                converged_at = _now()
-                break
+            if chain_at is None:
+                left = await missing(admin, exp)
+                if not left:
+                    chain_at = _now()
+            if chain_at is not None:
+                # Only now: it scans the whole audit log, and the labels are usually done by then.
+                written_at = profiles_written_at(audit.writes(CONTROLLER_UA, started), exp)
+                left = {} if written_at is not None else {"Node profiles or Devices mirrors": 1}
             if time.monotonic() - last_print > 15:
                 last_print = time.monotonic()
                 print(f"  +{(_now() - synced_at).total_seconds():.0f} s after sync, not yet: {left}")
-            await asyncio.sleep(0.5)
+            if chain_at is None or written_at is None:
+                await asyncio.sleep(0.5)
+        converged_at = max(chain_at, written_at) if chain_at and written_at else None
         leader_at = log_time(log_path, "became leader")
-        idle_wait = await wait_idle(pid)
+        idle_wait = await wait_idle(pid, limit=idle_s)
         mem = _proc_status(pid)
         cpu_used = _cpu_seconds(pid)
         address = log_field(log_path, "serving health and metrics", "address")
@@ -839,7 +915,7 @@ async def bench_cluster(
         if leader_at is not None:
             print(f"controller: leader {(leader_at - synced_at).total_seconds():.2f} s after sync")
         if converged_at is None:
-            print(f"controller: NOT converged after 1200 s; missing {left}")
+            print(f"controller: NOT converged after {limit_s:.0f} s; missing {left}")
         else:
             print(
                 f"controller: converged {(converged_at - synced_at).total_seconds():.1f} s after sync; "
@@ -856,17 +932,22 @@ async def bench_cluster(
         for what, n in desired.items():
             print(f"  {what:28s} {n:6d}")
 
-        # --- quiet period and forced resyncs ------------------------------------------------------
+        # --- idle soak: a quiet period, then three forced resyncs --------------------------------
         quiet_from = _now()
+        quiet_cpu_from = _cpu_seconds(pid)
+        print(f"\nquiet: {quiet_s:.0f} s of a converged chain (the idle soak) from {quiet_from:%H:%M:%S}")
         await asyncio.sleep(quiet_s)
-        quiet = audit.writes(CONTROLLER_UA, quiet_from)
+        quiet_cpu = _cpu_seconds(pid) - quiet_cpu_from
+        quiet_to = _now()
+        mem_quiet = _proc_status(pid)
+        quiet = [e for e in audit.writes(CONTROLLER_UA, quiet_from) if e.received <= quiet_to]
         resync_from = _now()
         resync_cpu = []
         for i in range(3):
             before = _cpu_seconds(pid)
             await set_setting(admin, "false" if i % 2 == 0 else "true")
             await asyncio.sleep(1.0)
-            await wait_idle(pid)
+            await wait_idle(pid, limit=idle_s)
             resync_cpu.append(_cpu_seconds(pid) - before)
         resynced = audit.writes(CONTROLLER_UA, resync_from)
         updates = log_path.read_text(errors="replace").count('"settings updated"')
@@ -882,7 +963,7 @@ async def bench_cluster(
         while resynced_at is None and proc.alive():
             await asyncio.sleep(0.1)
             resynced_at = log_time(log_path, "caches synced")
-        restart_idle = await wait_idle(proc.pid)
+        restart_idle = await wait_idle(proc.pid, limit=idle_s)
         restart_mem = _proc_status(proc.pid)
         restart_cpu = _cpu_seconds(proc.pid)
         restart_writes = [e for e in audit.writes(CONTROLLER_UA, restarted) if not is_lease(e)]
@@ -891,9 +972,12 @@ async def bench_cluster(
             print(f"{label}: {dict(by_kind(events))}")
 
         # --- raw apply rate ----------------------------------------------------------------------
-        raw_n = min(n_nodes, 2000)
+        raw_n = min(n_nodes, RAW_NODES)
         names = [o.node["metadata"]["name"] for o in objs[:raw_n]]
         node_rate = await raw_apply_rate(admin, [(kinds.NODE, _node_label(n, "1")) for n in names], workers)
+        node_rate_8 = await raw_apply_rate(
+            admin, [(kinds.NODE, _node_label(n, "8")) for n in names], RAW_CONCURRENCY
+        )
         node_rate_32 = await raw_apply_rate(
             admin, [(kinds.NODE, _node_label(n, "2")) for n in names], SETUP_CONCURRENCY
         )
@@ -908,11 +992,12 @@ async def bench_cluster(
         our_rate = len(chain_writes) / _span(chain_writes) if _span(chain_writes) else 0.0
         n_desired = sum(desired.values())
         per_node_kinds = sorted({e.resource_path for e in chain_writes if e.resource == "nodes"})
-        converge = (
-            f"{(converged_at - synced_at).total_seconds():.1f} s"
-            if converged_at is not None
-            else f"not converged in 1200 s ({left})"
-        )
+        sync_s = (synced_at - started).total_seconds()
+        chain_s = (chain_at - synced_at).total_seconds() if chain_at is not None else None
+        converge_s = (converged_at - synced_at).total_seconds() if converged_at is not None else None
+        total_s = (converged_at - started).total_seconds() if converged_at is not None else None
+        least_s = n_desired / node_rate_8 if node_rate_8 else None
+        cold_ratio = least_s / total_s if least_s is not None and total_s else None
         report.add("nodes / accelerated / CPU-only", f"{n_nodes} / {accelerated} / {n_nodes - accelerated}")
         report.add(
             "chain objects desired",
@@ -920,21 +1005,42 @@ async def bench_cluster(
             f"{len(exp.local_queues)} LocalQueues, 1 Topology, 2 checks",
         )
         report.add("setup (Nodes + Devices, 32 in flight; not measured)", f"{setup_s:.1f} s")
-        report.add("controller start → caches synced", f"{(synced_at - started).total_seconds():.1f} s")
-        report.add("caches synced → converged chain", converge, f"≤ {TARGET_CONVERGE_S:.0f} s")
+        fig["setup (Nodes + Devices, 32 in flight), s"] = setup_s
+        report.add("controller start → caches synced", f"{sync_s:.1f} s")
+        fig["controller start → caches synced, s"] = sync_s
+        report.add(
+            "caches synced → chain objects converged",
+            f"{chain_s:.1f} s" if chain_s is not None else f"not converged in {limit_s:.0f} s ({left})",
+            f"≤ {TARGET_CONVERGE_S:.0f} s",
+        )
+        fig["caches synced → chain objects converged, s"] = chain_s
+        report.add(
+            "caches synced → converged (+ every Node profile and Devices mirror written)",
+            f"{converge_s:.1f} s" if converge_s is not None else f"not converged in {limit_s:.0f} s ({left})",
+        )
+        fig["caches synced → converged, s"] = converge_s
+        fig["controller start → converged, s"] = total_s
         report.add(
             "API writes issued / objects desired (cold start)",
             f"{len(chain_writes)} / {n_desired}",
             "writes = objects desired",
         )
+        fig["writes issued (cold start, excl. Lease)"] = len(chain_writes)
+        fig["writes desired"] = n_desired
         report.add(
             "  of which per-Node writes (Node profile label)",
             f"{len(node_writes)} / {desired['nodes (profile label)']} ({', '.join(per_node_kinds) or '-'})",
         )
+        fig["Node profile writes"] = len(node_writes)
         n_chain_desired = n_desired - desired["nodes (profile label)"]
-        report.add("  chain-object writes / desired", f"{len(other)} / {n_chain_desired}")
+        report.add(
+            "  chain-object writes (Devices mirrors included) / desired", f"{len(other)} / {n_chain_desired}"
+        )
+        fig["chain-object writes (Devices mirrors included)"] = len(other)
+        fig["chain-object writes desired"] = n_chain_desired
         for (resource, verb), n in sorted(by_kind(other).items()):
             report.add(f"    {resource} {verb}", str(n))
+            fig[f"writes: {resource} {verb}"] = n
         leases = [e for e in cold if is_lease(e)]
         report.add("  Lease writes (leader election; not counted above)", str(len(leases)))
         report.add(
@@ -942,29 +1048,54 @@ async def bench_cluster(
             f"{mem.get('VmRSS', 0) / 1024:.0f} / {mem.get('VmHWM', 0) / 1024:.0f} MiB",
             f"≤ {TARGET_RSS_MIB:.0f} MiB",
         )
+        fig["controller VmRSS after convergence, MiB"] = mem.get("VmRSS", 0) / 1024
+        fig["controller VmHWM after convergence, MiB"] = mem.get("VmHWM", 0) / 1024
         report.add(
             "controller RSS after the resyncs (VmRSS / VmHWM)",
             f"{mem_after.get('VmRSS', 0) / 1024:.0f} / {mem_after.get('VmHWM', 0) / 1024:.0f} MiB",
         )
+        fig["controller VmHWM after the resyncs, MiB"] = mem_after.get("VmHWM", 0) / 1024
         report.add("controller CPU until idle after convergence", f"{cpu_used:.1f} s")
+        fig["controller CPU until idle, s"] = cpu_used
         for ctl, (runs, busy) in reconciles.items():
             report.add(f"  reconciles {ctl} (time inside them)", f"{runs:.0f} ({busy:.0f} s)")
+            fig[f"reconciles {ctl}"] = int(runs)
+        quiet_writes = [e for e in quiet if not is_lease(e)]
+        quiet_leases = [e for e in quiet if is_lease(e)]
         report.add(
-            f"writes over a quiet {quiet_s:.0f} s (excl. Lease)",
-            str(sum(not is_lease(e) for e in quiet)),
+            f"idle soak {quiet_s:.0f} s: writes in the audit log (excl. Lease)",
+            f"{len(quiet_writes)} {dict(by_kind(quiet_writes)) or ''}".strip(),
             "0",
         )
+        fig["idle soak: seconds"] = quiet_s
+        fig["idle soak: writes (excl. Lease)"] = len(quiet_writes)
+        report.add(f"idle soak {quiet_s:.0f} s: Lease writes (renewals)", str(len(quiet_leases)))
+        fig["idle soak: Lease writes"] = len(quiet_leases)
+        report.add(
+            f"idle soak {quiet_s:.0f} s: controller CPU",
+            f"{quiet_cpu:.2f} s ({quiet_cpu / quiet_s:.2%} of a core)" if quiet_s else f"{quiet_cpu:.2f} s",
+        )
+        fig["idle soak: controller CPU, s"] = quiet_cpu
+        report.add(
+            "idle soak: controller RSS at its end (VmRSS / VmHWM)",
+            f"{mem_quiet.get('VmRSS', 0) / 1024:.0f} / {mem_quiet.get('VmHWM', 0) / 1024:.0f} MiB",
+        )
+        fig["idle soak: controller VmRSS at the end, MiB"] = mem_quiet.get("VmRSS", 0) / 1024
+        resync_writes = sum(not is_lease(e) for e in resynced)
         report.add(
             f"writes over 3 forced resyncs (excl. Lease; {updates} settings snapshots seen)",
-            str(sum(not is_lease(e) for e in resynced)),
+            str(resync_writes),
             "0",
         )
+        fig["writes over 3 forced resyncs (excl. Lease)"] = resync_writes
         report.add("CPU per full resync", " / ".join(f"{c:.1f}" for c in resync_cpu) + " s")
+        fig["CPU per full resync (mean), s"] = sum(resync_cpu) / len(resync_cpu)
         report.add(
             "restart over the converged chain: writes (excl. Lease)",
             f"{len(restart_writes)} {dict(by_kind(restart_writes)) or ''}".strip(),
             "0",
         )
+        fig["restart: writes (excl. Lease)"] = len(restart_writes)
         report.add(
             "restart: start → synced, idle after, CPU, VmHWM",
             f"{(resynced_at - restarted).total_seconds():.1f} s, {restart_idle:.0f} s, {restart_cpu:.1f} s, "
@@ -972,17 +1103,41 @@ async def bench_cluster(
             if resynced_at is not None
             else "did not sync",
         )
+        if resynced_at is not None:
+            fig["restart: start → synced, s"] = (resynced_at - restarted).total_seconds()
+        fig["restart: CPU until idle, s"] = restart_cpu
+        fig["restart: VmHWM, MiB"] = restart_mem.get("VmHWM", 0) / 1024
         report.add(f"raw SSA rate, Node label, {workers} in flight (bare client)", f"{node_rate:.0f} /s")
+        report.add(f"raw SSA rate, Node label, {RAW_CONCURRENCY} in flight", f"{node_rate_8:.0f} /s")
         report.add(f"raw SSA rate, Node label, {SETUP_CONCURRENCY} in flight", f"{node_rate_32:.0f} /s")
         report.add(f"raw SSA rate, small ConfigMap, {workers} in flight", f"{cm_rate:.0f} /s")
+        fig[f"raw SSA rate, Node label, {workers} in flight, /s"] = node_rate
+        fig[f"raw SSA rate, Node label, {RAW_CONCURRENCY} in flight, /s"] = node_rate_8
+        fig[f"raw SSA rate, Node label, {SETUP_CONCURRENCY} in flight, /s"] = node_rate_32
+        fig[f"raw SSA rate, small ConfigMap, {workers} in flight, /s"] = cm_rate
+        report.add(
+            f"least time of the desired writes at the raw rate ({RAW_CONCURRENCY} in flight)",
+            f"{least_s:.1f} s" if least_s is not None else "n/a",
+        )
+        fig["least time of the desired writes at the raw rate, s"] = least_s
+        report.add(
+            "cold ratio: that least time / controller start → converged",
+            f"{cold_ratio:.2f}" if cold_ratio is not None else "n/a",
+            f"≥ {TARGET_RATIO}",
+        )
+        fig["cold ratio (least time at the raw rate / start → converged)"] = cold_ratio
         report.add(
             "our Node-label write rate (first→last profile write)",
             f"{our_node_rate:.0f} /s over {_span(node_writes):.1f} s",
         )
+        fig["our Node-label write rate, /s"] = our_node_rate
         report.add(
             "ratio to the raw Node-label rate (same concurrency)",
             f"{our_node_rate / node_rate:.2f}" if node_rate and node_writes else "n/a (no Node writes)",
             f"≥ {TARGET_RATIO}",
+        )
+        fig["Node-label rate / raw (same concurrency)"] = (
+            our_node_rate / node_rate if node_rate and node_writes else None
         )
         report.add(
             "our overall write rate (first→last write) / raw",
@@ -990,9 +1145,18 @@ async def bench_cluster(
             if node_rate
             else "n/a",
         )
+        fig["our overall write rate, /s"] = our_rate
+        bench_mem = _proc_status(os.getpid())
+        report.add(
+            "bench process itself (VmHWM; holds the fleet and the audit log)",
+            f"{bench_mem.get('VmHWM', 0) / 1024:.0f} MiB",
+        )
+        fig["bench process VmHWM, MiB"] = bench_mem.get("VmHWM", 0) / 1024
+        fig["load average at the end"] = os.getloadavg()[0]
         report.notes.append(
             f"controller-workers={workers} per controller (6 controllers); the raw rates use {workers} "
-            "requests in flight, as the Node-profile controller does"
+            "requests in flight, as the Node-profile controller does, and "
+            f"{RAW_CONCURRENCY} (the cold ratio's reference), on the first {raw_n} Nodes"
         )
         report.notes.append(f"load average at the end: {os.getloadavg()[0]:.1f} (2 cores, shared)")
         report.notes.append(
@@ -1012,6 +1176,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="fleet RNG seed (default: %(default)s)")
     parser.add_argument("--quiet", type=float, default=60.0, help="quiet period, s (default: %(default)s)")
     parser.add_argument("--dir", default=None, help="keep the cluster state, logs and audit log here")
+    parser.add_argument("--json", default=None, metavar="PATH", help="also write the figures here")
     parser.add_argument(
         "--profile",
         default=None,
@@ -1049,6 +1214,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     if report.rows:
         report.print()
+    if args.json is not None and report.figures:
+        write_json(args.json, "chain", args.nodes, report.figures)
     return 0
 
 
