@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from gpustack_worker.runtime.settings import RuntimeSettings, SettingsModel
+from gpustack_worker.runtime.settings import STARTUP_ONLY, RuntimeSettings, SettingsModel
 
 __all__ = ("ChainSettings", "ControllerSettings")
 
@@ -51,3 +51,8 @@ class ControllerSettings(RuntimeSettings, ChainSettings):
     InstanceType status that Node feeds: a cold fleet is written once, not once per arriving profile. The
     wait lasts while profiles keep arriving (none more than this apart) and ends this long after the last;
     a Node still without one then no longer holds anything back. 0 writes at once, on every partial view."""
+    node_profile_workers: int = Field(default=8, ge=1, le=64, json_schema_extra=STARTUP_ONLY)
+    """Concurrent reconciles of ``topology-nodes``, the one controller with a write per Node (the topology
+    profile label and its ``Devices`` mirror). A first install needs that write on every Node, so this sets
+    how close the cold start comes to the API server's own write rate: 8 in flight is what a bare client
+    needs to reach it; ``controller-workers`` (2) would leave it at a quarter. Start-up-only."""

@@ -30,6 +30,7 @@ from gpustack_worker.topology.steps import TOPOLOGIES_KEY, UID_INDEX, TopologySt
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
 
+    from gpustack_worker.api.settings import ControllerSettings
     from gpustack_worker.runtime.client import Client
     from gpustack_worker.runtime.registry import InformerRegistry
     from gpustack_worker.runtime.settings import RuntimeSettings, SettingsSource
@@ -72,7 +73,7 @@ class Topology:
     def __init__(
         self,
         client: Client,
-        settings: SettingsSource[RuntimeSettings],
+        settings: SettingsSource[ControllerSettings],
         registry: InformerRegistry,
         *,
         system_namespace: str = kinds.SYSTEM_NAMESPACE,
@@ -113,7 +114,9 @@ class Topology:
             namespace=ns,
         )
         self.source_ctl = self._controller("topology-sources", self.steps.source, boot)
-        self.node_ctl = self._controller("topology-nodes", self.steps.node_profile, boot)
+        self.node_ctl = self._controller(
+            "topology-nodes", self.steps.node_profile, boot, workers=boot.node_profile_workers
+        )
         self.retire_ctl = self._controller("topology-retire", self.steps.retire_topologies, boot)
 
         every_source = all_keys(self.sources.store)
@@ -189,9 +192,11 @@ class Topology:
 
     @staticmethod
     def _controller(
-        name: str, reconcile: Callable[[str], Awaitable[Any]], boot: RuntimeSettings
+        name: str, reconcile: Callable[[str], Awaitable[Any]], boot: RuntimeSettings, *, workers: int = 0
     ) -> Controller:
-        return Controller(name, reconcile, settings_queue(name, boot), workers=boot.controller_workers)
+        return Controller(
+            name, reconcile, settings_queue(name, boot), workers=workers or boot.controller_workers
+        )
 
     def resync(self) -> None:
         """Enqueue every key of every controller."""
