@@ -34,6 +34,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 from urllib.parse import urlsplit
 
+import httpcore
 import httpx
 import kr8s
 import orjson
@@ -296,10 +297,33 @@ class _Api(kr8s.asyncio.Api):
         return self._user_agent
 
     async def _create_session(self) -> None:
-        """kr8s' session, its writes fenced on the wire (:func:`.wire.install`)."""
+        """kr8s' session, its writes fenced on the wire (:func:`.wire.install`), every connection kept
+        alive (:func:`keep_alive_all`)."""
         await super()._create_session()
         assert self._session is not None
         wire.install(self._session)
+        keep_alive_all(self._session)
+
+
+def keep_alive_all(session: httpx.AsyncClient) -> None:
+    """Let every connection pool of ``session`` keep each connection it may open (keep-alive limit =
+    connection limit), so no request pays for a new TCP and TLS handshake while the pool is in use.
+
+    httpcore 1.0 closes an idle connection whenever the pool holds more connections than the keep-alive
+    limit (``len([c.is_idle() for c in connections])`` counts all of them, idle or not). With httpx's
+    default limits (100 connections, 20 kept alive) a process with more than 20 requests and watches
+    open at once therefore closed every connection as soon as its response was read: the ``--all-nodes``
+    agent (24 workers, 3 watches) opened a new TLS connection for about two requests in three, which
+    cost it and the API server more CPU than the writes themselves. With the two limits equal the
+    condition can never hold before the pool is full; a pool at its limit still closes idle connections
+    for new ones, and httpx's keep-alive expiry (5 s) still closes connections left unused."""
+    transports: list[Any] = [getattr(session, "_transport", None)]
+    transports += [t for t in (getattr(session, "_mounts", None) or {}).values() if t is not None]
+    for transport in transports:
+        pool = getattr(transport, "_pool", None)
+        if not isinstance(pool, httpcore.AsyncConnectionPool):
+            raise TypeError(f"cannot set the keep-alive limit of {transport!r}: not an httpcore pool")
+        pool._max_keepalive_connections = pool._max_connections
 
 
 class Client:
