@@ -81,8 +81,10 @@ async def bench(count: int, seed: int, directory: Path, json_path: str | None = 
 
         before = dict(client.requests_by_method)
         start = time.perf_counter()
+        cpu_start = time.process_time()
         await apply_scenario(client, scenario)
         cold_s = time.perf_counter() - start
+        cold_cpu = time.process_time() - cpu_start
         cold = {m: n - before.get(m, 0) for m, n in client.requests_by_method.items()}
         cold_writes = sum(n for m, n in cold.items() if m in ("POST", "PUT", "PATCH", "DELETE"))
 
@@ -104,9 +106,14 @@ async def bench(count: int, seed: int, directory: Path, json_path: str | None = 
             ("cold requests by method", dict(sorted(cold.items()))),
             ("cold writes", f"{cold_writes} ({cold_writes / count:.2f} per node)"),
             ("cold write rate", f"{cold_rate:.0f} /s"),
+            ("this process's CPU in the cold apply", f"{cold_cpu:.1f} s ({cold_cpu / cold_s:.0%} of a core)"),
             (f"raw SSA rate, Node label, {RAW_CONCURRENCY} in flight (after cold)", _rate(raw1)),
             (f"raw SSA rate, Node label, {RAW_CONCURRENCY} in flight (after warm)", _rate(raw2)),
             ("ratio: cold write rate / raw rate (mean of both)", f"{cold_rate / raw_rate:.2f}"),
+            (
+                "ratio against each raw rate (after cold / after warm)",
+                f"{cold_rate * raw1[1] / raw1[0]:.2f} / {cold_rate * raw2[1] / raw2[0]:.2f}",
+            ),
             ("least time of the cold writes at the raw rate", f"{cold_writes / raw_rate:.1f} s"),
             ("warm re-apply (every apply a no-op)", f"{warm_s:.1f} s"),
             ("warm requests by method", dict(sorted(warm.items()))),
@@ -125,10 +132,13 @@ async def bench(count: int, seed: int, directory: Path, json_path: str | None = 
                     "cold writes": cold_writes,
                     "cold reads (GET, LIST)": cold.get("GET", 0),
                     "cold write rate, /s": cold_rate,
+                    "cold apply: this process's CPU, s": cold_cpu,
                     f"raw SSA rate, {RAW_CONCURRENCY} in flight, /s (mean)": raw_rate,
                     "raw SSA rate after cold, /s": raw1[0] / raw1[1],
                     "raw SSA rate after warm, /s": raw2[0] / raw2[1],
                     "ratio: cold write rate / raw": cold_rate / raw_rate,
+                    "ratio against the raw rate after cold": cold_rate * raw1[1] / raw1[0],
+                    "ratio against the raw rate after warm": cold_rate * raw2[1] / raw2[0],
                     "least time of the cold writes at the raw rate, s": cold_writes / raw_rate,
                     "warm re-apply, s": warm_s,
                     "warm writes (no-op applies)": sum(
