@@ -253,6 +253,8 @@ class Mirror:
         self.objs: dict[str, dict[str, Any]] = {}
         self.rv = ""
         self.task: asyncio.Task[None] | None = None
+        #: (receipt time, name, summary) of every event, when traced (``--trace``).
+        self.history: list[tuple[float, str, str]] | None = None
         hub.mirrors[self.kind] = self
 
     async def start(self) -> None:
@@ -279,6 +281,8 @@ class Mirror:
                         self.objs.pop(meta.get("name", ""), None)
                     else:
                         self.objs[meta.get("name", "")] = obj
+                    if self.history is not None:
+                        self.history.append((stamp, meta.get("name", ""), _summary(event)))
                     self.hub.notify(self.kind, stamp)
             except asyncio.CancelledError:
                 raise
@@ -319,14 +323,14 @@ async def measure(
     write: Callable[[], Any],
     goals: Sequence[tuple[str, Iterable[str], Callable[[], bool], Callable[[], str]]],
     limit: float,
-) -> None:
+) -> float:
     """Register each goal (name, kinds, check, what is missing), verify none holds yet, issue ``write``
     and record each goal's latency from just before the write to its first satisfying watch event."""
     waiters = []
     for name, kinds_, check, _ in goals:
         if check():
             results.fail(name, "the expected state held before the write (event skipped)")
-            return
+            return time.monotonic()
         waiters.append(hub.waiter(kinds_, check))
     try:
         start = time.monotonic()
@@ -339,6 +343,7 @@ async def measure(
                 results.fail(name, f"after {limit:.0f} s: {missing()}")
     finally:
         hub.drop(*waiters)
+    return start
 
 
 def change_check(hub: Hub, c: Change, *, part: str, holds: list[str] | None = None) -> Callable[[], bool]:
@@ -382,6 +387,21 @@ def change_missing(hub: Hub, c: Change) -> Callable[[], str]:
 
 
 # --- the events --------------------------------------------------------------------------------------
+
+
+def _summary(event: dict[str, Any]) -> str:
+    """A ClusterQueue watch event in one line: stop policy, migration phase, flavors, Kueue's Active."""
+    obj = event.get("object") or {}
+    meta = obj.get("metadata") or {}
+    phase = (meta.get("annotations") or {}).get(keys.MIGRATION_PHASE, "-")
+    active = next(
+        (c for c in (obj.get("status") or {}).get("conditions") or () if c.get("type") == "Active"), {}
+    )
+    return (
+        f"{event.get('type')} gen {meta.get('generation')} stop {stop_policy(obj)} phase {phase} "
+        f"flavors {len(queue_plan(obj) or ())} Active={active.get('status')}/{active.get('reason')}"
+        f"@{active.get('observedGeneration')}"
+    )
 
 
 def _fit_labels(labels: dict[str, str]) -> dict[str, str]:
@@ -560,7 +580,10 @@ async def settings_events(admin: Client, hub: Hub, results: Results, state: Stat
         async def write(value: str = value) -> None:
             await set_setting(admin, AWARE, value)
 
-        await measure(
+        history = hub.mirrors["ClusterQueue"].history
+        if history is not None:
+            history.clear()
+        start = await measure(
             hub,
             results,
             write,
@@ -572,6 +595,16 @@ async def settings_events(admin: Client, hub: Hub, results: Results, state: Stat
             args.timeout,
         )  # fmt: skip
         state.aware = not state.aware
+        took = results.latencies.get(SETTING, [0.0])[-1]
+        print(
+            f"  aware={value}: {len(c.flavors)} flavors, {len(c.gone)} gone, {len(c.plans)} queues planned, "
+            f"{len(c.emptied)} emptied; last converged in {took:.2f} s"
+        )
+        if history is not None:
+            shown = {sorted(c.emptied)[0], sorted(c.plans)[0]} if c.emptied and c.plans else set()
+            for stamp, name, summary in history:
+                if name in shown:
+                    print(f"    +{stamp - start:6.2f} s {name}: {summary}")
         await asyncio.sleep(args.gap)
 
 
@@ -664,6 +697,8 @@ async def run(args: Any, directory: Path, results: Results) -> dict[str, Any]:
         await admin.apply(kinds.TOPOLOGY_SOURCE, zone_source(), field_manager=FIELD_MANAGER, force=True)
         for resource in (kinds.NODE, kinds.RESOURCE_FLAVOR, kinds.CLUSTER_QUEUE):
             await Mirror(hub, admin, resource).start()
+        if args.trace:
+            hub.mirrors["ClusterQueue"].history = []
         state = State(*_settings_now(hub, settings))
         phases = {
             "fit": lambda: fit_events(admin, hub, results, {s.name: s for s in specs}, args),
@@ -671,11 +706,22 @@ async def run(args: Any, directory: Path, results: Results) -> dict[str, Any]:
             "profile": lambda: profile_events(admin, hub, results, state, args),
             "settings": lambda: settings_events(admin, hub, results, state, args),
         }
+        address = cb.log_field(controller.log_path, "serving health and metrics", "address")
         for phase in args.only or list(phases):
             t = time.perf_counter()
             print(f"phase {phase}: {args.events} events")
+            stats = cb.reconcile_stats(address) if address else {}
             await phases[phase]()
             print(f"phase {phase}: done in {time.perf_counter() - t:.0f} s; load {os.getloadavg()[0]:.1f}")
+            table(results)  # partial results, in case the run is cut short
+            after = cb.reconcile_stats(address) if address else {}
+            for ctl, (runs, busy) in after.items():
+                runs0, busy0 = stats.get(ctl, (0.0, 0.0))
+                if runs > runs0:
+                    print(
+                        f"  {ctl}: {runs - runs0:.0f} reconciles, {busy - busy0:.1f} s inside them "
+                        f"({(busy - busy0) / (runs - runs0) * 1000:.0f} ms each)"
+                    )
             for proc in (controller, agent):
                 if not proc.alive():
                     raise SystemExit(f"{proc.name} exited:\n{proc.log_tail()}")
@@ -688,8 +734,8 @@ async def run(args: Any, directory: Path, results: Results) -> dict[str, Any]:
     return info
 
 
-def report(args: Any, results: Results, info: dict[str, Any]) -> dict[str, float]:
-    settings = WorkerSettings()
+def table(results: Results) -> dict[str, float]:
+    """Print the table of what was measured so far; returns the figures."""
     rows = [FIT, NEW_FLAVOR, NEW_QUEUE, JOIN, LEAVE, SETTING]
     figures: dict[str, float] = {}
     print()
@@ -709,6 +755,12 @@ def report(args: Any, results: Results, info: dict[str, Any]) -> dict[str, float
         else:
             print(f"| {what:40s} | {0:5d} | {failed:6d} |       - |       - |       - |")
     print()
+    return figures
+
+
+def report(args: Any, results: Results, info: dict[str, Any]) -> dict[str, float]:
+    settings = WorkerSettings()
+    figures = table(results)
     print(
         f"settings shaping them: fit-label-coalesce-seconds={settings.fit_label_coalesce_seconds:g}, "
         f"chain-settle-seconds={settings.chain_settle_seconds:g}, chain Node-label/flavor coalescing "
@@ -735,6 +787,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=120.0, help="per-event limit (default: %(default)s)")
     parser.add_argument(
         "--only", action="append", choices=("fit", "new-node", "profile", "settings"), help="run only these"
+    )
+    parser.add_argument(
+        "--trace", action="store_true", help="print two queues' watch events for each settings flip"
     )
     parser.add_argument("--dir", default=None, help="keep the cluster state and logs here")
     parser.add_argument("--json", default=None, metavar="PATH", help="write the figures as JSON here")
