@@ -53,7 +53,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-import chain_bench as cb
 import orjson
 
 from gpustack_worker.agent import fit
@@ -67,6 +66,11 @@ from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.runtime.quantity import parse
 from gpustack_worker.simulate import render
 from gpustack_worker.simulate.scenario import Allocation
+
+try:
+    import chain_bench as cb
+except ModuleNotFoundError:  # imported as ``bench.latency_bench`` (tests/test_bench_latency.py)
+    from bench import chain_bench as cb
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -746,6 +750,8 @@ def table(results: Results) -> dict[str, float]:
         failed = len(results.failures.get(what, []))
         if not values and not failed:
             continue
+        figures[f"{what} count"] = len(values)
+        figures[f"{what} not converged"] = failed
         if values:
             p50, p99, top = percentile(values, 50), percentile(values, 99), max(values)
             figures[f"{what} p50 s"] = round(p50, 3)
