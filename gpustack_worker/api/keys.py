@@ -7,6 +7,7 @@ format lives exactly once (reference §3). Builders that need an algorithm (``aK
 
 from __future__ import annotations
 
+import functools
 from typing import Final
 
 from gpustack_worker.api.normalize import fnv64a_hex
@@ -313,7 +314,13 @@ def device_manager_nodefeature_name(node: str) -> str:
 
 def topology_profile(levels: list[str] | tuple[str, ...]) -> str:
     """``fnv64-<16hex>`` of the ordered level keys joined with NUL (reference §2.1.2)."""
-    return "fnv64-" + fnv64a_hex("\x00".join(levels))
+    return _profile_of_joined("\x00".join(levels))
+
+
+@functools.lru_cache(maxsize=1024)
+def _profile_of_joined(joined: str) -> str:
+    # A fleet has a handful of hierarchies and every Node's profile is hashed on each assignment.
+    return "fnv64-" + fnv64a_hex(joined)
 
 
 def topology_source_nodefeature_name(source_uid: str, node: str) -> str:

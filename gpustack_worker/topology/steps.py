@@ -93,6 +93,10 @@ class TopologySteps:
     monotonic: Callable[[], float] = field(default=time.monotonic)
     _compiled: dict[str, _Compiled] = field(default_factory=dict)
     _fetches: dict[str, _Fetch] = field(default_factory=dict)
+    #: Each Node's assigned profile for the retire pass, by its resourceVersion, valid for one set of
+    #: sources in effect (:meth:`_assigned_profiles`).
+    _assigned: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+    _assigned_for: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         c = self.client
@@ -355,16 +359,38 @@ class TopologySteps:
 
     # -- retiring Topologies -------------------------------------------------------------------------
 
-    async def retire_topologies(self, _key: str) -> Result:
+    def _assigned_profiles(self) -> set[str]:
+        """Every profile a Node carries or is assigned now. A Node's assignment is recomputed only when
+        the Node or the sources in effect changed: the pass runs about once a second while a fleet is
+        labelled, and recomputing every Node each time made it O(Nodes) of selector matching and hashing
+        per second (49 ms a pass at 2,000 Nodes)."""
         ready = self.ready_sources()
+        signature = tuple(sorted((s.name, self._compiled[s.name].rv) for s in ready))
+        if signature != self._assigned_for:
+            self._assigned.clear()
+            self._assigned_for = signature
+        memo = self._assigned
+        fresh: dict[str, tuple[str, str | None]] = {}
         wanted: set[str] = set()
         for node in self.nodes.store.list():
+            meta = _meta(node)
+            name, rv = str(meta.get("name", "")), str(meta.get("resourceVersion", ""))
             labels = _labels(node)
-            if labels.get(keys.TOPOLOGY_PROFILE):
-                wanted.add(keys.topology_name(labels[keys.TOPOLOGY_PROFILE]))
-            assignment = profiles.node_assignment(labels, ready)
-            if assignment is not None:
-                wanted.add(keys.topology_name(assignment.profile))
+            carried = labels.get(keys.TOPOLOGY_PROFILE)
+            if carried:
+                wanted.add(carried)
+            known = memo.get(name)
+            if known is None or known[0] != rv:
+                assignment = profiles.node_assignment(labels, ready)
+                known = (rv, assignment.profile if assignment is not None else None)
+            fresh[name] = known
+            if known[1] is not None:
+                wanted.add(known[1])
+        self._assigned = fresh  # deleted Nodes drop out
+        return wanted
+
+    async def retire_topologies(self, _key: str) -> Result:
+        wanted = {keys.topology_name(profile) for profile in self._assigned_profiles()}
         for flavor in self.flavors.store.list():
             ref = (flavor.get("spec") or {}).get("topologyName")
             if ref:
