@@ -874,9 +874,10 @@ async def bench_cluster(
         pid = proc.pid
         log_path = proc.log_path
         synced_at = None
+        deadline = time.monotonic() + limit_s
         while synced_at is None:
-            if not proc.alive():
-                raise SystemExit(f"controller exited:\n{proc.log_tail()}")
+            if not proc.alive() or time.monotonic() > deadline:
+                raise SystemExit(f"controller exited or did not sync in {limit_s:.0f} s:\n{proc.log_tail()}")
             await asyncio.sleep(0.1)
             synced_at = log_time(log_path, "caches synced")
         leader_at = None
