@@ -8,21 +8,36 @@
    Device Manager labels projected by nfd-master; then the API server's raw server-side-apply rate
    (a bare client, 8 in flight, a label on each Node; ``simulate_bench.raw_node_label_rate``); then one
    ``--all-nodes`` agent started in this process with the default settings (``--set GPUSTACK_X=V``
-   seeds others): seconds until its caches synced and until its last write (converged: nothing
-   queued or in progress, no write for longer than the fit window), its writes and requests, and the
-   ratio *least time of its writes at the raw rate / its time to the last write* (1.0: as fast as the
-   API server accepts writes from 8 concurrent clients).
+   seeds others) and the process's log level: seconds until its caches synced and until its last
+   write (nothing queued or in progress, no write for longer than the fit window), its writes and
+   requests, CPU seconds of the agent and of the API server, and the writes per 5 s of the agent and of
+   nfd-master from the API server's audit log. Two ratios (1.0: as fast as the API server accepts
+   writes from 8 concurrent clients):
+
+   - **stage 3 converged** (``ratio``): the needed writes — the agent's, plus nfd-master's Node
+     updates that project its NodeFeatures (``managed=true``, the capacity labels: the chain reads
+     them on the Node, so stage 3 is not done before them) — at the raw rate, divided by the time
+     until the last of them;
+   - **the agent alone** (``agent_ratio``): its writes at the raw rate / its time to its last write.
+
+   ``--nfd-api-parallelism N`` starts nfd-master with that many Node updaters (default: NFD's and the
+   Helm chart's, 10; each has its own client-go client at the default 5 QPS, and a Node update is a
+   GET and a PATCH). ``--profile FILE`` runs the agent under cProfile.
 3. **Quiet per-node agent** (``--quiet S``, default 60; 0 skips) — ``gpustack-worker agent
    --node-name`` as a process on one node of the converged fleet: CPU seconds over S quiet seconds,
    RSS and its high-water mark.
 
-Prints measured numbers and ratios; never passes or fails. ``nox -s bench`` runs it.
+``--json PATH`` writes ``{"bench": "agent", "nodes": N, "figures": {...}}`` (ratios, raw rate, times,
+writes, CPU, RSS). Prints measured numbers and ratios; never passes or fails. ``nox -s bench`` runs it.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
+import datetime
+import json
 import os
 import statistics
 import sys
@@ -130,7 +145,33 @@ def _idle(*controllers: Any) -> bool:
     return all(not len(c.queue) and not c.queue.processing for c in controllers)
 
 
-async def quiet_per_node_agent(kubeconfig: Path, node: str, quiet: float) -> None:
+#: User-Agents the audit log tells apart (the agent's, nfd-master's: client-go names it after the binary).
+AGENT_UA = "gpustack-worker-agent/bench"
+NFD_MASTER_UA = "nfd-master/"
+
+
+def _process_cpu(cluster: Any) -> dict[str, float]:
+    """CPU seconds spent so far by this process (the in-process agent) and by the cluster's processes."""
+    found = {"bench": time.process_time()}
+    for name in ("kube-apiserver", "etcd", "nfd-master"):
+        proc = cluster.procs.get(name)
+        if proc is not None and proc.pid is not None:
+            found[name] = _cpu_seconds(proc.pid)
+    return found
+
+
+def _timeline(events: list[Any], start: datetime.datetime, step: float) -> list[collections.Counter[str]]:
+    """Writes per ``step`` seconds after ``start``, by resource path."""
+    buckets: list[collections.Counter[str]] = []
+    for e in events:
+        i = max(0, int((e.received - start).total_seconds() // step))
+        while len(buckets) <= i:
+            buckets.append(collections.Counter())
+        buckets[i][e.resource_path] += 1
+    return buckets
+
+
+async def quiet_per_node_agent(kubeconfig: Path, node: str, quiet: float) -> dict[str, float]:
     """A per-node agent process (the DaemonSet mode) on ``node`` of a converged fleet: its RSS and the
     CPU it spends over ``quiet`` seconds once started."""
     proc = await asyncio.create_subprocess_exec(
@@ -145,29 +186,53 @@ async def quiet_per_node_agent(kubeconfig: Path, node: str, quiet: float) -> Non
         cpu = _cpu_seconds(proc.pid) - cpu0
         took = time.perf_counter() - t0
         mem = _memory_kib(proc.pid)
-        print(
-            f"  per-node agent ({node}), quiet {took:.0f} s: CPU {cpu:.2f} s "
-            f"({cpu / took * 100:.2f} % of a core), "
-            f"RSS {mem.get('VmRSS', 0) / 1024:.0f} MiB (high-water {mem.get('VmHWM', 0) / 1024:.0f} MiB)"
-        )
     finally:
         proc.terminate()
         await proc.wait()
+    figures = {
+        "quiet_seconds": round(took, 1),
+        "quiet_cpu_seconds": round(cpu, 3),
+        "quiet_cpu_percent": round(cpu / took * 100, 3),
+        "quiet_rss_mib": round(mem.get("VmRSS", 0) / 1024, 1),
+        "quiet_rss_high_water_mib": round(mem.get("VmHWM", 0) / 1024, 1),
+    }
+    print(
+        f"  per-node agent ({node}), quiet {took:.0f} s: CPU {cpu:.2f} s "
+        f"({figures['quiet_cpu_percent']:.2f} % of a core), "
+        f"RSS {figures['quiet_rss_mib']:.0f} MiB (high-water {figures['quiet_rss_high_water_mib']:.0f} MiB)"
+    )
+    return figures
 
 
-async def bench_cluster(count: int, directory: Path, env: dict[str, str], quiet: float) -> None:
+async def bench_cluster(
+    count: int,
+    directory: Path,
+    env: dict[str, str],
+    quiet: float,
+    profile: Path | None,
+    nfd_api_parallelism: int | None,
+) -> dict[str, Any]:
     from simulate_bench import RAW_CONCURRENCY, raw_node_label_rate
 
     from gpustack_worker.agent.controller import Agent
     from gpustack_worker.cli.settings import WorkerSettings
+    from gpustack_worker.devcluster.audit import AuditLog
     from gpustack_worker.devcluster.cluster import DevCluster
     from gpustack_worker.runtime.client import Client
     from gpustack_worker.runtime.settings import SettingsSource
+    from gpustack_worker.runtime.telemetry import configure_logging
     from gpustack_worker.simulate.apply import apply_scenario
     from gpustack_worker.simulate.scenario import Scenario
 
-    cluster = DevCluster(directory, log=lambda msg: print(f"  [devcluster] {msg}"))
+    audit_path = directory / "audit.log"
+    # Passed only when set: the bench also runs over older trees (before/after) with today's defaults.
+    extra = {"nfd_api_parallelism": nfd_api_parallelism} if nfd_api_parallelism else {}
+    cluster = DevCluster(
+        directory, audit_log=audit_path, log=lambda msg: print(f"  [devcluster] {msg}"), **extra
+    )
     cluster.start()
+    audit = AuditLog(audit_path)
+    figures: dict[str, Any] = {}
     try:
         admin = await Client.connect(str(cluster.kubeconfig))
         specs = synthetic_nodes(count)
@@ -188,13 +253,24 @@ async def bench_cluster(count: int, directory: Path, env: dict[str, str], quiet:
             if projected == len(accelerated):
                 break
             await asyncio.sleep(1)
+        raw_cpu0 = time.process_time()
         raw_writes, raw_s = await raw_node_label_rate(admin, names, "1")
+        raw_cpu = time.process_time() - raw_cpu0
         raw_rate = raw_writes / raw_s
 
-        agent_client = await Client.connect(str(cluster.kubeconfig))
+        agent_client = await Client.connect(str(cluster.kubeconfig), user_agent=AGENT_UA)
         settings = SettingsSource(agent_client, model=WorkerSettings, env=env)
+        configure_logging(settings.current.log_level)  # as the agent process does (cli/process.py)
         agent = Agent(agent_client, settings, node_name=None)
         controllers = (agent.nodefeature, agent.capacity, agent.fit)
+        profiler = None
+        if profile is not None:
+            import cProfile
+
+            profiler = cProfile.Profile()
+            profiler.enable()
+        cpu0 = _process_cpu(cluster)
+        started_at = datetime.datetime.now(datetime.UTC)
         start = time.perf_counter()
         stop = asyncio.Event()
         task = asyncio.create_task(agent.run(stop))
@@ -213,6 +289,9 @@ async def bench_cluster(count: int, directory: Path, env: dict[str, str], quiet:
             if now > 900:
                 print("  gave up after 900 s")
                 break
+        cpu1 = _process_cpu(cluster)
+        if profiler is not None:
+            profiler.disable()
         # nfd-master's projection of the worker NodeFeatures (not the agent's writes; polled only now,
         # so the polling never competes with the agent above).
         while True:
@@ -235,7 +314,19 @@ async def bench_cluster(count: int, directory: Path, env: dict[str, str], quiet:
             any(".fit.gpustack.ai/" in k for k in (by_name[n]["metadata"].get("labels") or {}))
             for n in accelerated
         )
+        # The server's side of the same window (audit log): the agent's writes and nfd-master's. nfd-master
+        # projects each worker NodeFeature onto its Node (managed=true, the capacity labels): stage 3 is
+        # converged once those Node writes are done too, so they are needed writes.
+        agent_writes = audit.writes(AGENT_UA, started_at)
+        nfd_writes = [e for e in audit.writes(NFD_MASTER_UA, started_at) if e.resource != "leases"]
+        nfd_first = min((e.received for e in nfd_writes), default=started_at)
+        nfd_last = max((e.received for e in nfd_writes), default=started_at)
+        nfd_done = (nfd_last - started_at).total_seconds()
+        nfd_span = max((nfd_last - nfd_first).total_seconds(), 1e-9)
+        converged = max(last_write, nfd_done)
+        needed = writes + len(nfd_writes)
         workers = {c.name: c.workers for c in controllers}
+        cpu = {k: cpu1[k] - cpu0[k] for k in cpu1 if k in cpu0}
         print(f"  agent --all-nodes, settings env {env or '{}'}: workers {workers}")
         print(f"  caches synced after {synced:.2f} s")
         print(f"  last write after {last_write:.2f} s ({writes} writes, {writes / count:.2f} per node)")
@@ -243,20 +334,82 @@ async def bench_cluster(count: int, directory: Path, env: dict[str, str], quiet:
         print(f"  nfd-master projected managed=true on {managed}/{count} nodes by {projected_at:.1f} s")
         print(f"  agent requests: {requests}")
         print(f"  writes by field manager: {dict(agent.steps.writes)}")
+        print(f"  agent writes (audit log): {dict(by_resource(agent_writes))}")
+        print(
+            f"  nfd-master writes (audit log, after the agent started): {dict(by_resource(nfd_writes))}, "
+            f"from {(nfd_first - started_at).total_seconds():.1f} s to {nfd_done:.1f} s "
+            f"({len(nfd_writes) / nfd_span:.0f} /s; "
+            f"-nfd-api-parallelism {nfd_api_parallelism or 'default (10)'})"
+        )
+        print(
+            "  CPU seconds from start to the agent's last write + settle: "
+            + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items())
+        )
+        print(
+            f"  client CPU per write: agent {cpu.get('bench', 0.0) / max(1, writes) * 1e3:.1f} ms "
+            f"(events and reconciles included), raw bare client {raw_cpu / raw_writes * 1e3:.1f} ms"
+        )
+        step = 5.0
+        agent_tl = _timeline(agent_writes, started_at, step)
+        nfd_tl = _timeline(nfd_writes, started_at, step)
+        print(f"  writes per {step:.0f} s (agent | nfd-master):")
+        for i in range(max(len(agent_tl), len(nfd_tl))):
+            a = agent_tl[i] if i < len(agent_tl) else collections.Counter()
+            n = nfd_tl[i] if i < len(nfd_tl) else collections.Counter()
+            print(f"    {i * step:5.0f} s  {dict(a)}  |  {dict(n)}")
         print(
             f"  raw SSA rate, Node label, {RAW_CONCURRENCY} in flight (bare client): {raw_rate:.0f} /s "
             f"({raw_writes} in {raw_s:.1f} s)"
         )
+        agent_ratio = writes / raw_rate / last_write
+        ratio = needed / raw_rate / converged
         print(
-            f"  ratio: least time of the agent's writes at the raw rate / its time to the last write: "
-            f"{writes / raw_rate:.1f} s / {last_write:.1f} s = {writes / raw_rate / last_write:.2f}"
+            f"  ratio, stage 3 converged (the agent's writes + nfd-master's projection of its NodeFeatures, "
+            f"at the raw rate / time until the last of them): {writes} + {len(nfd_writes)} = {needed} "
+            f"writes, {needed / raw_rate:.1f} s / {converged:.1f} s = {ratio:.2f}"
         )
+        print(
+            f"  ratio, the agent's writes alone (at the raw rate / its time to the last write): "
+            f"{writes / raw_rate:.1f} s / {last_write:.1f} s = {agent_ratio:.2f}"
+        )
+        figures.update(
+            {
+                "raw_rate_per_s": round(raw_rate, 1),
+                "caches_synced_s": round(synced, 2),
+                "last_write_s": round(last_write, 2),
+                "agent_writes": writes,
+                "nfd_master_writes": len(nfd_writes),
+                "nfd_master_last_write_s": round(nfd_done, 2),
+                "nfd_master_rate_per_s": round(len(nfd_writes) / nfd_span, 1),
+                "nfd_api_parallelism": nfd_api_parallelism or 10,
+                "needed_writes": needed,
+                "converged_s": round(converged, 2),
+                "managed_projected_s": round(projected_at, 1),
+                "agent_cpu_s": round(cpu.get("bench", 0.0), 2),
+                "agent_cpu_ms_per_write": round(cpu.get("bench", 0.0) / max(1, writes) * 1e3, 2),
+                "raw_cpu_ms_per_write": round(raw_cpu / raw_writes * 1e3, 2),
+                "apiserver_cpu_s": round(cpu.get("kube-apiserver", 0.0), 1),
+                "ratio": round(ratio, 3),
+                "agent_ratio": round(agent_ratio, 3),
+            }
+        )
+        if profiler is not None and profile is not None:
+            import pstats
+
+            profiler.dump_stats(str(profile))
+            pstats.Stats(str(profile)).sort_stats("cumulative").print_stats(40)
+            pstats.Stats(str(profile)).sort_stats("tottime").print_stats(30)
         await agent_client.close()
         if quiet > 0:
-            await quiet_per_node_agent(cluster.kubeconfig, sorted(accelerated)[0], quiet)
+            figures.update(await quiet_per_node_agent(cluster.kubeconfig, sorted(accelerated)[0], quiet))
         await admin.close()
     finally:
         cluster.stop()
+    return figures
+
+
+def by_resource(events: list[Any]) -> collections.Counter[str]:
+    return collections.Counter(f"{e.resource_path} {e.verb}" for e in events)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -269,6 +422,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--quiet", type=float, default=60, help="seconds a per-node agent is watched idle (0: skip)"
     )
+    parser.add_argument("--profile", type=Path, default=None, help="cProfile the agent, stats to FILE")
+    parser.add_argument(
+        "--nfd-api-parallelism",
+        type=int,
+        default=None,
+        help="nfd-master's concurrent Node updaters (default: NFD's and the Helm chart's, 10)",
+    )
+    parser.add_argument("--json", type=Path, default=None, help="write the figures as JSON to PATH")
     parser.add_argument(
         "--set",
         action="append",
@@ -279,9 +440,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     env = dict(item.split("=", 1) for item in args.set)
     bench_pure(args.nodes, args.rounds)
+    figures: dict[str, Any] = {}
     if not args.no_cluster:
         with tempfile.TemporaryDirectory(prefix="agent-bench-") as tmp:
-            asyncio.run(bench_cluster(args.nodes, Path(tmp), env, args.quiet))
+            figures = asyncio.run(
+                bench_cluster(
+                    args.nodes, Path(tmp), env, args.quiet, args.profile, args.nfd_api_parallelism
+                )
+            )
+    if args.json is not None:
+        doc = {"bench": "agent", "nodes": args.nodes, "figures": figures}
+        args.json.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
     return 0
 
 

@@ -94,6 +94,10 @@ class DevCluster:
     log: Any = print
     #: Keep a kube-apiserver audit log here (JSON lines; policy in :mod:`gpustack_worker.devcluster.audit`).
     audit_log: Path | None = None
+    #: nfd-master's ``-nfd-api-parallelism`` (concurrent Node updaters); None leaves NFD's default (10),
+    #: which is also the Helm chart's (``master.nfdApiParallelism`` unset). Benchmarks vary it to show
+    #: which limit is nfd-master's own: each updater has its own client-go client at the default 5 QPS.
+    nfd_api_parallelism: int | None = None
     etcd_port: int = 0
     etcd_peer_port: int = 0
     apiserver_port: int = 0
@@ -451,6 +455,7 @@ class DevCluster:
                 f"-kubeconfig={self.kubeconfig}",
                 f"-port={self.nfd_port}",
                 f"-config={self.dir / 'nfd-master.conf'}",
+                *([f"-nfd-api-parallelism={self.nfd_api_parallelism}"] if self.nfd_api_parallelism else []),
             ],
             env,
         )
