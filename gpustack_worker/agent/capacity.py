@@ -151,15 +151,18 @@ def desired(
     return apply_holds(valid, holds, published, read=lambda _k, raw: read_count(raw), scope=in_scope)
 
 
+#: ``<base>.sliced.`` and ``<base>.partitioned.`` of every manufacturer, built once: the stale scans ask
+#: :func:`is_counting_key` of every capacity and allocatable key on every capacity reconcile.
+_SLICED_PREFIXES = tuple(keys.sliced_resource(base) + "." for base in _BASES)
+_PARTITIONED_PREFIXES = tuple(keys.partitioned_resource(base) + "." for base in _BASES)
+
+
 def is_counting_key(resource: str) -> bool:
     """Whether ``resource`` is one of the agent's counting keys (any manufacturer, any suffix)."""
-    for base in _BASES:
-        sliced = keys.sliced_resource(base) + "."
+    for sliced in _SLICED_PREFIXES:
         if resource.startswith(sliced) and resource[len(sliced) :] in keys.SLICED_COUNTING_SUFFIXES:
             return True
-        if resource.startswith(keys.partitioned_resource(base) + "."):
-            return True
-    return False
+    return resource.startswith(_PARTITIONED_PREFIXES)
 
 
 def stale(observed: Mapping[str, str], wanted: Mapping[str, int]) -> set[str]:

@@ -95,9 +95,13 @@ class Steps:
     _appliers: dict[str, Applier] = field(init=False)
     #: (field manager, object name) → fingerprint of the body the API server rejected.
     _rejected_bodies: dict[tuple[str, str], str] = field(init=False, default_factory=dict)
-    #: Node name → (cached Node, cached Devices, their checks): the three controllers reconcile the same
-    #: cached objects (immutable; replaced on every change), so the checks run once per change.
-    _checked: dict[str, tuple[Any, Any, validate.Checked]] = field(init=False, default_factory=dict)
+    #: Node name → (cached Node, cached Devices, the Devices' checks, all checks): the three controllers
+    #: reconcile the same cached objects (immutable; replaced on every change), so the checks run once
+    #: per change, and the costly ``Devices`` checks once per ``Devices`` change — not again for every
+    #: Node update (our own writes' echoes, nfd-master's projection).
+    _checked: dict[str, tuple[Any, Any, validate.DevicesChecked | None, validate.Checked]] = field(
+        init=False, default_factory=dict
+    )
 
     def __post_init__(self) -> None:
         self._appliers = {
@@ -114,11 +118,16 @@ class Steps:
         raw_devices = self.devices.get(name)
         memo = self._checked.get(name)
         if memo is not None and memo[0] is node and memo[1] is raw_devices:
-            checked = memo[2]
+            checked = memo[3]
         else:
-            devices = devices_facts(raw_devices) if raw_devices is not None else None
-            checked = validate.check(node_facts(node), devices)
-            self._checked[name] = (node, raw_devices, checked)
+            if memo is not None and memo[1] is raw_devices:
+                devices = memo[2]
+            elif raw_devices is not None:
+                devices = validate.check_devices_inputs(devices_facts(raw_devices))
+            else:
+                devices = None
+            checked = validate.combine(node_facts(node), devices)
+            self._checked[name] = (node, raw_devices, devices, checked)
         uids = {
             kinds.NODE.kind: checked.node.uid,
             kinds.DEVICES.kind: str(((raw_devices or {}).get("metadata") or {}).get("uid") or ""),

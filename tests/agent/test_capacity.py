@@ -3,9 +3,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from gpustack_worker.agent import capacity
-from gpustack_worker.api import keys
+from gpustack_worker.api import keys, manufacturers
 
 from .builders import card, devices, group, ledger, ledger_group, node, node_of, profile
 
@@ -320,3 +322,41 @@ def test_stale_covers_every_suffix_and_profile() -> None:
     assert capacity.stale(observed, wanted) == (
         SLICED_KEYS | PARTITIONED_KEYS | {"hygon.com/dcu.sliced.units"}
     ) - set(wanted)
+
+
+def _counting_by_definition(resource: str) -> bool:
+    """A counting key as the module docstring defines it: ``<base>.sliced.<one of the four>`` or
+    ``<base>.partitioned.<anything>``, for any manufacturer's base."""
+    for m in manufacturers.MANUFACTURERS.values():
+        if resource in {keys.sliced_resource(m.resource, s) for s in keys.SLICED_COUNTING_SUFFIXES}:
+            return True
+        if resource.startswith(keys.partitioned_resource(m.resource) + "."):
+            return True
+    return False
+
+
+_BASES = sorted(m.resource for m in manufacturers.MANUFACTURERS.values())
+_RESOURCE = st.one_of(
+    st.text(max_size=40),
+    st.builds(
+        lambda base, family, suffix: f"{base}{family}{suffix}",
+        st.sampled_from([*_BASES, "acme.com/x", "nvidia.com/gpux"]),
+        st.sampled_from(["", ".sliced", ".partitioned", ".shared", ".sliced.", ".partitioned."]),
+        st.one_of(
+            st.sampled_from(["", ".", *(f".{s}" for s in keys.SLICED_COUNTING_SUFFIXES), ".units.x", ".1g"]),
+            st.text(max_size=12),
+        ),
+    ),
+)
+
+
+@settings(max_examples=400)
+@example(resource="nvidia.com/gpu.sliced.units")
+@example(resource="nvidia.com/gpu.sliced.other")
+@example(resource="nvidia.com/gpu.partitioned.mig-1g.10gb")
+@example(resource="nvidia.com/gpu.partitioned")
+@given(resource=_RESOURCE)
+def test_is_counting_key_matches_its_definition(resource: str) -> None:
+    """The prefixes built once answer exactly as the per-base definition (issue 18: the stale scans ran
+    it ~46,000 times at 1,000 nodes, each building twenty strings)."""
+    assert capacity.is_counting_key(resource) == _counting_by_definition(resource)
