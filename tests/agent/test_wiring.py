@@ -9,7 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpustack_worker.agent.controller import Agent
+from gpustack_worker.agent import controller
+from gpustack_worker.agent.controller import Agent, kept
+from gpustack_worker.agent.facts import node_facts
 from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.clock import FakeClock
@@ -93,3 +95,49 @@ def test_fit_is_immediate_exactly_for_events_of_the_first_list(events: list[tupl
 async def test_workers_per_controller(node_name: str | None, env: dict[str, str], workers: int) -> None:
     agent = _agent(node_name, env)
     assert {c.workers for c in (agent.nodefeature, agent.capacity, agent.fit)} == {workers}
+
+
+@settings(max_examples=100)
+@given(asks=st.lists(st.integers(0, 4), max_size=30))
+def test_kept_answers_as_the_view_for_any_order_of_objects(asks: list[int]) -> None:
+    """Asked about any sequence of objects (some asked again, some not), the kept view answers what the
+    view answers; the view runs only for an object that is not one of the last two asked."""
+    pool = [{"n": i} for i in range(5)]
+    runs: list[int] = []
+
+    def view(obj: dict[str, int]) -> int:
+        runs.append(obj["n"])
+        return obj["n"] * 10
+
+    kept_view = kept(view)
+    recent: list[int] = []
+    for i in asks:
+        before = len(runs)
+        assert kept_view(pool[i]) == i * 10
+        assert (len(runs) == before) == (i in recent)
+        recent = [*(r for r in recent if r != i), i][-2:] if len(runs) > before else recent
+
+
+async def test_a_node_event_computes_the_node_facts_twice_not_once_per_watch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Four watches ask one predicate per Node event: the old and the new object's facts are computed
+    once each, and the event still reaches every controller whose inputs changed."""
+    runs: list[Any] = []
+
+    def counting(obj: Any) -> Any:
+        runs.append(obj)
+        return node_facts(obj)
+
+    monkeypatch.setattr(controller, "node_facts", counting)
+    agent = _agent()
+    agent.nodes._synced.set()
+    old, new = _node("a"), _node("a", extra="x")
+    agent.nodes._dispatch(MODIFIED, old, new)
+    assert len(runs) == 2
+    assert len(agent.nodefeature.queue) == len(agent.capacity.queue) == 1
+    assert agent.fit.queue.delayed == 1
+    same = _node("a", extra="x")  # a new object, equal facts: no controller takes it
+    agent.nodes._dispatch(MODIFIED, new, same)
+    assert len(runs) == 3, "the new object of the previous event was kept"
+    assert agent.fit.queue.delayed == 1 and len(agent.nodefeature.queue) == 1
