@@ -3,7 +3,9 @@ server's raw server-side-apply rate measured in the same run.
 
 1. **Cold** — ``apply_scenario`` of N synthetic nodes (default 5,000; :func:`synthetic`, the realistic
    mix) on an empty cluster, with the simulator's own settings (``simulate-apply-concurrency``):
-   seconds, write requests (POST/PATCH/DELETE) and every request by method, writes per second.
+   seconds, write requests (POST/PATCH/DELETE) and every request by method, writes per second; this
+   process's CPU, the writes in flight on average and the mean seconds per write of each kind (when
+   the writes in flight are close to the concurrency, the simulator is waiting on the server).
 2. **Raw** — a bare client's server-side apply at 8 requests in flight: one label applied to each of
    the same Nodes under another field manager (a real change, so a real write), once right after the
    cold run and once after the warm one; the mean is the rate the ratio is taken against.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import sys
 import tempfile
 import time
@@ -31,7 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from summary import write_json  # bench/ is not a package: its own directory on the path
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
     from gpustack_worker.runtime.client import Client
+    from gpustack_worker.runtime.resources import Resource
 
 #: Requests in flight of the raw-rate client (the issue's reference concurrency).
 RAW_CONCURRENCY = 8
@@ -60,6 +66,41 @@ async def raw_node_label_rate(
     return len(names), time.perf_counter() - start
 
 
+class TimedWrites:
+    """The client as ``apply_scenario`` uses it, timing each write by kind: the sum of the writes'
+    seconds over the wall time is how many were in flight on average (the simulator's concurrency is
+    the limit when it is close to ``simulate-apply-concurrency``; then the server's time per write is)."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+        self.seconds: collections.Counter[str] = collections.Counter()
+        self.count: collections.Counter[str] = collections.Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    async def _timed(self, key: str, call: Awaitable[Any]) -> Any:
+        start = time.perf_counter()
+        try:
+            return await call
+        finally:
+            self.seconds[key] += time.perf_counter() - start
+            self.count[key] += 1
+
+    async def create(self, resource: Resource, body: dict[str, Any], *args: Any, **kw: Any) -> Any:
+        return await self._timed(f"{resource.kind} create", self._client.create(resource, body, *args, **kw))
+
+    async def apply(self, resource: Resource, body: dict[str, Any], **kw: Any) -> Any:
+        sub = f"/{kw['subresource']}" if kw.get("subresource") else ""
+        return await self._timed(f"{resource.kind}{sub} apply", self._client.apply(resource, body, **kw))
+
+    async def patch(self, resource: Resource, *args: Any, **kw: Any) -> Any:
+        return await self._timed(f"{resource.kind} patch", self._client.patch(resource, *args, **kw))
+
+    async def delete(self, resource: Resource, *args: Any, **kw: Any) -> Any:
+        return await self._timed(f"{resource.kind} delete", self._client.delete(resource, *args, **kw))
+
+
 def _rate(measured: tuple[int, float]) -> str:
     writes, seconds = measured
     return f"{writes / seconds:.0f} /s ({writes} in {seconds:.1f} s)"
@@ -68,10 +109,11 @@ def _rate(measured: tuple[int, float]) -> str:
 async def bench(count: int, seed: int, directory: Path, json_path: str | None = None) -> None:
     from gpustack_worker.devcluster.cluster import DevCluster
     from gpustack_worker.runtime.client import Client
-    from gpustack_worker.simulate.apply import apply_scenario
+    from gpustack_worker.simulate.apply import DEFAULT_CONCURRENCY, apply_scenario
     from gpustack_worker.simulate.synthetic import synthetic
 
     scenario = synthetic(count, seed=seed)
+    width = DEFAULT_CONCURRENCY
     accelerated = sum(bool(spec.accelerators) for spec in scenario.nodes)
     cluster = DevCluster(directory, log=lambda msg: print(f"  [devcluster] {msg}"))
     cluster.start()
@@ -80,11 +122,14 @@ async def bench(count: int, seed: int, directory: Path, json_path: str | None = 
         names = [spec.name for spec in scenario.nodes]
 
         before = dict(client.requests_by_method)
+        timed = TimedWrites(client)
         start = time.perf_counter()
         cpu_start = time.process_time()
-        await apply_scenario(client, scenario)
+        await apply_scenario(timed, scenario)  # type: ignore[arg-type]  # duck-typed Client
         cold_s = time.perf_counter() - start
         cold_cpu = time.process_time() - cpu_start
+        in_flight = sum(timed.seconds.values()) / cold_s
+        latency = {k: timed.seconds[k] / timed.count[k] for k in sorted(timed.count)}
         cold = {m: n - before.get(m, 0) for m, n in client.requests_by_method.items()}
         cold_writes = sum(n for m, n in cold.items() if m in ("POST", "PUT", "PATCH", "DELETE"))
 
@@ -98,6 +143,7 @@ async def bench(count: int, seed: int, directory: Path, json_path: str | None = 
 
         raw2 = await raw_node_label_rate(client, names, "2")
         raw_rate = (raw1[0] + raw2[0]) / (raw1[1] + raw2[1])
+        raw_ms = RAW_CONCURRENCY * raw1[1] / raw1[0] * 1e3
         cold_rate = cold_writes / cold_s
 
         print(f"simulate apply: {count} synthetic nodes ({accelerated} accelerated), seed {seed}")
@@ -107,6 +153,15 @@ async def bench(count: int, seed: int, directory: Path, json_path: str | None = 
             ("cold writes", f"{cold_writes} ({cold_writes / count:.2f} per node)"),
             ("cold write rate", f"{cold_rate:.0f} /s"),
             ("this process's CPU in the cold apply", f"{cold_cpu:.1f} s ({cold_cpu / cold_s:.0%} of a core)"),
+            ("cold writes in flight on average", f"{in_flight:.2f} (simulate-apply-concurrency {width})"),
+            (
+                "cold mean seconds per write, by kind",
+                ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in latency.items()),
+            ),
+            (
+                f"raw label SSA mean seconds per write ({RAW_CONCURRENCY} / rate, after cold)",
+                f"{raw_ms:.0f} ms",
+            ),
             (f"raw SSA rate, Node label, {RAW_CONCURRENCY} in flight (after cold)", _rate(raw1)),
             (f"raw SSA rate, Node label, {RAW_CONCURRENCY} in flight (after warm)", _rate(raw2)),
             ("ratio: cold write rate / raw rate (mean of both)", f"{cold_rate / raw_rate:.2f}"),
@@ -133,6 +188,9 @@ async def bench(count: int, seed: int, directory: Path, json_path: str | None = 
                     "cold reads (GET, LIST)": cold.get("GET", 0),
                     "cold write rate, /s": cold_rate,
                     "cold apply: this process's CPU, s": cold_cpu,
+                    "cold apply: writes in flight on average": in_flight,
+                    **{f"cold apply: mean ms per {k}": v * 1e3 for k, v in latency.items()},
+                    "raw label SSA: mean ms per write (after cold)": raw_ms,
                     f"raw SSA rate, {RAW_CONCURRENCY} in flight, /s (mean)": raw_rate,
                     "raw SSA rate after cold, /s": raw1[0] / raw1[1],
                     "raw SSA rate after warm, /s": raw2[0] / raw2[1],
