@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
 import time
@@ -318,11 +319,18 @@ class TopologySteps:
         if labels:
             metadata["labels"] = labels
         body = {"apiVersion": kinds.NODE.api_version, "kind": kinds.NODE.kind, "metadata": metadata}
-        try:
-            await self.node_applier.apply(kinds.NODE, body, node)
-        except (NotFound, Conflict):
-            return Result.done()  # deleted or replaced meanwhile: its own event brings the new one
-        await self._mirror(name, labels)
+        # The Node and its Devices are written at once (two requests in flight, not one after the other):
+        # a first install needs both on every Node, so their round trips set the cold start's pace.
+        outcomes = await asyncio.gather(
+            self.node_applier.apply(kinds.NODE, body, node),
+            self._mirror(name, labels),
+            return_exceptions=True,
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, NotFound | Conflict):
+                continue  # deleted or replaced meanwhile: its own event brings the new one
+            if isinstance(outcome, BaseException):
+                raise outcome
         return Result.done()
 
     async def _ensure_topology(self, levels: tuple[str, ...]) -> None:
@@ -354,8 +362,7 @@ class TopologySteps:
         if labels:
             metadata["labels"] = dict(labels)
         body = {"apiVersion": kinds.DEVICES.api_version, "kind": kinds.DEVICES.kind, "metadata": metadata}
-        with contextlib.suppress(NotFound, Conflict):  # deleted or replaced meanwhile: its event comes
-            await self.devices_applier.apply(kinds.DEVICES, body, devices)
+        await self.devices_applier.apply(kinds.DEVICES, body, devices)
 
     # -- retiring Topologies -------------------------------------------------------------------------
 
