@@ -136,9 +136,11 @@ async def bench(count: int, seed: int, directory: Path, json_path: str | None = 
         raw1 = await raw_node_label_rate(client, names, "1")
 
         before = dict(client.requests_by_method)
+        timed_warm = TimedWrites(client)
         start = time.perf_counter()
-        await apply_scenario(client, scenario)
+        await apply_scenario(timed_warm, scenario)  # type: ignore[arg-type]  # duck-typed Client
         warm_s = time.perf_counter() - start
+        warm_latency = {k: timed_warm.seconds[k] / timed_warm.count[k] for k in sorted(timed_warm.count)}
         warm = {m: n - before.get(m, 0) for m, n in client.requests_by_method.items()}
 
         raw2 = await raw_node_label_rate(client, names, "2")
@@ -172,6 +174,10 @@ async def bench(count: int, seed: int, directory: Path, json_path: str | None = 
             ("least time of the cold writes at the raw rate", f"{cold_writes / raw_rate:.1f} s"),
             ("warm re-apply (every apply a no-op)", f"{warm_s:.1f} s"),
             ("warm requests by method", dict(sorted(warm.items()))),
+            (
+                "warm mean seconds per (no-op) write, by kind",
+                ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in warm_latency.items()),
+            ),
         ]
         width = max(len(label) for label, _ in rows)
         for label, value in rows:
@@ -199,6 +205,7 @@ async def bench(count: int, seed: int, directory: Path, json_path: str | None = 
                     "ratio against the raw rate after warm": cold_rate * raw2[1] / raw2[0],
                     "least time of the cold writes at the raw rate, s": cold_writes / raw_rate,
                     "warm re-apply, s": warm_s,
+                    **{f"warm re-apply: mean ms per {k}": v * 1e3 for k, v in warm_latency.items()},
                     "warm writes (no-op applies)": sum(
                         n for m, n in warm.items() if m in ("POST", "PUT", "PATCH", "DELETE")
                     ),
