@@ -69,6 +69,7 @@ from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.runtime.quantity import parse
 from gpustack_worker.simulate import render
 from gpustack_worker.simulate.load import parse_scenario
+from gpustack_worker.simulate.scenario import MAX_NODES as SCENARIO_MAX_NODES
 from gpustack_worker.topology import profiles as topo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -283,7 +284,13 @@ def fleet(n_nodes: int, seed: int = 0) -> list[NodeSpec]:
         if accs:
             node["accelerators"] = accs
         nodes.append(node)
-    return list(parse_scenario({"nodes": nodes}, f"chain-bench({n_nodes}, seed={seed})").nodes)
+    # A scenario holds at most MAX_NODES (a bound of the simulator's file format): larger fleets (20,000)
+    # are validated in slices; the names are unique by construction, the draws above did not change.
+    specs: list[NodeSpec] = []
+    for start in range(0, len(nodes), SCENARIO_MAX_NODES):
+        part = nodes[start : start + SCENARIO_MAX_NODES]
+        specs += parse_scenario({"nodes": part}, f"chain-bench({n_nodes}, seed={seed})[{start}:]").nodes
+    return specs
 
 
 @dataclass

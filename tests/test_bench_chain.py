@@ -92,3 +92,13 @@ def test_profiles_written_at_nothing_needed() -> None:
 def test_limits_scale_with_the_fleet(nodes: int, converge: float, idle: float) -> None:
     assert chain_bench.converge_limit(nodes) == pytest.approx(converge)
     assert chain_bench.idle_limit(nodes) == pytest.approx(idle)
+
+
+def test_fleet_larger_than_one_scenario(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fleet over the simulator's per-scenario bound (20,000 > 10,000) is validated in slices and is
+    the same fleet: same draws, every name once."""
+    whole = chain_bench.fleet(7, seed=3)
+    monkeypatch.setattr(chain_bench, "SCENARIO_MAX_NODES", 3)
+    sliced = chain_bench.fleet(7, seed=3)
+    assert sliced == whole
+    assert [s.name for s in sliced] == [f"bench-{i:05d}" for i in range(7)]
