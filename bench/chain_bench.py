@@ -493,6 +493,8 @@ async def wait_idle(pid: int, *, window: float = 3.0, busy: float = 0.05, limit:
         await asyncio.sleep(window)
         if _cpu_seconds(pid) - before < busy * window:
             break
+    else:
+        print(f"  (the controller did not go idle within {limit:.0f} s: still over {busy:.0%} of a core)")
     return time.monotonic() - start
 
 
