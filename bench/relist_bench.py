@@ -41,7 +41,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 SIZES = (5_000, 20_000)
-PAGE = 500
 PROBE_S = 0.005
 OUR_MANAGER = "gpustack-worker/node-agent"
 
@@ -186,7 +185,10 @@ def run(nodes: int) -> dict[str, float]:
         server.join()
     m = orjson.loads(result.stdout.strip().splitlines()[-1])
     kib, mib = 1024, 1024 * 1024
-    print(f"relist of {nodes} Nodes ({wire / nodes / kib:.1f} KiB JSON each, pages of {PAGE}):")
+    from gpustack_worker.runtime.informer import InformerOptions
+
+    page = InformerOptions().page_size
+    print(f"relist of {nodes} Nodes ({wire / nodes / kib:.1f} KiB JSON each, pages of {page}):")
     print(f"  process RSS before the first list (imports, client, loop): {m['base_b'] / mib:.1f} MiB")
     for phase, title in (("initial", "start-up list, empty cache"), ("relist", "relist, full cache")):
         print(

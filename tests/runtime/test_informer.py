@@ -15,6 +15,7 @@ import httpx
 import pytest
 from prometheus_client import REGISTRY
 
+from gpustack_worker.runtime import informer as informer_module
 from gpustack_worker.runtime.client import ApiError, Gone, Unauthorized
 from gpustack_worker.runtime.clock import FakeClock
 from gpustack_worker.runtime.informer import (
@@ -253,7 +254,7 @@ async def test_initial_list_from_watch_cache_then_watch_from_list_rv_and_bookmar
     async with rig([([obj("a", "5"), obj("b", "7")], "10")], watches) as r:
         await until(lambda: len(r.client.watches) == 2)
         assert r.list_versions() == [("0", None)]  # served from the watch cache, no quorum read
-        assert r.client.lists[0]["limit"] == 500
+        assert r.client.lists[0]["limit"] == InformerOptions().page_size == 100
         assert r.watch_versions() == ["10", "15"]  # resumed from the bookmark, without a relist
         assert r.client.watches[0]["timeout_seconds"] == 300  # random in [5, 10] min (rng draws 0)
         assert r.clock.slept == []  # a normal end is no failure
@@ -562,3 +563,26 @@ async def test_readiness_follows_informer_health() -> None:
         await until(lambda: r.informer.watching)
         await r.clock.advance(1.0)
         assert manager.ready()
+
+
+async def test_a_list_of_more_than_one_page_gives_its_freed_memory_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    trims: list[int] = []
+
+    def trim() -> bool:
+        trims.append(len(trims))
+        return True
+
+    monkeypatch.setattr(informer_module, "release_free_memory", trim)
+    lists: list[tuple[list[dict[str, Any]], str] | BaseException] = [
+        ([obj("a", "5")], "10"),  # less than a page: nothing to give back
+        ([obj("a", "12"), obj("b", "13"), obj("c", "14")], "20"),  # more than one page of 2
+    ]
+    async with rig(lists, [Watch([gone()]), Watch(hold=True)], page_size=2) as r:
+        await until(lambda: r.clock.sleepers == 1)
+        assert trims == []
+        await r.clock.advance(FIRST)
+        await until(lambda: len(r.client.watches) == 2)
+        assert trims == [0]
+        assert sorted(r.informer.store.keys()) == ["ns/a", "ns/b", "ns/c"]
