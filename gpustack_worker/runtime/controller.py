@@ -93,6 +93,24 @@ def labels_changed(event: str, old: Any | None, new: Any | None) -> bool:
     return _meta(old).get("labels") != _meta(new).get("labels")
 
 
+def labels_changed_except(prefixes: tuple[str, ...]) -> Predicate:
+    """Pass creates, deletes and changes of the labels whose keys start with none of ``prefixes`` (the
+    labels a reconciler never reads, and that change often, wake nothing)."""
+
+    def kept(obj: Any) -> dict[str, Any]:
+        labels = _meta(obj).get("labels") or {}
+        return {k: v for k, v in labels.items() if not k.startswith(prefixes)}
+
+    def predicate(event: str, old: Any | None, new: Any | None) -> bool:
+        if old is None or new is None:
+            return True
+        if _meta(old).get("labels") == _meta(new).get("labels"):
+            return False
+        return kept(old) != kept(new)
+
+    return predicate
+
+
 def semantic_changed(view: Callable[[Any], Any]) -> Predicate:
     """Pass creates, deletes and updates where ``view(obj)`` differs (the fields a reconciler reads)."""
 
