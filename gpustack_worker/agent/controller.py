@@ -28,6 +28,7 @@ every node, so the agent keeps the API server at its own write rate on a cold fl
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -122,6 +123,8 @@ class Agent:
         boot = settings.current
         transform = make_transform(FIELD_MANAGERS)
         options = boot.informer_options()
+        if not node_name:  # --all-nodes lists whole collections: the first list paged
+            options = dataclasses.replace(options, paged_first_list=True)
         by_name = f"metadata.name={node_name}" if node_name else None
         feature_selector = f"{keys.PART_OF}={keys.WORKER_PART_OF}"
         if node_name:

@@ -17,6 +17,7 @@ gpustack-worker-controller/<identity>``.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 from typing import TYPE_CHECKING, Final
@@ -76,7 +77,9 @@ async def run(args: argparse.Namespace) -> int:
             health_bind=getattr(args, "metrics_bind", None) or "127.0.0.1:8080",
             cache_sync_timeout=proc.boot.cache_sync_timeout_seconds,
         )
-        registry = manager.add_registry(InformerRegistry(proc.client, options=proc.boot.informer_options()))
+        # Cluster-wide lists: the first one paged (InformerOptions.paged_first_list).
+        options = dataclasses.replace(proc.boot.informer_options(), paged_first_list=True)
+        registry = manager.add_registry(InformerRegistry(proc.client, options=options))
         chain = Chain(proc.client, settings, registry, system_namespace=namespace)
         topology = Topology(proc.client, settings, registry, system_namespace=namespace)
         placement = Placement(proc.client, settings, registry, system_namespace=namespace)

@@ -9,10 +9,11 @@ own reflector with client-go's semantics (``tools/cache/reflector.go``):
    thousands of Nodes neither holds the event loop (lease renewals, webhooks, probes) for seconds nor
    holds every page decoded at once; only the swap into the store happens on the loop, in one step.
    Lists are served from the API server's watch cache, never as a quorum read from etcd unless they
-   have to be: the first with ``resourceVersion=0``, a relist from the last seen RV with
-   ``resourceVersionMatch=NotOlderThan``; only after that RV was answered 410 (or "too large") does
-   the next list ask for ``RV=""`` (a consistent read). A DaemonSet restarting on every node thus
-   costs no etcd range read per pod;
+   have to be: the first with ``resourceVersion=0`` (``""`` where the process lists whole
+   collections: the cache ignores ``limit``, :attr:`InformerOptions.paged_first_list`), a relist from
+   the last seen RV with ``resourceVersionMatch=NotOlderThan``; only after that RV was answered 410
+   (or "too large") does the next list ask for ``RV=""`` (a consistent read). A DaemonSet restarting
+   on every node thus costs no etcd range read per pod;
 2. WATCH from the list's resourceVersion with bookmarks, a random 5-10 min ``timeoutSeconds`` (spreads
    reconnects) and an inactivity watchdog (a silently dropped TCP stream is noticed);
 3. a watch that ends normally, stalls or breaks mid-stream is resumed at once from the last seen RV.
@@ -99,6 +100,13 @@ class InformerOptions:
     #: of 100 took the peak RSS of a 5,000-Node start-up list from 148 to 109 MiB for 40 requests more
     #: (bench/relist_bench.py).
     page_size: int = 100
+    #: The first LIST asks for ``resourceVersion=""`` (paged) instead of ``0``. The API server answers
+    #: ``resourceVersion=0`` from its watch cache and ignores ``limit`` there (kube-apiserver 1.35: a
+    #: 5,000-Node list came as one 17 MiB body, 105 MiB of decoded objects at once); ``""`` is paged.
+    #: For a process that lists whole collections (the controller, the ``--all-nodes`` agent) that is
+    #: the difference between a bounded and an unbounded start-up peak; a per-node DaemonSet pod, whose
+    #: lists hold its own objects, keeps ``0`` and costs etcd no read per pod.
+    paged_first_list: bool = False
     #: A watch that ends sooner than this without one event is a failure (client-go: 1 s), so a server
     #: that closes every watch at once is not hammered with immediate reconnects.
     short_watch_s: float = 1.0
@@ -303,7 +311,8 @@ class Informer:
         if self.rv_unavailable:
             return "", None  # the RV we know is compacted: consistent read (quorum, or cache + progress)
         if not self.last_resource_version:
-            return "0", None  # first list: whatever the watch cache holds
+            # first list: whatever the watch cache holds, unless it must come in pages (options)
+            return ("", None) if self.options.paged_first_list else ("0", None)
         return self.last_resource_version, NOT_OLDER_THAN
 
     async def _list(self, reason: str) -> None:

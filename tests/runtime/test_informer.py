@@ -246,6 +246,20 @@ async def rig(
             await task
 
 
+async def test_a_process_listing_whole_collections_pages_its_first_list_then_relists_from_the_cache() -> None:
+    # resourceVersion=0 is answered from the watch cache, which ignores limit: the first list asks for ""
+    lists: list[tuple[list[dict[str, Any]], str] | BaseException] = [
+        ([obj("a", "5")], "10"),
+        ([obj("a", "12")], "20"),
+    ]
+    async with rig(lists, [Watch([gone()]), Watch(hold=True)], paged_first_list=True) as r:
+        await until(lambda: r.clock.sleepers == 1)
+        await r.clock.advance(FIRST)
+        await until(lambda: len(r.client.watches) == 2)
+        assert r.list_versions() == [("", None), ("10", "NotOlderThan")]
+        assert [lst["limit"] for lst in r.client.lists] == [100, 100]
+
+
 async def test_initial_list_from_watch_cache_then_watch_from_list_rv_and_bookmarks_advance_it() -> None:
     watches = [
         Watch([event(ADDED, "c", "11"), bookmark("15"), Advance(2.0)]),  # ends normally after 2 s
