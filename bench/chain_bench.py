@@ -31,9 +31,10 @@ One run, printed as a table (never pass/fail; targets are printed next to what w
 5. **Raw apply rate** — after the controller stopped, the same API server's server-side-apply rate from
    a bare client on the first 2,000 Nodes at the controller's concurrency (its ``controller-workers``),
    at 8 and at 32 in flight: a label applied under another field manager (the write the controller
-   issues most), and small ConfigMaps. The *cold ratio* is the least time the desired writes (Node
-   labels, ``Devices`` mirrors, chain objects) take at the rate of 8 in flight, divided by the time from
-   the controller's start to converged (issue 18: ≥ 0.8).
+   issues most), a label on the ``Devices`` objects, and small ConfigMaps. The *cold ratio* is the least
+   time the desired writes take at the raw rate of the same write with 8 in flight (Node labels and chain
+   objects at the Node-label rate, ``Devices`` mirrors at the Devices-label rate), divided by the time
+   from the controller's start to converged (issue 18: ≥ 0.8).
 
 ``nox -s bench`` runs it; ``--nodes``, ``--quiet`` and ``--dir`` change the scale, the quiet period and
 keep the cluster's logs and audit log; ``--json PATH`` also writes the figures (``bench/summary.py``).
@@ -692,6 +693,14 @@ def _node_label(name: str, value: str) -> dict[str, Any]:
     }
 
 
+def _devices_label(name: str, value: str) -> dict[str, Any]:
+    return {
+        "apiVersion": kinds.DEVICES.api_version,
+        "kind": kinds.DEVICES.kind,
+        "metadata": {"name": name, "labels": {"bench.gpustack.ai/raw": value}},
+    }
+
+
 def _configmap(i: int) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -996,6 +1005,12 @@ async def bench_cluster(
         cm_rate = await raw_apply_rate(
             admin, [(kinds.CONFIG_MAP, _configmap(i)) for i in range(raw_n)], workers
         )
+        # The Devices mirrors are custom-resource applies, which cost the server about twice a Node
+        # label's: their least time is taken at the raw rate of the same write.
+        device_names = [o.node["metadata"]["name"] for o in objs if o.devices is not None][:raw_n]
+        devices_rate_8 = await raw_apply_rate(
+            admin, [(kinds.DEVICES, _devices_label(n, "8")) for n in device_names], RAW_CONCURRENCY
+        )
 
         # --- the table ---------------------------------------------------------------------------
         node_writes = [e for e in chain_writes if e.resource == "nodes"]
@@ -1008,7 +1023,12 @@ async def bench_cluster(
         chain_s = (chain_at - synced_at).total_seconds() if chain_at is not None else None
         converge_s = (converged_at - synced_at).total_seconds() if converged_at is not None else None
         total_s = (converged_at - started).total_seconds() if converged_at is not None else None
-        least_s = n_desired / node_rate_8 if node_rate_8 else None
+        n_mirrors = desired["devices (profile mirror)"]
+        least_s = (
+            (n_desired - n_mirrors) / node_rate_8 + (n_mirrors / devices_rate_8 if n_mirrors else 0.0)
+            if node_rate_8 and devices_rate_8
+            else None
+        )
         cold_ratio = least_s / total_s if least_s is not None and total_s else None
         report.add("nodes / accelerated / CPU-only", f"{n_nodes} / {accelerated} / {n_nodes - accelerated}")
         report.add(
@@ -1123,6 +1143,8 @@ async def bench_cluster(
         report.add(f"raw SSA rate, Node label, {RAW_CONCURRENCY} in flight", f"{node_rate_8:.0f} /s")
         report.add(f"raw SSA rate, Node label, {SETUP_CONCURRENCY} in flight", f"{node_rate_32:.0f} /s")
         report.add(f"raw SSA rate, small ConfigMap, {workers} in flight", f"{cm_rate:.0f} /s")
+        report.add(f"raw SSA rate, Devices label, {RAW_CONCURRENCY} in flight", f"{devices_rate_8:.0f} /s")
+        fig[f"raw SSA rate, Devices label, {RAW_CONCURRENCY} in flight, /s"] = devices_rate_8
         fig[f"raw SSA rate, Node label, {workers} in flight, /s"] = node_rate
         fig[f"raw SSA rate, Node label, {RAW_CONCURRENCY} in flight, /s"] = node_rate_8
         fig[f"raw SSA rate, Node label, {SETUP_CONCURRENCY} in flight, /s"] = node_rate_32
@@ -1144,17 +1166,16 @@ async def bench_cluster(
         )
         fig["our Node-label write rate, /s"] = our_node_rate
         report.add(
-            "ratio to the raw Node-label rate (same concurrency)",
-            f"{our_node_rate / node_rate:.2f}" if node_rate and node_writes else "n/a (no Node writes)",
-            f"≥ {TARGET_RATIO}",
+            f"ratio to the raw Node-label rate ({RAW_CONCURRENCY} in flight, as node-profile-workers)",
+            f"{our_node_rate / node_rate_8:.2f}" if node_rate_8 and node_writes else "n/a (no Node writes)",
         )
         fig["Node-label rate / raw (same concurrency)"] = (
-            our_node_rate / node_rate if node_rate and node_writes else None
+            our_node_rate / node_rate_8 if node_rate_8 and node_writes else None
         )
         report.add(
-            "our overall write rate (first→last write) / raw",
-            f"{our_rate:.0f} /s over {_span(chain_writes):.1f} s = {our_rate / node_rate:.2f}"
-            if node_rate
+            f"our overall write rate (first→last write) / raw Node-label rate ({RAW_CONCURRENCY} in flight)",
+            f"{our_rate:.0f} /s over {_span(chain_writes):.1f} s = {our_rate / node_rate_8:.2f}"
+            if node_rate_8
             else "n/a",
         )
         fig["our overall write rate, /s"] = our_rate
@@ -1166,9 +1187,10 @@ async def bench_cluster(
         fig["bench process VmHWM, MiB"] = bench_mem.get("VmHWM", 0) / 1024
         fig["load average at the end"] = os.getloadavg()[0]
         report.notes.append(
-            f"controller-workers={workers} per controller (6 controllers); the raw rates use {workers} "
-            "requests in flight, as the Node-profile controller does, and "
-            f"{RAW_CONCURRENCY} (the cold ratio's reference), on the first {raw_n} Nodes"
+            f"controller-workers={workers} per controller, node-profile-workers="
+            f"{settings.node_profile_workers} (each reconcile writes the Node and its Devices at once); "
+            f"the raw rates use {workers}, {RAW_CONCURRENCY} (the cold ratio's reference) and "
+            f"{SETUP_CONCURRENCY} requests in flight, on the first {raw_n} Nodes (and Devices)"
         )
         report.notes.append(f"load average at the end: {os.getloadavg()[0]:.1f} (2 cores, shared)")
         report.notes.append(
