@@ -548,13 +548,24 @@ class Steps:
                 del self._flavor_writes[name]
         return self._flavor_pass_writing or bool(self._flavor_writes)
 
+    def _topology_on_its_way(self) -> bool:
+        """A flavor names a generated Topology the cache does not hold: the topology controller creates
+        a profile's Topology before any Node carries the profile, so it is about to arrive — a queue
+        written now would say ``TopologyReady=False`` and be written again a moment later."""
+        topologies = self.topology_cache.store
+        return any(
+            (ref := (flavor.get("spec") or {}).get("topologyName")) and topologies.get(str(ref)) is None
+            for flavor in self.flavor_cache.store.list()
+        )
+
     def _wait(self, controller: str, name: str, it: Mapping[str, Any], *, also: bool = False) -> float | None:
         """Seconds the write of ``controller``'s key ``name`` waits for complete inputs, or None to write
         now (:func:`settle.wait`): a held pending Node of the pool, the chain's own flavor writes in
-        flight, or ``also`` (the status' queue not created yet)."""
+        flight, a flavor's Topology on its way, or ``also`` (the status' queue not created yet) — the
+        last three for at most ``chain-settle-seconds`` per key."""
         held = self.held()
         pool_held = self._pool_held(it, held)
-        own = also or self._own_flavor_writes()
+        own = also or self._own_flavor_writes() or self._topology_on_its_way()
         key = (controller, name)
         if pool_held or not own:
             # Held Nodes have their own bound; the key's own bound counts from its first wait on writes.

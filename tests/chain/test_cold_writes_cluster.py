@@ -10,8 +10,8 @@ show, for the controller's User-Agent:
 
 - one profile label write per Node;
 - per chain kind, exactly one write per object desired: ResourceFlavors, ClusterQueues, their
-  ``TopologyReady`` status, InstanceType status, LocalQueues — and the InstanceTypes' create and
-  finalizer, the Topology and the two AdmissionChecks.
+  ``TopologyReady`` status, InstanceType status, the Topology and the two AdmissionChecks (LocalQueues
+  and the InstanceTypes' create and finalizer too, in most runs: see the non-strict ``xfail``).
 
 Counts, not durations: they do not depend on the machine's speed. Before the settle gate the same fleet
 rewrote its flavors, queue status and InstanceType status with every second of labelling.
@@ -140,18 +140,22 @@ def test_one_write_per_node_profile_flavor_queue_and_status(cold_run: ColdRun) -
     assert {path: by_path[path] for path in wanted} == wanted
 
 
+def test_one_write_per_topology_and_check(cold_run: ColdRun) -> None:
+    # node-profile-workers reconciles ask for the Topology at once: one creates it (topology.steps).
+    assert cold_run.by_path["topologies"] == 1
+    assert cold_run.by_path["admissionchecks"] == 2
+
+
 @pytest.mark.xfail(
-    strict=True,
-    reason="issue 18, left open (not the chain's settle gate): the Topology is written twice (the topology "
-    "controller's two workers); sometimes one or two LocalQueues twice, one AdmissionCheck twice, one "
-    "InstanceType create repeated (AlreadyExists)",
+    strict=False,
+    reason="issue 18, left open: now and then one LocalQueue is written twice within a second (the "
+    "LocalQueue controller, not gated), or one InstanceType create is repeated (AlreadyExists); most runs "
+    "write each once (5,000 Nodes, 2026-12-03: 60/60 and 12/12)",
 )
-def test_one_write_per_topology_check_and_authored_type(cold_run: ColdRun) -> None:
+def test_one_write_per_local_queue_and_authored_type(cold_run: ColdRun) -> None:
     exp, by_path = cold_run.expected, cold_run.by_path
     types = len(exp.types)
-    assert by_path["topologies"] == 1
     assert by_path["localqueues"] == len(exp.local_queues)
-    assert by_path["admissionchecks"] == 2
     # Each InstanceType once created by the author and once given its finalizer; nothing else.
     assert cold_run.by_verb["instancetypes", "create"] == types
     assert by_path["instancetypes"] == 2 * types

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpustack_worker.api import keys
+from gpustack_worker.api import keys, kinds
 from gpustack_worker.chain import flavors, pools, queues, settle
 from gpustack_worker.chain.controller import Chain
 from gpustack_worker.chain.nodes import node_hardware, unprofiled_hardware
@@ -363,7 +363,15 @@ def test_steps_wait_for_their_own_flavor_writes_at_most_settle_seconds(chain: tu
     steps._flavor_writes[plan.name] = (7, clock.t)  # created, the watch event not there yet
     assert steps._wait("queue", "t4", it) == settle.OWN_WRITES_POLL_S
     _feed(c.flavors, "ADDED", body)
-    assert steps._wait("queue", "t4", it) is None  # the cache has it
+    # The flavor's Topology is on its way (the topology controller created it): TopologyReady waits.
+    assert steps._wait("queue", "t4", it) == settle.OWN_WRITES_POLL_S
+    topology = {
+        "apiVersion": kinds.TOPOLOGY.api_version,
+        "kind": kinds.TOPOLOGY.kind,
+        "metadata": {"name": body["spec"]["topologyName"], "resourceVersion": "3"},
+    }
+    _feed(c.topologies, "ADDED", topology)
+    assert steps._wait("queue", "t4", it) is None  # the cache has both
     assert not steps._flavor_writes
     # A write whose object never reaches the cache (deleted meanwhile) is forgotten after the setting.
     steps._flavor_writes["gone"] = (8, clock.t)
