@@ -367,8 +367,9 @@ class Client:
 
         Watches get a session of their own: each open watch holds one HTTP/1.1 connection for minutes, and
         httpcore's pool scans all its connections for every request it assigns (quadratically, for the
-        idle ones) — in the requests' pool, two dozen watches made that scan the controller's largest
-        single CPU cost at a cold start (18 % of it at 2,000 Nodes).
+        idle ones), so the requests' pool holds only request connections. (Measured at a 2,000-Node cold
+        start the scan stayed at ~7 s of CPU: with 8 profile workers the request connections alone are
+        enough to make it quadratic — see docs/performance.md.)
         """
         path = kubeconfig or os.environ.get("KUBECONFIG") or None
         agent = user_agent or DEFAULT_USER_AGENT
