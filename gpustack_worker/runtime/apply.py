@@ -78,6 +78,7 @@ __all__ = (
     "dotted",
     "is_noop",
     "owned_fields",
+    "resource_version_number",
     "taken_fields",
 )
 
@@ -110,7 +111,7 @@ PROPAGATION_POLICIES: Final = frozenset({"Background", "Foreground", "Orphan"})
 _MISSING: Final = object()
 
 
-def _resource_version(value: Any) -> int | None:
+def resource_version_number(value: Any) -> int | None:
     """A resourceVersion as a number (etcd's revision), or None when it is not one: then it is never
     compared, and the cache is taken as it is."""
     try:
@@ -575,7 +576,7 @@ class Applier:
         if entry is None or cached is None:
             return False
         meta = cached.get("metadata") or {}
-        seen = _resource_version(meta.get("resourceVersion"))
+        seen = resource_version_number(meta.get("resourceVersion"))
         uid, version, sent = entry
         if seen is None or meta.get("uid") != uid or seen >= version:
             del self._recent[key]
@@ -584,7 +585,7 @@ class Applier:
 
     def _remember(self, key: tuple[str, str, str, str], written: Any, digest: str) -> None:
         meta = written.get("metadata") if isinstance(written, Mapping) else None
-        version = _resource_version((meta or {}).get("resourceVersion"))
+        version = resource_version_number((meta or {}).get("resourceVersion"))
         uid = (meta or {}).get("uid")
         if version is None or not uid:
             self._recent.pop(key, None)

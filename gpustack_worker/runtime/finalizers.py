@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 
+from gpustack_worker.runtime.apply import resource_version_number
 from gpustack_worker.runtime.client import ApiError, NotFound
 from gpustack_worker.runtime.controller import Result
 
@@ -50,13 +51,6 @@ _log = structlog.get_logger("gpustack_worker.runtime.finalizers")
 _TEST_FAILED: Final = 422
 #: Own writes remembered at most (the oldest forgotten first: that only costs a redundant write).
 _RECENT_MAX: Final = 4096
-
-
-def _version(value: Any) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
 
 
 def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -166,7 +160,7 @@ class Finalizer:
         if entry is None:
             return False
         uid, version, wrote_present = entry
-        seen = _version(meta.get("resourceVersion"))
+        seen = resource_version_number(meta.get("resourceVersion"))
         if seen is None or meta.get("uid") != uid or seen >= version:
             del self._recent[key]
             return False
@@ -175,7 +169,7 @@ class Finalizer:
     def _remember(self, written: Any, *, present: bool) -> None:
         meta = _meta(written if isinstance(written, Mapping) else None)
         key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-        version, uid = _version(meta.get("resourceVersion")), meta.get("uid")
+        version, uid = resource_version_number(meta.get("resourceVersion")), meta.get("uid")
         if version is None or not uid:
             self._recent.pop(key, None)
             return
