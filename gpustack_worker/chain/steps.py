@@ -17,6 +17,7 @@ others are written, and the key is retried rate-limited.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import datetime as dt
 import time
@@ -325,6 +326,8 @@ class Steps:
     #: The chain's view of every managed, profiled Node, by name, kept current by the Node informer's events.
     _hardware: dict[str, NodeHardware] = field(default_factory=dict)
     _hardware_list: list[NodeHardware] | None = None
+    #: (mixed-on-node, family → how many profiled Nodes feed it), kept current by the Node handler.
+    _family_counts: tuple[bool, collections.Counter[flavors.Family]] | None = None
     #: Names of those Nodes by label pair, for the pairs every flavor selector or accelerated pool pins
     #: (``<key>.count=<n>``, ``acceleratable.feature.gpustack.ai/<aKey>=true``): the candidates a selection
     #: is checked against, instead of every Node.
@@ -350,6 +353,7 @@ class Steps:
         self.flavor_applier = Applier(c, managers.FLAVOR, cache=self.flavor_cache, on_repair=fix)
         self.queue_applier = Applier(c, managers.QUEUE, cache=self.queue_cache, on_repair=fix)
         self.type_applier = Applier(c, managers.INSTANCE_TYPE, cache=self.type_cache, on_repair=fix)
+        self.type_author = Applier(c, managers.AUTHOR, cache=self.type_cache)
         self.local_queue_applier = Applier(
             c, managers.LOCAL_QUEUE, cache=self.local_queue_cache, on_repair=fix
         )
@@ -447,6 +451,23 @@ class Steps:
             for pair in _indexed_pairs(view.labels):
                 self._by_label.setdefault(pair, set()).add(name)
         self._hardware_list = None
+        if self._family_counts is not None:
+            mixed, counts = self._family_counts
+            if before is not None:
+                counts.subtract(flavors.node_families(before, mixed_on_node=mixed))
+            if view is not None:
+                counts.update(flavors.node_families(view, mixed_on_node=mixed))
+
+    def _live_families(self) -> set[flavors.Family]:
+        """The families of every profiled Node's flavors (:func:`flavors.node_families`), kept as counts
+        the Node handler updates, so asking costs nothing per Node."""
+        mixed = self.settings().instance_type_mixed_on_node
+        if self._family_counts is None or self._family_counts[0] != mixed:
+            counts: collections.Counter[flavors.Family] = collections.Counter()
+            for node in self._hardware.values():
+                counts.update(flavors.node_families(node, mixed_on_node=mixed))
+            self._family_counts = (mixed, counts)
+        return {family for family, count in self._family_counts[1].items() if count > 0}
 
     def hardware(self) -> list[NodeHardware]:
         """Every managed, profiled Node's chain view (a fresh list; rebuilt only after a Node changed)."""
@@ -603,15 +624,19 @@ class Steps:
     # -- flavors, InstanceType authoring -----------------------------------------------
 
     async def flavors(self, _key: str) -> Result:
+        # A flavor (and the InstanceType authored from it) whose family a held pending Node will join is
+        # written once that Node's profile has arrived, not now and again then.
+        held = self.held()
+        blocked = self._held_families(held)
+        if held.nodes and blocked >= self._live_families():
+            # Every family is held (a cold fleet being labelled): no flavor to write, none to prune, so no
+            # plan over every Node either — at 20,000 Nodes that was most of the controller's CPU.
+            return Result.after(held.recheck_after) if held.recheck_after else Result.done()
         self._flavor_pass_started = self.monotonic()
         s = self.settings()
         hardware = self.hardware()
         planned = flavors.plan_flavors(hardware, mixed_on_node=s.instance_type_mixed_on_node)
         requeue: float | None = None
-        # A flavor (and the InstanceType authored from it) whose family a held pending Node will join is
-        # written once that Node's profile has arrived, not now and again then.
-        held = self.held()
-        blocked = self._held_families(held)
         plans = [p for p in planned if p.family not in blocked]
 
         desired = {
@@ -708,7 +733,9 @@ class Steps:
 
     async def _create_type(self, name: str, body: Mapping[str, Any]) -> None:
         try:
-            await self.client.create(kinds.INSTANCE_TYPE, dict(body), field_manager=managers.AUTHOR)
+            # None: our own create of it is on its way to the cache.
+            if await self.type_author.create(kinds.INSTANCE_TYPE, body) is None:
+                return
         except Conflict:
             return  # AlreadyExists: someone (an admin, or our cache lagging) has it — never touched
         self.authored += 1

@@ -29,8 +29,18 @@ reported twice. So the Applier remembers, per object and subresource, the resour
 server answered its last write with and the body it sent: while the cached object is the same object
 (UID) at an older resourceVersion and the desired body is the one already written, the apply is skipped.
 Once the cache reaches that resourceVersion (or the UID changes) the entry is dropped and the cache is
-the truth again; an object missing from the cache is always written (never suppress a re-create). At
-most :data:`RECENT_WRITES_MAX` entries are kept (oldest dropped: that only costs a redundant write).
+the truth again. At most :data:`RECENT_WRITES_MAX` entries are kept (oldest dropped: that only costs a
+redundant write).
+
+**Our own create not yet in the cache** is the same race on an object the cache does not hold yet (a
+LocalQueue's Namespace pass runs again before the LocalQueue's ADDED event): its apply is skipped while the
+informer has not yet reached the created resourceVersion — its ``last_resource_version``, which every
+event and bookmark advances, is still older than the create (client-go's ``MutationCache`` keeps creates
+the same way, ``includeAdds``). Once the informer is past it, the informer's store decides: holding our
+object, the caller's view merely predates the ADDED event (it read the cache before an await) and nothing
+is sent; without it, the object was deleted after the create and is created again (never suppress a
+re-create). A cache that does not say how far it is, or an informer that has not moved for
+:data:`UNSEEN_CREATE_MAX_S`, gets the write.
 
 **A field another manager changed** (an admin's ``kubectl edit``, a forced apply): the server moves the
 field to that manager's entry, so it is missing from ours while the object holds a value other than
@@ -50,6 +60,7 @@ object), the resourceVersion only when the caller asks for it, and an optional p
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast, runtime_checkable
@@ -70,6 +81,7 @@ if TYPE_CHECKING:
 __all__ = (
     "PROPAGATION_POLICIES",
     "RECENT_WRITES_MAX",
+    "UNSEEN_CREATE_MAX_S",
     "Applier",
     "ApplierConfigError",
     "FieldPath",
@@ -106,6 +118,9 @@ _UNTRACKED: Final = frozenset(
 )
 #: Own writes remembered until the cache has them (see "Our own write not yet in the cache").
 RECENT_WRITES_MAX: Final = 4096
+#: The longest an own create is taken as on its way to a cache that has not reached it (a stalled watch
+#: must not keep a missing object missing); a watch event normally arrives within milliseconds.
+UNSEEN_CREATE_MAX_S: Final = 30.0
 #: ``DeleteOptions.propagationPolicy`` values.
 PROPAGATION_POLICIES: Final = frozenset({"Background", "Foreground", "Orphan"})
 _MISSING: Final = object()
@@ -485,12 +500,18 @@ class Applier:
         *,
         cache: ManagedFieldsCache | Iterable[ManagedFieldsCache],
         on_repair: Callable[[Resource, Mapping[str, Any], tuple[str, ...]], None] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
         self.field_manager = field_manager
         self.on_repair = on_repair
+        self.monotonic = monotonic
         #: (kind, namespace, name, subresource) → (uid, resourceVersion, body digest) of our last write.
         self._recent: OrderedDict[tuple[str, str, str, str], tuple[str, int, str]] = OrderedDict()
+        #: The same key → (uid, resourceVersion, body digest, when) of a create the cache has not shown yet.
+        self._unseen: OrderedDict[tuple[str, str, str, str], tuple[str, int, str, float]] = OrderedDict()
+        #: kind → the bound informers of that kind (they say how far their watch has come).
+        self._informers: dict[str, list[Any]] = {}
         self._skipped = APPLY_SKIPPED.labels(field_manager=field_manager)
         several = isinstance(cache, list | tuple | set | frozenset)
         caches = list(cast("Iterable[ManagedFieldsCache]", cache)) if several else [cache]
@@ -513,6 +534,9 @@ class Applier:
                 f"transform keeps the managedFields of {sorted(kept)} only: add {self.field_manager!r} to "
                 "its make_transform([...]) (without it every reconcile would write)"
             )
+        kind = getattr(getattr(cache, "resource", None), "kind", None)
+        if isinstance(kind, str) and hasattr(cache, "last_resource_version") and hasattr(cache, "store"):
+            self._informers.setdefault(kind, []).append(cache)
 
     async def apply(
         self,
@@ -550,7 +574,7 @@ class Applier:
         written = await self.client.apply(
             resource, dict(desired), field_manager=self.field_manager, force=force, subresource=subresource
         )
-        self._remember(key, written, digest)
+        self._remember(key, written, digest, created=cached is None)
         if taken and cached is not None:
             fields = tuple(sorted(dotted(p) for p in taken))
             _log.warning(
@@ -567,13 +591,31 @@ class Applier:
                 self.on_repair(resource, cached, fields)
         return written
 
+    async def create(self, resource: Resource, desired: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Create ``desired`` (a POST: create-only, an existing object raises
+        :class:`~gpustack_worker.runtime.client.Conflict`), unless our own create of this very body is
+        still on its way to the cache — then None. For an object that is authored once and never updated
+        (the caller found no object of that name in its cache)."""
+        meta = desired.get("metadata") or {}
+        key = (resource.kind, str(meta.get("namespace") or ""), str(meta.get("name") or ""), "")
+        if self._created_already(key, desired):
+            self._skipped.inc()
+            return None
+        digest = _digest(desired)
+        written = await self.client.create(resource, dict(desired), field_manager=self.field_manager)
+        self._remember(key, written, digest, created=True)
+        return written
+
     def _written_already(
         self, key: tuple[str, str, str, str], cached: Mapping[str, Any] | None, desired: Mapping[str, Any]
     ) -> bool:
         """Is ``cached`` older than our last accepted write of this very body (the watch event not yet
         delivered)? Drops the entry once the cache has caught up or holds another object."""
+        if cached is None:
+            return self._created_already(key, desired)
+        self._unseen.pop(key, None)
         entry = self._recent.get(key)
-        if entry is None or cached is None:
+        if entry is None:
             return False
         meta = cached.get("metadata") or {}
         seen = resource_version_number(meta.get("resourceVersion"))
@@ -583,10 +625,50 @@ class Applier:
             return False
         return sent == _digest(desired)
 
-    def _remember(self, key: tuple[str, str, str, str], written: Any, digest: str) -> None:
+    def _created_already(self, key: tuple[str, str, str, str], desired: Mapping[str, Any]) -> bool:
+        """Is the uncached object one we created with this very body, which the informer has not reached
+        yet? Drops the entry once it has (a missing object then was deleted: write it again) or after
+        :data:`UNSEEN_CREATE_MAX_S`."""
+        entry = self._unseen.get(key)
+        if entry is None:
+            return False
+        uid, version, sent, at = entry
+        reached = self._informer_version(key[0])
+        if reached is not None and reached >= version:
+            del self._unseen[key]
+            # Passed: the object is in the informer unless it was deleted since. The caller's view may
+            # predate the ADDED event (it read the cache before an await): then the cache judges next time.
+            return self._informer_holds(key, uid) and sent == _digest(desired)
+        if reached is None or self.monotonic() - at >= UNSEEN_CREATE_MAX_S:
+            del self._unseen[key]
+            return False
+        return sent == _digest(desired)
+
+    def _informer_holds(self, key: tuple[str, str, str, str], uid: str) -> bool:
+        """Does a bound informer of the key's kind hold the object ``uid``?"""
+        kind, namespace, name, _sub = key
+        store_key = f"{namespace}/{name}" if namespace else name
+        for informer in self._informers.get(kind, ()):
+            held = informer.store.get(store_key)
+            if held is not None and (held.get("metadata") or {}).get("uid") == uid:
+                return True
+        return False
+
+    def _informer_version(self, kind: str) -> int | None:
+        """How far the bound informers of ``kind`` have come (the least of them), None if unknown."""
+        reached = [
+            resource_version_number(informer.last_resource_version)
+            for informer in self._informers.get(kind, ())
+        ]
+        if not reached or any(v is None for v in reached):
+            return None
+        return min(v for v in reached if v is not None)
+
+    def _remember(self, key: tuple[str, str, str, str], written: Any, digest: str, *, created: bool) -> None:
         meta = written.get("metadata") if isinstance(written, Mapping) else None
         version = resource_version_number((meta or {}).get("resourceVersion"))
         uid = (meta or {}).get("uid")
+        self._unseen.pop(key, None)
         if version is None or not uid:
             self._recent.pop(key, None)
             return
@@ -594,10 +676,16 @@ class Applier:
         self._recent.move_to_end(key)
         while len(self._recent) > RECENT_WRITES_MAX:
             self._recent.popitem(last=False)
+        if created:
+            self._unseen[key] = (str(uid), version, digest, self.monotonic())
+            while len(self._unseen) > RECENT_WRITES_MAX:
+                self._unseen.popitem(last=False)
 
     def _forget(self, resource: Resource, namespace: str | None, name: str) -> None:
         for key in [k for k in self._recent if k[:3] == (resource.kind, namespace or "", name)]:
             del self._recent[key]
+        for key in [k for k in self._unseen if k[:3] == (resource.kind, namespace or "", name)]:
+            del self._unseen[key]
 
     async def apply_status(
         self, resource: Resource, desired: Mapping[str, Any], cached: Mapping[str, Any] | None

@@ -46,10 +46,6 @@ UID_INDEX: Final = "uid"
 _log = structlog.get_logger("gpustack_worker.topology")
 
 
-#: How long a Topology we created may be missing from the cache before a reconcile creates it again.
-_CREATED_WAIT_S: Final = 10.0
-
-
 def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return (obj or {}).get("metadata") or {}
 
@@ -105,7 +101,6 @@ class TopologySteps:
     #: One apply of a generated Topology at a time (:meth:`_ensure_topology`), and when we created each
     #: one that the cache has not shown yet.
     _topology_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
-    _created: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         c = self.client
@@ -343,9 +338,9 @@ class TopologySteps:
 
     async def _ensure_topology(self, levels: tuple[str, ...]) -> None:
         """The Topology of a profile exists. Every Node of the profile asks, ``node-profile-workers`` at
-        once on a cold fleet: the first creates it, the others wait for that apply and write nothing
-        while the cache has not shown the created object yet (at most ``_CREATED_WAIT_S``, so a Topology
-        deleted meanwhile is created again) — 8 workers wrote it 8 times otherwise."""
+        once on a cold fleet: the first creates it, the others wait for that apply (a per-name lock) and
+        write nothing while the informer has not reached the create yet (the Applier's own-create memory;
+        a Topology deleted meanwhile is created again) — 8 workers wrote it 8 times otherwise."""
         body = stamp(profiles.topology_body(levels), managers.OWNER_TOPOLOGIES)
         topo_name = body["metadata"]["name"]
         lock = self._topology_locks.setdefault(topo_name, asyncio.Lock())
@@ -354,9 +349,6 @@ class TopologySteps:
 
     async def _ensure_topology_locked(self, topo_name: str, body: dict[str, Any]) -> None:
         cached = self.topologies.store.get(topo_name)
-        created = self._created.pop(topo_name, None) if cached is not None else self._created.get(topo_name)
-        if cached is None and created is not None and self.monotonic() - created < _CREATED_WAIT_S:
-            return  # our own create, not in the cache yet
         drift = profiles.topology_drift(body, cached)
         if drift is not None:
             if self.drift.get(topo_name) != drift:
@@ -367,9 +359,7 @@ class TopologySteps:
             return
         self.drift.pop(topo_name, None)
         try:
-            written = await self.topology_applier.apply(kinds.TOPOLOGY, body, cached)
-            if written is not None and cached is None:
-                self._created[topo_name] = self.monotonic()
+            await self.topology_applier.apply(kinds.TOPOLOGY, body, cached)
         except ApiError as exc:
             if exc.status != 422:
                 raise

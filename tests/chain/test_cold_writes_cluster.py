@@ -10,8 +10,9 @@ show, for the controller's User-Agent:
 
 - one profile label write per Node;
 - per chain kind, exactly one write per object desired: ResourceFlavors, ClusterQueues, their
-  ``TopologyReady`` status, InstanceType status and the Topology (LocalQueues, the two AdmissionChecks
-  and the InstanceTypes' create and finalizer too, in most runs: see the non-strict ``xfail``).
+  ``TopologyReady`` status, InstanceType status, the Topology, the LocalQueues, the two AdmissionChecks
+  and the InstanceTypes' create and finalizer (an object created a moment ago and not yet in the cache is
+  not written again: the Applier's own-create memory).
 
 Counts, not durations: they do not depend on the machine's speed. Before the settle gate the same fleet
 rewrote its flavors, queue status and InstanceType status with every second of labelling.
@@ -34,7 +35,7 @@ from bench import chain_bench
 from gpustack_worker.api import kinds, rbac
 from gpustack_worker.chain import localqueues
 from gpustack_worker.cli.settings import WorkerSettings
-from gpustack_worker.devcluster.audit import AuditLog
+from gpustack_worker.devcluster.audit import AuditEvent, AuditLog
 from gpustack_worker.devcluster.cluster import DevCluster
 from gpustack_worker.runtime.client import Client
 
@@ -73,6 +74,19 @@ class ColdRun:
     #: Audit-log writes by the controller (Lease renewals left out), by resource path.
     by_path: collections.Counter[str]
     by_verb: collections.Counter[tuple[str, str]]
+    #: Every counted write, for a failure's message.
+    writes: tuple[AuditEvent, ...] = ()
+
+    def repeated(self, resource_path: str) -> list[str]:
+        """The writes of ``resource_path``'s objects written more than once, in order."""
+        seen = collections.Counter(
+            (e.namespace, e.name) for e in self.writes if e.resource_path == resource_path
+        )
+        return [
+            f"{e.received.time()} {e.verb} {e.namespace}/{e.name} code={e.code}"
+            for e in self.writes
+            if e.resource_path == resource_path and seen[e.namespace, e.name] > 1
+        ]
 
 
 @pytest.fixture(scope="module")
@@ -95,9 +109,7 @@ async def cold_run(cold_cluster: DevCluster) -> ColdRun:
             if not localqueues.is_system_namespace(n["metadata"]["name"], kinds.SYSTEM_NAMESPACE)
         )
         started = dt.datetime.now(dt.UTC)
-        proc = chain_bench.start_controller(
-            cluster, cluster.service_account_kubeconfig(rbac.CONTROLLER.name)
-        )
+        proc = chain_bench.start_controller(cluster, cluster.service_account_kubeconfig(rbac.CONTROLLER.name))
         assert proc.pid is not None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + CONVERGE_LIMIT_S
@@ -121,6 +133,7 @@ async def cold_run(cold_cluster: DevCluster) -> ColdRun:
         exp,
         collections.Counter(e.resource_path for e in writes),
         collections.Counter((e.resource_path, e.verb) for e in writes),
+        tuple(writes),
     )
     print(f"writes by the controller: {dict(sorted(run.by_verb.items()))}")
     print(f"objects desired: {exp.desired_writes()}")
@@ -137,7 +150,7 @@ def test_one_write_per_node_profile_flavor_queue_and_status(cold_run: ColdRun) -
         "clusterqueues/status": types,
         "instancetypes/status": types,
     }
-    assert {path: by_path[path] for path in wanted} == wanted
+    assert {path: by_path[path] for path in wanted} == wanted, [cold_run.repeated(p) for p in wanted]
 
 
 def test_one_write_per_topology(cold_run: ColdRun) -> None:
@@ -145,18 +158,11 @@ def test_one_write_per_topology(cold_run: ColdRun) -> None:
     assert cold_run.by_path["topologies"] == 1
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 18, left open: an object the chain has just created is sometimes written again before "
-    "its ADDED event reaches the cache (the Applier's own-write memory covers updates, not creates): a "
-    "LocalQueue or an AdmissionCheck written twice within 100 ms, or an InstanceType create repeated "
-    "(AlreadyExists)",
-)
 def test_one_write_per_local_queue_check_and_authored_type(cold_run: ColdRun) -> None:
     exp, by_path = cold_run.expected, cold_run.by_path
     types = len(exp.types)
-    assert by_path["localqueues"] == len(exp.local_queues)
-    assert by_path["admissionchecks"] == 2
+    assert by_path["localqueues"] == len(exp.local_queues), cold_run.repeated("localqueues")
+    assert by_path["admissionchecks"] == 2, cold_run.repeated("admissionchecks")
     # Each InstanceType once created by the author and once given its finalizer; nothing else.
     assert cold_run.by_verb["instancetypes", "create"] == types
     assert by_path["instancetypes"] == 2 * types

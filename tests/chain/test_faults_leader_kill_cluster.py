@@ -246,11 +246,16 @@ async def test_the_standby_resumes_a_killed_leaders_drain_from_the_recorded_phas
                 """Phase draining recorded, Kueue has evicted the Workload, which still reserves quota."""
                 cq = await mig.queue(admin)
                 wl = await admin.get(kinds.WORKLOAD, name, TEAM)
+                ready = condition(cq, keys.TOPOLOGY_READY)
                 ok = (
                     mig.annotations_of(cq).get(keys.MIGRATION_PHASE) == "draining"
                     and cq["spec"].get("stopPolicy") == "HoldAndDrain"
                     and condition(wl, "Evicted").get("status") == "True"
                     and condition(wl, "QuotaReserved").get("status") == "True"
+                    # The leader has caught up with Kueue's report (stopped, one reservation): killed
+                    # earlier, its standby would rightly reword this condition from the newer report.
+                    and "switching once Kueue reports none" in ready.get("message", "")
+                    and ready.get("observedGeneration") == cq["metadata"].get("generation")
                 )
                 return cq if ok else None
 

@@ -47,7 +47,12 @@ SHAPES: tuple[tuple[str, str, int, tuple[tuple[str, str, int, int], ...]], ...] 
 def _node(i: int, shape: int, profile: str | None, *, arm: bool = False) -> dict[str, Any]:
     vendor, cpu, cores, devices = SHAPES[shape]
     return node(
-        f"n{i}", vendor=vendor, cpu_name=cpu, cores=cores, devices=devices, profile=profile,
+        f"n{i}",
+        vendor=vendor,
+        cpu_name=cpu,
+        cores=cores,
+        devices=devices,
+        profile=profile,
         arch="arm64" if arm else "amd64",
     )
 
@@ -393,3 +398,46 @@ def test_steps_wait_for_their_own_flavor_writes_at_most_settle_seconds(chain: tu
     assert steps._wait("instancetype", "t4", it, also=True) == pytest.approx(0.5)
     clock.t += 0.5
     assert steps._wait("instancetype", "t4", it, also=True) is None
+
+
+def test_the_live_families_follow_every_node_event(chain: tuple[Chain, _Clock]) -> None:
+    """The family counts the Node handler keeps equal a recount over the profiled Nodes after adds,
+    changes of shape and deletes."""
+    c, _clock = chain
+    steps = c.steps
+
+    def recount() -> set[flavors.Family]:
+        mixed = steps.settings().instance_type_mixed_on_node
+        return {f for n in steps.hardware() for f in flavors.node_families(n, mixed_on_node=mixed)}
+
+    assert steps._live_families() == set()
+    for i, shape in enumerate([3, 3, 5]):
+        _feed(c.nodes, "ADDED", _with_rv(_node(i, shape, HOSTNAME_PROFILE), 1))
+        assert steps._live_families() == recount()
+    _feed(c.nodes, "MODIFIED", _with_rv(_node(2, 3, HOSTNAME_PROFILE), 2))  # the T4 Node now an A10G one
+    assert steps._live_families() == recount()
+    _feed(c.nodes, "DELETED", _with_rv(_node(0, 3, HOSTNAME_PROFILE), 3))
+    _feed(c.nodes, "MODIFIED", _with_rv(_node(1, 3, None), 3))  # its profile gone: pending, not profiled
+    only = node_hardware(_node(2, 3, HOSTNAME_PROFILE))
+    assert only is not None
+    mixed = steps.settings().instance_type_mixed_on_node
+    assert steps._live_families() == recount() == set(flavors.node_families(only, mixed_on_node=mixed))
+
+
+async def test_the_flavor_pass_plans_nothing_while_every_family_is_held(chain: tuple[Chain, _Clock]) -> None:
+    """A cold fleet being labelled: every profiled Node's family also has a held pending Node, so the pass
+    returns before planning over every Node (the client here refuses any call) and polls the hold."""
+    c, _clock = chain
+    steps = c.steps
+    for i in range(3):
+        _feed(c.nodes, "ADDED", _with_rv(_node(i, 3, None), 1))
+    _feed(c.nodes, "ADDED", _with_rv(_node(3, 3, HOSTNAME_PROFILE), 1))
+    assert steps.held().nodes == {"n0", "n1", "n2"}
+    result = await steps.flavors("flavors")
+    assert result.requeue_after == steps.held().recheck_after is not None
+    assert steps._flavor_pass_started is None  # the arrivals are not planned yet
+    # A profiled Node of a family nothing holds (a T4): the pass plans, and needs the client.
+    _feed(c.nodes, "ADDED", _with_rv(_node(9, 5, HOSTNAME_PROFILE), 1))
+    with pytest.raises(AttributeError):
+        await steps.flavors("flavors")
+    assert steps._flavor_pass_started is not None

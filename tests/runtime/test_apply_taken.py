@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from noop_cases import ROWS, Row
 from prometheus_client import REGISTRY
 
-from gpustack_worker.runtime.apply import Applier, dotted, is_noop, taken_fields
+from gpustack_worker.runtime.apply import UNSEEN_CREATE_MAX_S, Applier, dotted, is_noop, taken_fields
 from gpustack_worker.runtime.client import Conflict
 from gpustack_worker.runtime.resources import FieldHints, Resource
 from gpustack_worker.runtime.transform import make_transform
@@ -294,3 +294,155 @@ async def test_a_missing_or_recreated_object_is_always_written() -> None:
     other = _versioned(_labelled({"a": "x"}, {MANAGER: {"a"}}), 5, uid="u2")
     assert await applier.apply(CM, desired, other) is not None
     assert len(client.applied) == 3
+
+
+# -- our own create not yet in the cache ------------------------------------------------------------------
+class WatchedCache:
+    """An informer as the Applier sees it: its kind and how far its watch has come."""
+
+    field_managers = frozenset({MANAGER})
+    resource = CM
+
+    def __init__(self, version: str) -> None:
+        self.last_resource_version = version
+        self.store: dict[str, dict[str, Any]] = {}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_create_the_informer_has_not_reached_is_not_sent_again() -> None:
+    """A second pass before our create's ADDED event (the informer at rv 10, the create at rv 11) sends
+    nothing; another body is still written at once."""
+    client = VersionedClient()
+    informer = WatchedCache("10")
+    applier = Applier(client, MANAGER, cache=informer)  # type: ignore[arg-type]
+    desired = _body({"a": "1"})
+    assert await applier.apply(CM, desired, None) is not None
+    assert await applier.apply(CM, desired, None) is None
+    assert len(client.applied) == 1
+    assert await applier.apply(CM, _body({"a": "2"}), None) is not None
+    assert len(client.applied) == 2
+    # Once the cache holds the object, the cache judges again (a no-op here).
+    assert await applier.apply(CM, _body({"a": "2"}), _versioned(client.applied_object(), 12)) is None
+    assert len(client.applied) == 2
+
+
+async def test_a_create_the_informer_has_passed_and_not_kept_is_made_again() -> None:
+    """The informer reached the create's resourceVersion without the object: it was deleted after our
+    create, so it is created again — never suppressed."""
+    client = VersionedClient()
+    informer = WatchedCache("10")
+    applier = Applier(client, MANAGER, cache=informer)  # type: ignore[arg-type]
+    desired = _body({"a": "1"})
+    await applier.apply(CM, desired, None)
+    informer.last_resource_version = "13"  # ADDED at 11, DELETED at 13
+    assert await applier.apply(CM, desired, None) is not None
+    assert len(client.applied) == 2
+
+
+async def test_a_view_read_before_the_create_reached_the_informer_is_not_written_again() -> None:
+    """The caller read the cache, awaited something, and meanwhile the ADDED event arrived: the informer is
+    past the create and holds the object, so the caller's empty view is stale — nothing is sent."""
+    client = VersionedClient()
+    informer = WatchedCache("10")
+    applier = Applier(client, MANAGER, cache=informer)  # type: ignore[arg-type]
+    desired = _body({"a": "1"})
+    created = await applier.apply(CM, desired, None)
+    assert created is not None
+    informer.store[created["metadata"]["name"]] = created
+    informer.last_resource_version = "12"
+    assert await applier.apply(CM, desired, None) is None
+    assert len(client.applied) == 1
+    # A different object of that name in the store (another UID): ours was deleted — written.
+    await applier.apply(CM, _body({"a": "2"}), None)
+    informer.store[created["metadata"]["name"]] = _versioned(created, 14, uid="u2")
+    informer.last_resource_version = "20"
+    assert await applier.apply(CM, _body({"a": "2"}), None) is not None
+    assert len(client.applied) == 3
+
+
+@pytest.mark.parametrize("version", ["", "not-a-number"])
+async def test_an_informer_that_cannot_say_how_far_it_is_gets_the_create_again(version: str) -> None:
+    client = VersionedClient()
+    applier = Applier(client, MANAGER, cache=WatchedCache(version))  # type: ignore[arg-type]
+    desired = _body({"a": "1"})
+    await applier.apply(CM, desired, None)
+    assert await applier.apply(CM, desired, None) is not None
+    assert len(client.applied) == 2
+
+
+async def test_a_stalled_informer_holds_back_a_create_for_a_bounded_time_only() -> None:
+    client = VersionedClient()
+    clock = Clock()
+    applier = Applier(client, MANAGER, cache=WatchedCache("10"), monotonic=clock)  # type: ignore[arg-type]
+    desired = _body({"a": "1"})
+    await applier.apply(CM, desired, None)
+    clock.now = UNSEEN_CREATE_MAX_S - 0.1
+    assert await applier.apply(CM, desired, None) is None
+    clock.now = UNSEEN_CREATE_MAX_S
+    assert await applier.apply(CM, desired, None) is not None
+    assert len(client.applied) == 2
+
+
+async def test_deleting_the_object_forgets_its_create() -> None:
+    client = VersionedClient()
+    applier = Applier(client, MANAGER, cache=WatchedCache("10"))  # type: ignore[arg-type]
+    desired = _body({"a": "1"})
+    created = await applier.apply(CM, desired, None)
+    assert created is not None
+    await applier.delete(CM, created)
+    assert await applier.apply(CM, desired, None) is not None
+    assert len(client.applied) == 2
+
+
+async def test_the_least_advanced_informer_of_the_kind_decides() -> None:
+    """Two informers of one kind (two namespaces' views, say): the create is on its way until both have
+    passed it; an informer of another kind says nothing about it."""
+    client = VersionedClient()
+    ahead, behind = WatchedCache("20"), WatchedCache("10")
+    applier = Applier(client, MANAGER, cache=[ahead, behind])  # type: ignore[arg-type]
+    desired = _body({"a": "1"})
+    await applier.apply(CM, desired, None)
+    assert await applier.apply(CM, desired, None) is None
+    behind.last_resource_version = "11"
+    assert await applier.apply(CM, desired, None) is not None
+    assert len(client.applied) == 2
+
+
+class CreatingClient(VersionedClient):
+    """POST as the server answers it: the object, or AlreadyExists once it exists."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.created: list[dict[str, Any]] = []
+        self.exists = False
+
+    async def create(self, resource: Resource, body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        if self.exists:
+            raise Conflict(409, "AlreadyExists", {"message": "already exists"})
+        self.created.append(body)
+        self.version += 1
+        return _versioned(body, self.version)
+
+
+async def test_an_authored_create_is_posted_once_until_the_informer_passes_it() -> None:
+    client = CreatingClient()
+    informer = WatchedCache("10")
+    applier = Applier(client, MANAGER, cache=informer)  # type: ignore[arg-type]
+    desired = _body({"a": "1"})
+    assert await applier.create(CM, desired) is not None
+    assert await applier.create(CM, desired) is None  # on its way: not posted again
+    assert len(client.created) == 1
+    informer.last_resource_version = "12"  # passed without it: deleted since, authored again
+    assert await applier.create(CM, desired) is not None
+    assert len(client.created) == 2
+    client.exists = True  # someone else's object of that name: the caller hears AlreadyExists
+    informer.last_resource_version = "20"
+    with pytest.raises(Conflict):
+        await applier.create(CM, desired)

@@ -13,7 +13,6 @@ from gpustack_worker.runtime.registry import InformerRegistry
 from gpustack_worker.runtime.settings import SettingsSource
 from gpustack_worker.topology import levels as lv
 from gpustack_worker.topology import managers, profiles
-from gpustack_worker.topology import steps as steps_module
 from gpustack_worker.topology.controller import Topology
 
 LEVELS = ("example.com/rack", keys.HOSTNAME)
@@ -39,6 +38,7 @@ def _topology(client: ApplyingClient) -> tuple[Topology, list[float]]:
     topology = Topology(api, settings, InformerRegistry(api))
     now = [100.0]
     topology.steps.monotonic = lambda: now[0]
+    topology.topologies.last_resource_version = "0"  # synced, before any create
     return topology, now
 
 
@@ -49,15 +49,15 @@ async def test_eight_reconciles_at_once_create_the_topology_once() -> None:
     assert client.applied == [keys.topology_name(lv.profile_of(LEVELS))]
 
 
-async def test_created_again_when_the_cache_never_shows_it_and_quiet_once_it_does() -> None:
+async def test_created_again_when_the_informer_passed_it_without_it_and_quiet_once_it_holds_it() -> None:
     client = ApplyingClient()
-    topology, now = _topology(client)
+    topology, _now = _topology(client)
     await topology.steps._ensure_topology(LEVELS)
     await topology.steps._ensure_topology(LEVELS)
-    assert len(client.applied) == 1  # our create is on its way to the cache
-    now[0] += steps_module._CREATED_WAIT_S + 1
+    assert len(client.applied) == 1  # our create (rv 1) is on its way to the cache
+    topology.topologies.last_resource_version = "5"  # the watch passed it: deleted meanwhile
     await topology.steps._ensure_topology(LEVELS)
-    assert len(client.applied) == 2  # deleted meanwhile (or never delivered): created again
+    assert len(client.applied) == 2  # created again (rv 2)
     name = client.applied[0]
     body = stamp(profiles.topology_body(LEVELS), managers.OWNER_TOPOLOGIES)
     meta = {**body["metadata"], "uid": "u-1", "resourceVersion": "9"}
