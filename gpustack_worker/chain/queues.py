@@ -75,6 +75,8 @@ __all__ = (
     "QueueInputs",
     "Refusal",
     "decide",
+    "held_in_migration",
+    "holding_workloads",
     "migration_problem",
     "plan_queue",
     "pool_nodes",
@@ -402,6 +404,13 @@ def _reported(queue: Mapping[str, Any] | None) -> _Reported | None:
                 return _Reported(cond, status)
             return None
     return None
+
+
+def holding_workloads(queue: Mapping[str, Any] | None) -> int | None:
+    """Workloads holding quota in ``queue`` as Kueue reports it for the queue's current generation; None
+    while Kueue has not reported on that generation (``cleanup`` waits on it after its ``HoldAndDrain``)."""
+    reported = _reported(queue)
+    return None if reported is None else reported.workloads()
 
 
 def _flavor_names(groups: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -830,3 +839,17 @@ def _without_flavors(groups: Sequence[Mapping[str, Any]], names: set[str]) -> li
         if kept:
             out.append({**group, "flavors": kept})
     return out
+
+
+def held_in_migration(queue: Mapping[str, Any]) -> tuple[str] | None:
+    """``(phase,)`` while the queue is held ``HoldAndDrain`` with a known migration phase recorded on it,
+    else None: what ``gpustack_clusterqueues_held_in_migration`` counts (an alert fires on a long hold)."""
+    phase = _annotations(queue).get(keys.MIGRATION_PHASE)
+    spec = queue.get("spec") or {}
+    if phase not in PHASES or spec.get("stopPolicy") != HOLD_AND_DRAIN:
+        return None
+    return (str(phase),)
+
+
+#: What :func:`held_in_migration` may answer (exported at zero).
+MIGRATION_HOLD_STATES: Final = tuple((phase,) for phase in sorted(PHASES))
