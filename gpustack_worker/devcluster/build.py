@@ -19,6 +19,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -36,15 +37,18 @@ if TYPE_CHECKING:
 
 __all__ = (
     "COMPONENTS",
+    "MIN_GO",
     "OPTIONAL",
     "BuildError",
     "Component",
     "cache_dir",
+    "check_go_version",
     "ensure_all",
     "ensure_binary",
     "ensure_optional",
     "lock_path",
     "module_dir",
+    "parse_go_version",
 )
 
 CACHE_ENV = "GPUSTACK_WORKER_CACHE"
@@ -53,6 +57,11 @@ CACHE_ENV = "GPUSTACK_WORKER_CACHE"
 _BUILDING_PREFIX = ".building-"
 #: Lines of go's output a BuildError quotes (the end of it: where go says what failed).
 _TAIL_LINES = 25
+#: The oldest Go toolchain that builds every component: Kueue's, NFD's and helm's wrapper modules say
+#: ``go 1.26``, and with ``GOTOOLCHAIN=local`` an older go refuses them deep into the build.
+MIN_GO: tuple[int, int] = (1, 26)
+#: ``go1.26.8``, ``go1.26``, ``go1.27rc1`` in ``go version``'s output (a ``devel`` build prints it too).
+_GO_VERSION = re.compile(r"\bgo(\d+)\.(\d+)(?:\.(\d+))?")
 
 
 class BuildError(RuntimeError):
@@ -242,6 +251,30 @@ def _run_go(
     return stdout
 
 
+def parse_go_version(output: str) -> tuple[int, int, int] | None:
+    """``(major, minor, patch)`` from ``go version``'s output, ``None`` when it names no version."""
+    match = _GO_VERSION.search(output)
+    if match is None:
+        return None
+    major, minor, patch = match.groups()
+    return int(major), int(minor), int(patch or 0)
+
+
+def check_go_version(output: str) -> None:
+    """Raise :class:`BuildError` unless ``go version``'s ``output`` names Go :data:`MIN_GO` or newer."""
+    found = parse_go_version(output)
+    want = ".".join(map(str, MIN_GO))
+    if found is None:
+        raise BuildError(
+            f"cannot read a Go version in `go version`'s output {output.strip()!r}; need {want}+"
+        )
+    if found[:2] < MIN_GO:
+        raise BuildError(
+            f"Go {want} or newer is needed to build the control plane; `go version` says "
+            f"{output.strip()!r}. Install Go {want}+ and put it first on PATH."
+        )
+
+
 def _usable(binary: Path) -> bool:
     return binary.is_file() and os.access(binary, os.X_OK)
 
@@ -305,6 +338,8 @@ def _build(component: Component, target: Path, log: Callable[[str], None]) -> No
         tempfile.TemporaryDirectory(prefix=_BUILDING_PREFIX, dir=target.parent) as out,
     ):
         work = Path(tmp)
+        # before anything is downloaded: an old toolchain fails here in one line, not deep in go's output
+        check_go_version(_run_go(["version"], work, log))
         (work / "go.mod").write_text(component.go_mod())
         # go writes the binary into a directory of this build's own, on the cache's file system, so the
         # move into place is one atomic rename: no other process ever sees a half-written binary
