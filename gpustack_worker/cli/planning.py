@@ -51,7 +51,20 @@ if TYPE_CHECKING:
     from gpustack_worker.runtime.conditions import Condition
     from gpustack_worker.simulate.scenario import Scenario
 
-__all__ = ("PlanError", "PlannedChain", "plan_chain", "project")
+__all__ = (
+    "PlanError",
+    "PlanNode",
+    "PlannedChain",
+    "accepted",
+    "capacity_status",
+    "converge",
+    "in_effect",
+    "own_keys",
+    "parsed_facts",
+    "plan_chain",
+    "project",
+    "set_own",
+)
 
 #: The namespace the plan's LocalQueues are shown in (every non-system namespace gets the same ones).
 PLAN_NAMESPACE: Final = "default"
@@ -135,9 +148,11 @@ def project(node: Mapping[str, Any], features: Iterable[Mapping[str, str]]) -> d
 
 
 @dataclass(slots=True)
-class _Node:
-    """One scenario node as the cluster holds it: the rendered Node (no NodeFeature projected yet), the
-    Device Manager's labels and the ``Devices`` object with its ledger."""
+class PlanNode:
+    """One node as the cluster holds it: the Node with no NodeFeature projected, the labels of the
+    NodeFeatures neither the agent nor a TopologySource writes (``dm_labels``: the Device Manager's) and
+    the ``Devices`` object with its ledger. A scenario's are rendered; ``plan --from-cluster`` reads them
+    (:mod:`gpustack_worker.cli.cluster_plan`)."""
 
     base: dict[str, Any]
     dm_labels: dict[str, str]
@@ -151,8 +166,8 @@ class _Node:
     topology: dict[str, str] = field(default_factory=dict)
 
 
-def _render(scenario: Scenario) -> dict[str, _Node]:
-    out: dict[str, _Node] = {}
+def _render(scenario: Scenario) -> dict[str, PlanNode]:
+    out: dict[str, PlanNode] = {}
     for spec in scenario.nodes:
         uid = f"plan-{spec.name}"
         node = render.render_node(spec, _EPOCH)
@@ -163,7 +178,7 @@ def _render(scenario: Scenario) -> dict[str, _Node]:
         ledger = render.render_devices_status(spec)
         if devices is not None and ledger is not None:
             devices = {**devices, "status": ledger["status"]}
-        out[spec.name] = _Node(node, dm, devices, _facts(devices), project(node, [dm]))
+        out[spec.name] = PlanNode(node, dm, devices, parsed_facts(devices), project(node, [dm]))
     return out
 
 
@@ -171,7 +186,8 @@ def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
     return dict((obj.get("metadata") or {}).get("labels") or {})
 
 
-def _in_effect(conditions: Sequence[Condition]) -> tuple[bool, str]:
+def in_effect(conditions: Sequence[Condition]) -> tuple[bool, str]:
+    """Whether a TopologySource whose decided conditions are ``conditions`` is in effect, and why."""
     for cond in conditions:
         if cond.type == sources.READY:
             # the controllers' own rule (``Ready=True`` or ``Stale``), not a copy of it
@@ -180,7 +196,7 @@ def _in_effect(conditions: Sequence[Condition]) -> tuple[bool, str]:
 
 
 def _source_round(
-    source: Mapping[str, Any], snapshot: bytes | str | None, nodes: dict[str, _Node], namespace: str
+    source: Mapping[str, Any], snapshot: bytes | str | None, nodes: dict[str, PlanNode], namespace: str
 ) -> tuple[dict[str, dict[str, str]], sources.SourceDecision]:
     """One decision of the TopologySource over the Nodes as they stand: its NodeFeature labels by Node."""
     spec = source.get("spec") or {}
@@ -222,8 +238,8 @@ def _ready_sources(source: Mapping[str, Any] | None) -> list[profiles.ReadySourc
     ]
 
 
-def _converge(
-    nodes: dict[str, _Node],
+def converge(
+    nodes: dict[str, PlanNode],
     settings: WorkerSettings,
     source: Mapping[str, Any] | None,
     snapshot: bytes | str | None,
@@ -254,8 +270,8 @@ def _converge(
             for name, n in nodes.items():
                 n.topology = by_node.get(name, {})
             _reproject(nodes)
-        in_effect = decision is not None and _in_effect(decision.conditions)[0]
-        ready = _ready_sources(source if in_effect else None)
+        effective = decision is not None and in_effect(decision.conditions)[0]
+        ready = _ready_sources(source if effective else None)
         assigned, levels_of = {}, {}
         for name, n in nodes.items():
             assignment = profiles.node_assignment(_labels(n.current), ready)
@@ -277,7 +293,7 @@ def _converge(
                     published=checked.node.labels,
                 )
             )
-            _set_own(n, extra)
+            set_own(n, extra)
         if {name: _labels(n.current) for name, n in nodes.items()} == before:
             return assigned, levels_of, decision
     # The writers feed each other a bounded number of times (agent → NodeFeature → source → profile →
@@ -285,45 +301,47 @@ def _converge(
     raise PlanError(f"the Nodes' labels still changed after {_MAX_ROUNDS} rounds of agent, NFD and topology")
 
 
-def _own_keys(labels: Mapping[str, str]) -> dict[str, str]:
+def own_keys(labels: Mapping[str, str]) -> dict[str, str]:
     """The labels written directly on the Node by our controllers: the profile and the fit labels."""
     return {k: v for k, v in labels.items() if k == keys.TOPOLOGY_PROFILE or fit.is_fit_label(k)}
 
 
-def _set_own(n: _Node, own: Mapping[str, str]) -> None:
+def set_own(n: PlanNode, own: Mapping[str, str]) -> None:
     """The Node's profile and fit labels replaced by ``own``."""
     meta = dict(n.current["metadata"])
     current: Mapping[str, str] = meta.get("labels") or {}
-    drop = _own_keys(current)
+    drop = own_keys(current)
     labels = {k: v for k, v in current.items() if k not in drop}
     labels.update(own)
     meta["labels"] = dict(sorted(labels.items()))
     n.current = {**n.current, "metadata": meta}
 
 
-def _reproject(nodes: dict[str, _Node]) -> None:
+def _reproject(nodes: dict[str, PlanNode]) -> None:
     """Every Node re-projected from its base and its NodeFeatures (nfd-master removes a key no NodeFeature
     carries any more); the labels our controllers write on the Node directly are kept."""
     for n in nodes.values():
-        own = _own_keys(_labels(n.current))
+        own = own_keys(_labels(n.current))
         n.current = project(n.base, [n.dm_labels, n.worker, n.topology])
-        _set_own(n, own)
+        set_own(n, own)
 
 
-def _facts(devices: Mapping[str, Any] | None) -> DevicesFacts | None:
+def parsed_facts(devices: Mapping[str, Any] | None) -> DevicesFacts | None:
     return devices_facts(devices) if devices is not None else None
 
 
-def _capacity_status(
+def capacity_status(
     it: Mapping[str, Any],
     flavor_bodies: Sequence[Mapping[str, Any]],
     hardware: Sequence[NodeHardware],
     facts: Mapping[str, DevicesFacts],
     *,
     aware: bool,
+    cpu_used: int = 0,
 ) -> dict[str, Any]:
-    """The InstanceType status views, composed like the InstanceType controller composes them (no
-    Workload holds quota in a plan, so a CPU pool's ``remaining`` is its capacity)."""
+    """The InstanceType status views, composed like the InstanceType controller composes them
+    (``cpu_used``: the CPU cores Kueue reports in use on the pool's queue; none in a scenario plan, so a
+    CPU pool's ``remaining`` is its capacity)."""
     pool = pools.identity_of(it)
     labels = pools.schedule_labels(pool, aware=aware)
     pool_flavors = pools.flavors_of(pools.flavor_selector(labels), flavor_bodies)
@@ -332,10 +350,11 @@ def _capacity_status(
         members.update(chain_flavors.flavor_nodes(flavor, hardware))
     chosen = [facts[n] for n in sorted(members) if n in facts] if pool.acceleratable else []
     cores = {h.name: h.cpu.cores for h in hardware if h.name in members}
-    return pool_status(pool.accelerator_group if pool.acceleratable else None, pool_flavors, chosen, cores, 0)
+    group = pool.accelerator_group if pool.acceleratable else None
+    return pool_status(group, pool_flavors, chosen, cores, cpu_used)
 
 
-def _accepted(body: Mapping[str, Any], refused: list[dict[str, str]]) -> bool:
+def accepted(body: Mapping[str, Any], refused: list[dict[str, str]]) -> bool:
     """Whether the API server would accept ``body``; each problem it would refuse it for is recorded."""
     problems = validation.object_problems(body)
     name = str((body.get("metadata") or {}).get("name", ""))
@@ -360,12 +379,12 @@ def plan_chain(
     someone asking for a plan with that source means.
     """
     nodes = _render(scenario)
-    assigned, levels_of, decision = _converge(nodes, settings, topology_source, snapshot, namespace)
+    assigned, levels_of, decision = converge(nodes, settings, topology_source, snapshot, namespace)
     source_status: dict[str, Any] | None = None
     notes: list[str] = []
     if topology_source is not None and decision is not None:
-        in_effect, why = _in_effect(decision.conditions)
-        if not in_effect:
+        effective, why = in_effect(decision.conditions)
+        if not effective:
             raise PlanError(f"the TopologySource is not in effect ({why})")
         source_status = {
             **decision.status,
@@ -380,7 +399,7 @@ def plan_chain(
     topologies = {
         keys.topology_name(profile): profiles.topology_body(levels) for profile, levels in levels_of.items()
     }
-    topologies = {name: body for name, body in topologies.items() if _accepted(body, refused)}
+    topologies = {name: body for name, body in topologies.items() if accepted(body, refused)}
     hardware = [h for n in nodes.values() if (h := node_hardware(n.current)) is not None]
     aware = settings.instance_type_aware_cpu_manufacturer
     mixed = settings.instance_type_mixed_on_node
@@ -389,12 +408,12 @@ def plan_chain(
         p.name: stamp(chain_flavors.flavor_body(p, mixed_on_node=mixed, aware=aware), managers.OWNER_FLAVORS)
         for p in plans
     }
-    flavor_bodies = {name: body for name, body in flavor_bodies.items() if _accepted(body, refused)}
+    flavor_bodies = {name: body for name, body in flavor_bodies.items() if accepted(body, refused)}
     instance_types: dict[str, dict[str, Any]] = {}
     if settings.instance_type_derived_from_node:
         for p in plans:
             body = pools.derived_instance_type(p, aware=aware)
-            if body["metadata"]["name"] not in instance_types and _accepted(body, refused):
+            if body["metadata"]["name"] not in instance_types and accepted(body, refused):
                 instance_types[body["metadata"]["name"]] = body
     else:
         notes.append(
@@ -423,8 +442,8 @@ def plan_chain(
         if decision_q.body is None:
             continue
         body = dict(decision_q.body)
-        accepted = _accepted(body, refused)
-        if not accepted:
+        allowed = accepted(body, refused)
+        if not allowed:
             body["status"] = {
                 "conditions": [
                     {
@@ -455,7 +474,7 @@ def plan_chain(
             "entrance": keys.local_queue_name(name),
             "phase": phase,
             **({"phaseMessage": message} if message else {}),
-            **_capacity_status(it, flavor_list, hardware, facts, aware=aware),
+            **capacity_status(it, flavor_list, hardware, facts, aware=aware),
         }
         instance_types[name] = {**it, "status": status}
     placeholder = {"metadata": {"name": PLAN_NAMESPACE}}
