@@ -30,7 +30,7 @@ import socket
 from typing import TYPE_CHECKING, Any, Final
 
 from gpustack_worker.api import keys, kinds
-from gpustack_worker.chain import managers
+from gpustack_worker.chain import managers, queues
 from gpustack_worker.chain.admissionchecks import CHECKS
 from gpustack_worker.chain.steps import CHECKS_KEY, FLAVORS_KEY, Steps
 from gpustack_worker.runtime.controller import (
@@ -41,6 +41,7 @@ from gpustack_worker.runtime.controller import (
 )
 from gpustack_worker.runtime.events import EventRecorder
 from gpustack_worker.runtime.mappers import all_keys
+from gpustack_worker.runtime.metrics import QUEUES_HELD_IN_MIGRATION
 from gpustack_worker.runtime.prune import owner_selector
 from gpustack_worker.runtime.queue import settings_queue
 
@@ -124,6 +125,9 @@ class Chain:
             kinds.CLUSTER_QUEUE,
             label_selector=by_type.format(keys.TYPE_INSTANCE_TYPES),
             field_manager=managers.QUEUE,
+        )
+        QUEUES_HELD_IN_MIGRATION.watch(
+            self.queues.store, queues.held_in_migration, known=queues.MIGRATION_HOLD_STATES
         )
         self.types = reg.informer(
             kinds.INSTANCE_TYPE, field_manager=(managers.INSTANCE_TYPE, managers.AUTHOR)

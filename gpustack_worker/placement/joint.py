@@ -64,6 +64,7 @@ __all__ = (
     "holds_reservation",
     "needs_verdict",
     "owner_of",
+    "parked_set",
     "read_hold",
     "retry_command",
     "retry_token",
@@ -626,3 +627,9 @@ def to_switch(workloads: Iterable[Mapping[str, Any]], active: bool) -> list[Mapp
             continue
         out.append(workload)
     return out
+
+
+def parked_set(deployment: Mapping[str, Any]) -> tuple[()] | None:
+    """``()`` when the deployment's set is parked (``status.hold.parkedAt``), else None: what
+    ``gpustack_joint_parked_sets`` counts."""
+    return () if read_hold(deployment).parked else None

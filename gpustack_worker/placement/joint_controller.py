@@ -65,6 +65,7 @@ from gpustack_worker.runtime.conditions import for_apply
 from gpustack_worker.runtime.controller import Controller, Result, generation_changed, semantic_changed
 from gpustack_worker.runtime.events import EventRecorder
 from gpustack_worker.runtime.indexers import BY_OWNER_UID, owner_uids
+from gpustack_worker.runtime.metrics import PARKED_SETS
 from gpustack_worker.runtime.queue import settings_queue
 from gpustack_worker.runtime.store import object_key
 
@@ -142,6 +143,7 @@ class JointCheck:
             kinds.POD, label_selector=POD_SELECTOR, indexers={BY_DEPLOYMENT_UID: _deployment_uid}
         )
         self.deployments = registry.informer(kinds.MODEL_DEPLOYMENT, field_manager=FIELD_MANAGER)
+        PARKED_SETS.watch(self.deployments.store, joint.parked_set)
         self.checks = registry.informer(kinds.ADMISSION_CHECK, field_manager=FIELD_MANAGER)
         self.workload_applier = Applier(client, FIELD_MANAGER, cache=self.workloads)
         self.deployment_applier = Applier(client, FIELD_MANAGER, cache=self.deployments)

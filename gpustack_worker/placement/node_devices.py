@@ -50,6 +50,7 @@ from gpustack_worker.runtime.apply import Applier
 from gpustack_worker.runtime.client import Conflict, NotFound
 from gpustack_worker.runtime.conditions import format_time
 from gpustack_worker.runtime.controller import Controller, Result, semantic_changed
+from gpustack_worker.runtime.metrics import GATE3_VERDICTS
 from gpustack_worker.runtime.queue import settings_queue
 
 if TYPE_CHECKING:
@@ -173,6 +174,8 @@ class NodeDevicesCheck:
         self.clock = clock
         boot = settings.current
         self.workloads = registry.informer(kinds.WORKLOAD, field_manager=FIELD_MANAGER)
+        for state in (gate3.READY, gate3.RETRY):  # both series from the start (a rate never starts absent)
+            GATE3_VERDICTS.labels(state=state)
         self.checks = registry.informer(kinds.ADMISSION_CHECK, field_manager=FIELD_MANAGER)
         self.nodes = registry.informer(kinds.NODE)
         self.devices = registry.informer(kinds.DEVICES)
@@ -317,5 +320,6 @@ class NodeDevicesCheck:
         if written is not None:
             self._written[key] = (rv, str(_meta(written).get("resourceVersion", "")), verdict.state)
             self.verdicts[key] = verdict.state
+            GATE3_VERDICTS.labels(state=verdict.state).inc()
             _log.info("node-devices verdict", workload=key, state=verdict.state, message=verdict.message)
         return Result.done()

@@ -53,6 +53,7 @@ from gpustack_worker.runtime.clock import Clock, MonotonicClock
 from gpustack_worker.runtime.heap import release_free_memory
 from gpustack_worker.runtime.metrics import (
     INFORMER_FAILURES,
+    INFORMER_HEALTHY,
     INFORMER_OBJECTS,
     INFORMER_RELISTS,
     INFORMER_WATCH_INACTIVE,
@@ -199,6 +200,7 @@ class Informer:
         self.last_error: str | None = None
         self._watch_open_since: float | None = None
         self._gauge = INFORMER_OBJECTS.labels(resource=resource.plural)
+        INFORMER_HEALTHY.add(self)
         self._log = _log.bind(resource=resource.plural, namespace=namespace, selector=label_selector)
 
     # -- consumers -----------------------------------------------------------------------------------

@@ -10,9 +10,18 @@ not start from "absent".
 
 from __future__ import annotations
 
-from typing import Final
+import collections
+import weakref
+from typing import TYPE_CHECKING, Any, Final
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator
+
+    #: Object → its label values in a :class:`CacheCount`, or None when it is not counted.
+    Classifier = Callable[[Any], tuple[str, ...] | None]
 
 #: Buckets of controller-runtime's reconcile-time histogram (5 ms … 60 s).
 RECONCILE_BUCKETS: Final = (
@@ -174,4 +183,130 @@ APPLY_SKIPPED: Final = Counter(
     "gpustack_apply_skipped_total",
     "Server-side applies skipped because the cache already matched.",
     ("field_manager",),
+)
+
+
+class CacheCount:
+    """A gauge counted from informer caches when scraped: how many cached objects are in each state.
+
+    The state is what the objects say (their status or annotations, written by the controllers that
+    decide it), so the count needs no bookkeeping of its own and cannot drift from what ``kubectl``
+    shows. A controller calls :meth:`watch` with its informer's store and a classifier (a pure function:
+    object → label values, or None for an object not counted). Stores are held weakly. Several stores
+    of the same kind in one process (two controllers' caches of the same cluster, as in the tests) are
+    combined by taking the largest count per label set, not the sum. Label values the controller knows
+    up front are always exported (at zero when no object is in that state), so an alert's ``> 0`` never
+    starts from "absent". A process that watches no store (the agent) exports no sample.
+    """
+
+    def __init__(self, name: str, documentation: str, label_names: tuple[str, ...]) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.label_names = label_names
+        self._sources: list[tuple[weakref.ref[Any], Classifier, tuple[tuple[str, ...], ...]]] = []
+
+    def watch(self, store: Any, classify: Classifier, known: Iterable[tuple[str, ...]] = ((),)) -> None:
+        """Count ``store``'s objects (anything with ``list()``) by ``classify`` at every scrape; the
+        label values in ``known`` are exported at zero when no object is in that state."""
+        self._sources = [s for s in self._sources if s[0]() is not None]
+        self._sources.append((weakref.ref(store), classify, tuple(known)))
+
+    def counts(self) -> dict[tuple[str, ...], int]:
+        """Label values → count, as the next scrape exports them."""
+        out: dict[tuple[str, ...], int] = {}
+        for ref, classify, known in list(self._sources):
+            store = ref()
+            if store is None:
+                continue
+            out |= {labels: out.get(labels, 0) for labels in known}
+            mine = collections.Counter(v for v in map(classify, store.list()) if v is not None)
+            for labels, n in mine.items():
+                out[labels] = max(out.get(labels, 0), n)
+        return out
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(self.name, self.documentation, labels=self.label_names)
+        for labels, n in sorted(self.counts().items()):
+            family.add_metric(list(labels), n)
+        yield family
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(self.name, self.documentation, labels=self.label_names)
+
+
+class _InformerHealth:
+    """``gpustack_informer_healthy{resource}``, read from the informers themselves at scrape time: 1
+    while every live informer of that resource is :attr:`~gpustack_worker.runtime.informer.Informer.
+    healthy`, else 0. Informers are held weakly and add themselves when built."""
+
+    name: Final = "gpustack_informer_healthy"
+    documentation: Final = (
+        "1 while every informer of the resource is healthy; 0 once one failed unhealthy_after_failures"
+        " list/watch attempts in a row and no watch has stayed open since (its cache may be stale)."
+    )
+
+    def __init__(self) -> None:
+        self._informers: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def add(self, informer: Any) -> None:
+        """Export ``informer.healthy`` under ``informer.resource.plural``."""
+        self._informers.add(informer)
+
+    def values(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for informer in list(self._informers):
+            plural = informer.resource.plural
+            out[plural] = min(out.get(plural, 1), int(bool(informer.healthy)))
+        return out
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(self.name, self.documentation, labels=("resource",))
+        for plural, value in sorted(self.values().items()):
+            family.add_metric([plural], value)
+        yield family
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(self.name, self.documentation, labels=("resource",))
+
+
+INFORMER_HEALTHY: Final = _InformerHealth()
+REGISTRY.register(INFORMER_HEALTHY)
+
+#: TopologySources whose last valid snapshot is in effect past a failure (``Ready=False/Stale``) or
+#: whose NodeFeatures were removed at ``maxStaleness`` (``Ready=False/Expired``); set from the controller's
+#: TopologySource cache (topology/controller.py).
+TOPOLOGY_SOURCES_LAPSED: Final = CacheCount(
+    "gpustack_topologysources_stale_or_expired",
+    "TopologySources whose Ready condition is False with reason Stale (the last valid snapshot still in"
+    " effect) or Expired (its NodeFeatures removed at maxStaleness), by state.",
+    ("state",),
+)
+REGISTRY.register(TOPOLOGY_SOURCES_LAPSED)
+
+#: ClusterQueues the chain holds ``HoldAndDrain`` in a flavor migration (annotation
+#: ``topology.gpustack.ai/migration-phase``), by phase; from the chain's ClusterQueue cache.
+QUEUES_HELD_IN_MIGRATION: Final = CacheCount(
+    "gpustack_clusterqueues_held_in_migration",
+    "ClusterQueues held HoldAndDrain by a flavor migration (topology.gpustack.ai/migration-phase), by phase:"
+    " draining (waiting for Kueue to report the queue stopped with no reserving Workload) or switched.",
+    ("phase",),
+)
+REGISTRY.register(QUEUES_HELD_IN_MIGRATION)
+
+#: ModelDeployments whose multi-group set the joint check parked (``status.hold.parkedAt``); from the
+#: joint check's ModelDeployment cache (placement/joint_controller.py).
+PARKED_SETS: Final = CacheCount(
+    "gpustack_joint_parked_sets",
+    "ModelDeployments whose set the joint check parked (status.hold.parkedAt set): its Workloads are"
+    " deactivated until the spec changes or an admin asks for a retry.",
+    (),
+)
+REGISTRY.register(PARKED_SETS)
+
+#: Gate 3's (the node-devices AdmissionCheck's) verdicts written on Workloads, by state (``Ready`` or
+#: ``Retry``): a ``Retry`` evicts and requeues the Workload (placement/node_devices.py).
+GATE3_VERDICTS: Final = Counter(
+    "gpustack_gate3_verdicts_total",
+    "Verdicts the node-devices check (Gate 3) wrote on Workloads, by state (Ready, Retry).",
+    ("state",),
 )

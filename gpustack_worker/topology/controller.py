@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.runtime.controller import Controller, labels_changed, semantic_changed
 from gpustack_worker.runtime.mappers import all_keys, by_index
+from gpustack_worker.runtime.metrics import TOPOLOGY_SOURCES_LAPSED
 from gpustack_worker.runtime.queue import settings_queue
 from gpustack_worker.topology import managers, profiles, sources
 from gpustack_worker.topology.steps import TOPOLOGIES_KEY, UID_INDEX, TopologySteps
@@ -84,6 +85,7 @@ class Topology:
         self.sources = reg.informer(
             kinds.TOPOLOGY_SOURCE, field_manager=managers.SOURCE_STATUS, indexers={UID_INDEX: _uid_of}
         )
+        TOPOLOGY_SOURCES_LAPSED.watch(self.sources.store, sources.lapsed_state, known=sources.LAPSED_STATES)
         self.nodefeatures = reg.informer(
             kinds.NODE_FEATURE,
             namespace=ns,

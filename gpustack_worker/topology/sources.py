@@ -47,6 +47,7 @@ __all__ = (
     "arm_of",
     "decide",
     "is_writing",
+    "lapsed_state",
 )
 
 READY: Final = "Ready"
@@ -54,6 +55,10 @@ VALID: Final = "Valid"
 OWNERSHIP_CONFLICT: Final = "OwnershipConflict"
 #: The Ready reason while a failing writing source's last valid snapshot is still in effect.
 STALE: Final = "Stale"
+#: The Ready reason once that snapshot's NodeFeatures were removed at ``maxStaleness``.
+EXPIRED: Final = "Expired"
+#: What :func:`lapsed_state` may answer (the label values of ``gpustack_topologysources_stale_or_expired``).
+LAPSED_STATES: Final = ((STALE,), (EXPIRED,))
 #: How soon a source in an ownership conflict looks again (reference §6.5: "a 1-minute conflict retry").
 CONFLICT_RETRY_S: Final = 60.0
 #: The reason for a spec the admission webhook would have refused (it was created while the webhook was
@@ -393,7 +398,16 @@ def _failed(
         f"{reason}: {message}; the last valid snapshot (revision {revision!r}) expired at "
         f"{_format_time(deadline)} and its NodeFeatures were removed"
     )
-    conditions = _three(gen, ("False", "Expired", expired), ("False", reason, message), no_conflict)
+    conditions = _three(gen, ("False", EXPIRED, expired), ("False", reason, message), no_conflict)
     return SourceDecision(
         kind, delete=owned, status=base, conditions=conditions, finalizer=True, requeue_after=poll
     )
+
+
+def lapsed_state(source: Mapping[str, Any]) -> tuple[str] | None:
+    """``("Stale",)`` or ``("Expired",)`` when the source's ``Ready`` condition is False for that reason,
+    else None: what ``gpustack_topologysources_stale_or_expired`` counts (an alert fires on it)."""
+    ready = find((source.get("status") or {}).get("conditions"), READY)
+    if ready is None or ready.get("status") != "False" or ready.get("reason") not in (STALE, EXPIRED):
+        return None
+    return (str(ready["reason"]),)
