@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from gpustack_worker.runtime.labelselector import SelectorError, parse_selector
 from gpustack_worker.runtime.settings import STARTUP_ONLY, RuntimeSettings, SettingsModel
 
 __all__ = ("ChainSettings", "ControllerSettings")
@@ -51,6 +52,23 @@ class ControllerSettings(RuntimeSettings, ChainSettings):
     InstanceType status that Node feeds: a cold fleet is written once, not once per arriving profile. The
     wait lasts while profiles keep arriving (none more than this apart) and ends this long after the last;
     a Node still without one then no longer holds anything back. 0 writes at once, on every partial view."""
+    local_queue_namespace_selector: str = ""
+    """The Namespaces that get a LocalQueue per operator ClusterQueue, as a label selector in kubectl's
+    syntax (``team``, ``tier in (gpu,inference)``, ``!no-gpu``). Empty selects every Namespace; system
+    Namespaces (``kube-*`` and the worker's own) never get one, selected or not. A Namespace that stops
+    matching loses the operator's LocalQueues (Workloads already admitted through them keep running; new
+    ones there cannot be queued). Live: a change re-evaluates every Namespace. A selector that does not
+    parse rejects the whole settings revision (a Warning Event names the fault)."""
+
+    @field_validator("local_queue_namespace_selector")
+    @classmethod
+    def _selector_parses(cls, value: str) -> str:
+        try:
+            parse_selector(value)
+        except SelectorError as exc:
+            raise ValueError(str(exc)) from exc
+        return value
+
     node_profile_workers: int = Field(default=8, ge=1, le=64, json_schema_extra=STARTUP_ONLY)
     """Concurrent reconciles of ``topology-nodes``, the one controller with a write per Node (the topology
     profile label and its ``Devices`` mirror). A first install needs that write on every Node, so this sets

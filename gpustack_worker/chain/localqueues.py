@@ -20,6 +20,8 @@ from gpustack_worker.api import keys, kinds
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
+    from gpustack_worker.runtime.labelselector import LabelSelector
+
 __all__ = ("desired_local_queues", "is_system_namespace", "local_queue_body")
 
 
@@ -55,12 +57,19 @@ def local_queue_body(namespace: str, queue: Mapping[str, Any]) -> dict[str, Any]
 
 
 def desired_local_queues(
-    namespace: Mapping[str, Any], queues: Iterable[Mapping[str, Any]], *, system_namespace: str
+    namespace: Mapping[str, Any],
+    queues: Iterable[Mapping[str, Any]],
+    *,
+    system_namespace: str,
+    selector: LabelSelector | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """The LocalQueues one Namespace should hold, by name (none for system or terminating namespaces)."""
+    """The LocalQueues one Namespace should hold, by name: none for system or terminating Namespaces, nor
+    for one ``selector`` (the ``local-queue-namespace-selector`` setting) does not select."""
     meta = namespace.get("metadata") or {}
     name = str(meta.get("name", ""))
     if is_system_namespace(name, system_namespace) or meta.get("deletionTimestamp"):
+        return {}
+    if selector is not None and not selector.matches(meta.get("labels")):
         return {}
     out = {}
     for queue in queues:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import datetime as dt
+import functools
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ from gpustack_worker.runtime.apply import Applier, owned_fields
 from gpustack_worker.runtime.client import ApiError, Conflict, NotFound
 from gpustack_worker.runtime.controller import Result
 from gpustack_worker.runtime.finalizers import Finalizer
+from gpustack_worker.runtime.labelselector import LabelSelector, parse_selector
 from gpustack_worker.runtime.prune import Pruner, owner_of, stamp
 from gpustack_worker.runtime.quantity import parse
 
@@ -882,7 +884,10 @@ class Steps:
         desired: dict[str, dict[str, Any]] = {}
         if ns is not None:
             desired = localqueues.desired_local_queues(
-                ns, self.queue_cache.store.list(), system_namespace=self.system_namespace
+                ns,
+                self.queue_cache.store.list(),
+                system_namespace=self.system_namespace,
+                selector=_namespace_selector(self.settings().local_queue_namespace_selector),
             )
         batch = _Batch(
             self,
@@ -913,6 +918,12 @@ class Steps:
 
 
 _COUNT: Final = ".count"
+
+
+@functools.lru_cache(maxsize=8)
+def _namespace_selector(text: str) -> LabelSelector:
+    """The parsed ``local-queue-namespace-selector`` (the settings model has validated it)."""
+    return parse_selector(text)
 
 
 def _indexed_pairs(labels: Mapping[str, str]) -> list[tuple[str, str]]:

@@ -413,3 +413,34 @@ async def test_an_admin_type_without_flavors_is_held_and_marked(running: Stack) 
     assert it is not None and not it["spec"].get("inactive"), (
         "an empty-plan Hold is never mirrored into inactive"
     )
+
+
+async def test_the_namespace_selector_scopes_local_queues_live(running: Stack) -> None:
+    """``local-queue-namespace-selector``: a Namespace it stops selecting loses the operator's LocalQueues,
+    one labelled to match gets them, and the empty selector brings every Namespace back — no restart."""
+    admin = running.admin
+    await test_flavors_queues_types_and_local_queues_exist(running)
+    expected = {keys.local_queue_name(q) for q in await _names(admin, kinds.CLUSTER_QUEUE)}
+    label = "example.com/gpu-queues"
+
+    async def queues_in(namespace: str) -> set[str]:
+        return await _names(admin, kinds.LOCAL_QUEUE, namespace)
+
+    try:
+        await write_settings(admin, {"local-queue-namespace-selector": f"{label}=yes"})
+
+        async def pruned() -> bool:
+            return not await queues_in(TEAM)
+
+        await eventually(pruned, within=120)
+        await admin.patch(kinds.NAMESPACE, TEAM, {"metadata": {"labels": {label: "yes"}}})
+
+        async def selected() -> bool:
+            return await queues_in(TEAM) == expected
+
+        await eventually(selected, within=120)
+        await admin.patch(kinds.NAMESPACE, TEAM, {"metadata": {"labels": {label: None}}})
+        await eventually(pruned, within=120)
+    finally:
+        await write_settings(admin, {})
+    await eventually(selected, within=120)  # the empty selector: every Namespace again

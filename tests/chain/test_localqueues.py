@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpustack_worker.api import keys
 from gpustack_worker.chain.localqueues import desired_local_queues
+from gpustack_worker.runtime.labelselector import parse_selector
 
 
 def _ns(name: str, **meta: Any) -> dict[str, Any]:
@@ -64,3 +66,21 @@ def test_no_local_queue_in_system_or_terminating_namespaces_or_for_deleting_queu
     deleting = [_cq("gpustack--generic-linux-amd64", deletionTimestamp="x")]
     assert desired_local_queues(_ns("team-a"), deleting, system_namespace="gpustack-system") == {}
     assert desired_local_queues(_ns("team-a"), [_cq("q", uid="")], system_namespace="gpustack-system") == {}
+
+
+def test_only_namespaces_the_selector_selects_get_local_queues() -> None:
+    queues = [_cq("gpustack--generic-linux-amd64")]
+    gpu = parse_selector("gpustack.ai/queues in (yes,true)")
+    labelled = _ns("team-a", labels={"gpustack.ai/queues": "yes"})
+    assert set(desired_local_queues(labelled, queues, system_namespace="s", selector=gpu)) == {
+        keys.local_queue_name("gpustack--generic-linux-amd64")
+    }
+    for ns in (_ns("team-b"), _ns("team-c", labels={"gpustack.ai/queues": "no"})):
+        assert desired_local_queues(ns, queues, system_namespace="s", selector=gpu) == {}
+    # A system Namespace never gets one, selected or not; the empty selector is today's default.
+    system = _ns("kube-system", labels={"gpustack.ai/queues": "yes"})
+    assert desired_local_queues(system, queues, system_namespace="s", selector=gpu) == {}
+    everything = parse_selector("")
+    assert desired_local_queues(_ns("team-b"), queues, system_namespace="s", selector=everything) == (
+        desired_local_queues(_ns("team-b"), queues, system_namespace="s")
+    )
