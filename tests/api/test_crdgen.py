@@ -275,7 +275,7 @@ def test_quantity_is_int_or_string_with_the_quantity_pattern() -> None:
         ("Devices", "devices", "Cluster", ["devs"]),
         ("InstanceType", "instancetypes", "Cluster", ["instype"]),
         ("NodeModelStore", "nodemodelstores", "Cluster", ["nms"]),
-        ("ModelDeployment", "modeldeployments", "Namespaced", None),
+        ("ModelDeployment", "modeldeployments", "Namespaced", ["md"]),
     ],
     ids=["toposrc", "devices", "instancetype", "nodemodelstore", "modeldeployment"],
 )
@@ -316,8 +316,18 @@ _READY = '.status.conditions[?(@.type=="Ready")].status'
                 ("Age", ".metadata.creationTimestamp"),
             ],
         ),
+        (
+            "ModelDeployment",
+            [
+                ("Roles", ".spec.roles[*].name"),
+                ("Ready", ".status.roles[*].readyReplicas"),
+                ("Quota", '.status.conditions[?(@.type=="QuotaReserved")].reason'),
+                ("Parked", ".status.hold.parkedAt"),
+                ("Age", ".metadata.creationTimestamp"),
+            ],
+        ),
     ],
-    ids=["toposrc", "nms"],
+    ids=["toposrc", "nms", "modeldeployment"],
 )
 def test_printer_columns_of_the_reference(kind: str, columns: list[tuple[str, str]]) -> None:
     got = [(c["name"], c["jsonPath"]) for c in CRDS[kind]["spec"]["versions"][0]["additionalPrinterColumns"]]

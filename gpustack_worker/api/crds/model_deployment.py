@@ -26,6 +26,7 @@ from gpustack_worker.api.crds.common import (
     Int64,
     KubeObject,
     LabelKey,
+    PrinterColumn,
     Quantity,
     cel,
     list_map,
@@ -204,7 +205,36 @@ class ModelDeploymentStatus(CrdModel):
 class ModelDeployment(KubeObject):
     """A model deployment as the scheduling chain sees it."""
 
-    CRD = CrdNames(resource=kinds.MODEL_DEPLOYMENT, printer_columns=(AGE_COLUMN,))
+    CRD = CrdNames(
+        resource=kinds.MODEL_DEPLOYMENT,
+        short_names=("md",),
+        printer_columns=(
+            PrinterColumn(
+                name="Roles", type="string", json_path=".spec.roles[*].name", description="The role names"
+            ),
+            PrinterColumn(
+                name="Ready",
+                type="string",
+                json_path=".status.roles[*].readyReplicas",
+                description="Replica groups whose Pods are all ready, one number per entry of status.roles",
+            ),
+            PrinterColumn(
+                name="Quota",
+                type="string",
+                json_path='.status.conditions[?(@.type=="QuotaReserved")].reason',
+                description="The joint check's QuotaReserved reason for a multi-group set: Reserved, Waiting"
+                " or Parked",
+            ),
+            PrinterColumn(
+                name="Parked",
+                type="date",
+                json_path=".status.hold.parkedAt",
+                description="When the joint check parked the set",
+                priority=1,
+            ),
+            AGE_COLUMN,
+        ),
+    )
 
     spec: ModelDeploymentSpec
     status: ModelDeploymentStatus | None = None
