@@ -59,6 +59,7 @@ __all__ = (
     "LeftAlone",
     "Plan",
     "Step",
+    "Verb",
     "lease_holder",
     "plan",
     "render_text",

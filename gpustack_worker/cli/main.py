@@ -101,9 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--snapshot", default=None, metavar="FILE", help="the snapshot that source serves")
     plan.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
 
-    from gpustack_worker.cli import explain_cmd
+    from gpustack_worker.cli import cleanup_cmd, explain_cmd
 
     explain_cmd.add_parser(sub)
+    cleanup_cmd.add_parser(sub)
 
     demo = sub.add_parser("demo", help="the whole product on a local control plane (docs/demo.md)")
     demo.add_argument("--dir", default=".devcluster", help="state directory (default: %(default)s)")
@@ -153,6 +154,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gpustack_worker.cli import explain_cmd
 
         return asyncio.run(explain_cmd.run(args))
+    if args.command == "cleanup":
+        from gpustack_worker.cli import cleanup_cmd
+
+        return asyncio.run(cleanup_cmd.run(args))
     if args.command == "catalog":
         from gpustack_worker.cli import catalog_cmd
 
