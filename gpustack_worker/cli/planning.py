@@ -69,7 +69,7 @@ __all__ = (
 #: The namespace the plan's LocalQueues are shown in (every non-system namespace gets the same ones).
 PLAN_NAMESPACE: Final = "default"
 #: nfd-master lists the keys of its default namespace without it in the feature-labels annotation.
-_NFD_DEFAULT_NS: Final = "feature.node.kubernetes.io/"
+NFD_DEFAULT_NS: Final = "feature.node.kubernetes.io/"
 #: Rounds of agent → nfd-master → topology before the Nodes must have stopped changing.
 _MAX_ROUNDS: Final = 6
 #: A placeholder time for the rendered Node's Ready condition and the source's decision (never read).
@@ -133,12 +133,12 @@ def project(node: Mapping[str, Any], features: Iterable[Mapping[str, str]]) -> d
     projected: dict[str, str] = {}
     for feature in features:
         for key, value in feature.items():
-            projected[key if "/" in key else _NFD_DEFAULT_NS + key] = value
+            projected[key if "/" in key else NFD_DEFAULT_NS + key] = value
     labels.update(projected)
     annotations = dict(meta.get("annotations") or {})
     if projected:
         annotations[keys.NFD_FEATURE_LABELS_ANNOTATION] = ",".join(
-            sorted(k.removeprefix(_NFD_DEFAULT_NS) for k in projected)
+            sorted(k.removeprefix(NFD_DEFAULT_NS) for k in projected)
         )
     else:
         annotations.pop(keys.NFD_FEATURE_LABELS_ANNOTATION, None)
