@@ -92,14 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     cat.add_argument("--settings-configmap", default=SETTINGS_CONFIGMAP)
     cat.add_argument("-o", "--output", choices=("text", "json"), default="text")
 
-    plan = sub.add_parser("plan", help="the chain a scenario yields under given settings, with no cluster")
-    plan.add_argument("scenario", help="scenario file, or a packaged scenario's name (mixed-4)")
-    plan.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="a setting (a settings ConfigMap key)"
-    )
-    plan.add_argument("--topology-source", default=None, metavar="FILE", help="a TopologySource (YAML)")
-    plan.add_argument("--snapshot", default=None, metavar="FILE", help="the snapshot that source serves")
-    plan.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
+    from gpustack_worker.cli import plan_cmd
+
+    plan_cmd.add_parser(sub)
 
     from gpustack_worker.cli import cleanup_cmd, explain_cmd
 

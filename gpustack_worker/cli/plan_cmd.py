@@ -1,4 +1,6 @@
-"""``gpustack-worker plan SCENARIO [--set KEY=VALUE ...]``: the chain a scenario yields, with no cluster.
+"""``gpustack-worker plan SCENARIO [--set KEY=VALUE ...]``: the chain a scenario yields, with no cluster;
+``gpustack-worker plan --from-cluster``: what the controllers would create, change and delete on the
+cluster the kubeconfig names, read-only (:mod:`gpustack_worker.cli.cluster_plan`).
 
 Prints the ResourceFlavors, ClusterQueues (quota, stop policy, ``TopologyReady``), InstanceTypes (unit
 resources, the four-view) and LocalQueue names that the controllers would write for the scenario's
@@ -7,9 +9,13 @@ Nodes, computed by the controllers' own pure functions (:mod:`gpustack_worker.cl
 ``SCENARIO`` is a scenario file or the name of a packaged one (``mixed-4``). ``--set`` takes the same
 keys as the settings ConfigMap (validated by the same model; the ``GPUSTACK_*`` environment is not
 read: a plan depends on its arguments only). ``--topology-source FILE`` adds a TopologySource (YAML),
-``--snapshot FILE`` the snapshot its ConfigMap or webhook serves. ``-o text|json|yaml``.
+``--snapshot FILE`` the snapshot its ConfigMap or webhook serves. ``-o text|json|yaml``: ``yaml`` is a
+``v1 List`` of the objects (kubectl reads it), ``json`` the whole plan.
 
-Exit codes: ``0`` planned; ``2`` an input is unreadable or invalid (one line per problem on stderr).
+With ``--from-cluster`` the settings are the live settings ConfigMap's, with ``--set`` over them.
+
+Exit codes: ``0`` planned; ``1`` the API server refused a read (``--from-cluster``); ``2`` an input is
+unreadable or invalid (one line per problem on stderr).
 """
 
 from __future__ import annotations
@@ -24,9 +30,11 @@ from pydantic import ValidationError
 
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.api.crds.topology_source import TopologySource
-from gpustack_worker.cli.planning import PlanError, PlannedChain, plan_chain
+from gpustack_worker.chain import admissionchecks, localqueues, managers
+from gpustack_worker.cli.planning import PLAN_NAMESPACE, PlanError, PlannedChain, plan_chain
 from gpustack_worker.cli.settings import WorkerSettings
-from gpustack_worker.runtime.settings import SettingsError, settings_from
+from gpustack_worker.runtime.prune import stamp
+from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP, SettingsError, settings_from
 from gpustack_worker.simulate.load import load_scenario, packaged_scenario, packaged_scenario_names
 from gpustack_worker.simulate.scenario import Scenario, ScenarioError
 from gpustack_worker.topology.snapshot import MAX_SNAPSHOT_BYTES
@@ -35,7 +43,7 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import Mapping, Sequence
 
-__all__ = ("InputError", "load_inputs", "parse_sets", "render_text", "run")
+__all__ = ("InputError", "add_parser", "load_inputs", "parse_sets", "plan_list", "render_text", "run")
 
 #: A TopologySource file is a small YAML document; anything larger is not one.
 _MAX_SOURCE_BYTES = 1 << 20
@@ -45,8 +53,46 @@ class InputError(ValueError):
     """An input of the plan is unreadable or invalid; ``str`` is the one-line reason."""
 
 
-def parse_sets(pairs: Sequence[str]) -> WorkerSettings:
-    """``KEY=VALUE`` pairs over the defaults, validated by the processes' settings model."""
+def add_parser(sub: Any) -> None:
+    """Add ``plan`` to the top-level subcommands."""
+    plan = sub.add_parser(
+        "plan",
+        help="the chain a scenario yields under given settings with no cluster, or (--from-cluster) what "
+        "the controllers would create, change and delete on a live cluster, read-only",
+    )
+    plan.add_argument(
+        "scenario", nargs="?", default=None, help="scenario file, or a packaged scenario's name (mixed-4)"
+    )
+    plan.add_argument(
+        "--from-cluster",
+        action="store_true",
+        help="plan against the live cluster (only reads: list/get)",
+    )
+    plan.add_argument(
+        "--kubeconfig",
+        default=None,
+        help="--from-cluster: kubeconfig path (default: $KUBECONFIG, else in-cluster)",
+    )
+    plan.add_argument(
+        "--namespace",
+        default=kinds.SYSTEM_NAMESPACE,
+        help="--from-cluster: the worker's system namespace (default: %(default)s)",
+    )
+    plan.add_argument(
+        "--settings-configmap",
+        default=DEFAULT_CONFIGMAP,
+        help="--from-cluster: the settings ConfigMap (default: %(default)s)",
+    )
+    plan.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="a setting (a settings ConfigMap key)"
+    )
+    plan.add_argument("--topology-source", default=None, metavar="FILE", help="a TopologySource (YAML)")
+    plan.add_argument("--snapshot", default=None, metavar="FILE", help="the snapshot that source serves")
+    plan.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
+
+
+def _pairs(pairs: Sequence[str]) -> dict[str, str]:
+    """``KEY=VALUE`` pairs as ConfigMap data (raises :class:`InputError` naming each malformed one)."""
     data: dict[str, str] = {}
     problems: list[str] = []
     for pair in pairs:
@@ -57,6 +103,12 @@ def parse_sets(pairs: Sequence[str]) -> WorkerSettings:
         data[key.strip()] = value
     if problems:
         raise InputError("; ".join(problems))
+    return data
+
+
+def parse_sets(pairs: Sequence[str]) -> WorkerSettings:
+    """``KEY=VALUE`` pairs over the defaults, validated by the processes' settings model."""
+    data = _pairs(pairs)
     try:
         return settings_from(WorkerSettings, data, {})
     except SettingsError as exc:
@@ -233,8 +285,46 @@ def render_text(plan: PlannedChain) -> str:
     return "\n".join(lines)
 
 
+def plan_list(plan: PlannedChain) -> dict[str, Any]:
+    """The scenario plan as a ``v1 List`` kubectl reads: the Topologies, flavors, InstanceTypes,
+    ClusterQueues, the LocalQueues (in the ``default`` namespace; every non-system one gets the same) and
+    the AdmissionChecks."""
+    local = []
+    for name in plan.cluster_queues:
+        queue = {"metadata": {"name": name, "uid": f"plan-{name}"}}
+        local.append(stamp(localqueues.local_queue_body(PLAN_NAMESPACE, queue), managers.OWNER_LOCAL_QUEUES))
+    items = [
+        *plan.topologies.values(),
+        *plan.flavors.values(),
+        *plan.instance_types.values(),
+        *plan.cluster_queues.values(),
+        *local,
+        *admissionchecks.desired_admission_checks().values(),
+    ]
+    return {"apiVersion": "v1", "kind": "List", "items": items}
+
+
+def _check_mode(args: argparse.Namespace) -> None:
+    if args.from_cluster:
+        extra = [f for f, v in (("SCENARIO", args.scenario), ("--topology-source", args.topology_source),
+                                ("--snapshot", args.snapshot)) if v]
+        if extra:
+            raise InputError(f"--from-cluster plans what the cluster holds: drop {', '.join(extra)}")
+    elif args.scenario is None:
+        raise InputError("give a SCENARIO (file or packaged name), or --from-cluster")
+
+
 def run(args: argparse.Namespace) -> int:
-    """Plan and print; ``2`` on bad input."""
+    """Plan and print; ``1`` when a read is refused, ``2`` on bad input."""
+    try:
+        _check_mode(args)
+        if args.from_cluster:
+            from gpustack_worker.cli import cluster_plan
+
+            return cluster_plan.run(args, _pairs(args.set or ()))
+    except InputError as exc:
+        print(f"plan: {exc}", file=sys.stderr)
+        return 2
     try:
         scenario, settings, source, snapshot = load_inputs(args)
         plan = plan_chain(scenario, settings, topology_source=source, snapshot=snapshot)
@@ -244,7 +334,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output == "json":
         print(json.dumps(plan.as_dict(), indent=2, sort_keys=True))
     elif args.output == "yaml":
-        print(yaml.safe_dump(plan.as_dict(), sort_keys=True), end="")
+        print(yaml.safe_dump(plan_list(plan), sort_keys=False), end="")
     else:
         print(render_text(plan))
     return 0

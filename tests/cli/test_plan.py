@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpustack_worker.api import identity, keys, kinds, validation
+from gpustack_worker.chain import admissionchecks
 from gpustack_worker.cli.main import main
 from gpustack_worker.cli.plan_cmd import parse_sets
 from gpustack_worker.cli.planning import PlanError, PlannedChain, plan_chain, project
@@ -275,10 +276,27 @@ def test_plan_error_without_the_cli() -> None:
         )
 
 
-def test_yaml_output_is_the_json_output(capsys: pytest.CaptureFixture[str]) -> None:
+def test_yaml_output_is_a_kubectl_list_of_the_json_plans_objects(capsys: pytest.CaptureFixture[str]) -> None:
     as_json = _json(capsys, "mixed-4")
     assert main(["plan", "mixed-4", "-o", "yaml"]) == 0
-    assert yaml.safe_load(capsys.readouterr().out) == as_json
+    doc = yaml.safe_load(capsys.readouterr().out)
+    assert (doc["apiVersion"], doc["kind"]) == ("v1", "List")
+    assert set(doc) == {"apiVersion", "kind", "items"}
+    by_kind: dict[str, list[str]] = {}
+    for item in doc["items"]:
+        assert item["apiVersion"] and item["metadata"]["name"]
+        by_kind.setdefault(item["kind"], []).append(item["metadata"]["name"])
+    assert by_kind["ResourceFlavor"] == [f["metadata"]["name"] for f in as_json["resourceFlavors"]]
+    assert by_kind["ClusterQueue"] == [q["metadata"]["name"] for q in as_json["clusterQueues"]]
+    assert by_kind["InstanceType"] == [t["metadata"]["name"] for t in as_json["instanceTypes"]]
+    assert by_kind["Topology"] == as_json["topologies"]
+    assert sorted(by_kind["LocalQueue"]) == sorted(q["name"] for q in as_json["localQueues"])
+    assert sorted(by_kind["AdmissionCheck"]) == sorted(admissionchecks.CHECKS)
+    queues = {q["metadata"]["name"]: q for q in as_json["clusterQueues"]}
+    for item in doc["items"]:
+        if item["kind"] == "LocalQueue":
+            assert item["metadata"]["namespace"] == "default"
+            assert item["spec"]["clusterQueue"] in queues
 
 
 def test_project_lists_projected_keys_like_nfd_master() -> None:
