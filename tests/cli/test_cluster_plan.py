@@ -1,0 +1,333 @@
+"""``plan --from-cluster``'s pure part: the live cluster as a scenario leaves it (``simulate apply`` and
+nfd-master's projection, no controller run) plans every chain object as ``create``, the same objects the
+scenario plan computes; applying the plan reaches a fixed point where nothing changes; an admin's edit of
+one field is that one field's change; only objects a controller owns are ever deleted."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from gpustack_worker.api import keys, kinds
+from gpustack_worker.chain import admissionchecks, managers
+from gpustack_worker.cli.cluster_plan import (
+    Change,
+    FieldChange,
+    LiveCluster,
+    PlanReport,
+    field_diff,
+    plan_cluster,
+    render_text,
+    report_list,
+)
+from gpustack_worker.cli.plan_cmd import parse_sets
+from gpustack_worker.cli.planning import PlanError, plan_chain, project
+from gpustack_worker.runtime.prune import OWNER_LABEL
+from gpustack_worker.simulate import render
+from gpustack_worker.simulate.load import packaged_scenario
+from tests.chain.fleets import Fleet, fleets
+from tests.cli.test_plan import rack_snapshot, rack_source
+
+NS = kinds.SYSTEM_NAMESPACE
+TEAM = "team-a"
+_uids = itertools.count(1)
+
+
+def _namespace(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "uid": f"ns-{name}"}}
+
+
+def applied_fleet(
+    scenario: Any, *, source: dict[str, Any] | None = None, snapshot: str | None = None
+) -> LiveCluster:
+    """What ``simulate apply`` leaves on a cluster whose nfd-master runs and no controller of ours does."""
+    nodes, features, devices = [], [], []
+    for spec in scenario.nodes:
+        uid = f"uid-{spec.name}"
+        node = render.render_node(spec, "1970-01-01T00:00:00Z")
+        node["metadata"]["uid"] = uid
+        feature = render.render_node_feature(spec, uid)
+        dm = dict((feature or {}).get("spec", {}).get("labels") or {})
+        nodes.append(project(node, [dm]))
+        if feature is not None:
+            features.append(feature)
+        dev = render.render_devices(spec, uid)
+        ledger = render.render_devices_status(spec)
+        if dev is not None:
+            devices.append({**dev, "status": ledger["status"]} if ledger is not None else dev)
+    config_maps: dict[str, dict[str, Any]] = {}
+    sources = []
+    if source is not None:
+        source = copy.deepcopy(source)
+        source["metadata"].setdefault("uid", "uid-source")
+        source["metadata"].setdefault("generation", 1)
+        sources.append(source)
+        arm = source["spec"].get("configMap")
+        if arm is not None and snapshot is not None:
+            ref = arm["configMapRef"]
+            config_maps[f"{ref['namespace']}/{ref['name']}"] = {
+                "metadata": {"name": ref["name"], "namespace": ref["namespace"]},
+                "data": {arm["key"]: snapshot},
+            }
+    return LiveCluster(
+        nodes=nodes,
+        node_features=features,
+        devices=devices,
+        topology_sources=sources,
+        config_maps=config_maps,
+        namespaces=[_namespace(n) for n in ("default", TEAM, NS, "kube-system")],
+    )
+
+
+_FIELD: dict[str, str] = {
+    kinds.TOPOLOGY.kind: "topologies",
+    kinds.RESOURCE_FLAVOR.kind: "flavors",
+    kinds.INSTANCE_TYPE.kind: "instance_types",
+    kinds.CLUSTER_QUEUE.kind: "cluster_queues",
+    kinds.LOCAL_QUEUE.kind: "local_queues",
+    kinds.ADMISSION_CHECK.kind: "admission_checks",
+}
+
+
+def _merge(live: Any, want: Any) -> Any:
+    """Server-side apply's effect on the fields ``want`` sets (conditions merged by type)."""
+    if isinstance(want, dict) and isinstance(live, dict):
+        out = dict(live)
+        for k, v in want.items():
+            if k == "conditions" and isinstance(v, list) and isinstance(live.get(k), list):
+                kept = [c for c in live[k] if c.get("type") not in {w.get("type") for w in v}]
+                out[k] = kept + copy.deepcopy(v)
+            else:
+                out[k] = _merge(live.get(k), v)
+        return out
+    return copy.deepcopy(want)
+
+
+def apply_changes(live: LiveCluster, changes: list[Change]) -> LiveCluster:
+    """The cluster after the controllers wrote ``changes`` (a create gets a uid)."""
+    lists = {f: [copy.deepcopy(o) for o in getattr(live, f)] for f in _FIELD.values()}
+
+    def where(obj: dict[str, Any]) -> tuple[str | None, str]:
+        return obj["metadata"].get("namespace"), obj["metadata"]["name"]
+
+    for c in changes:
+        objs = lists[_FIELD[c.kind]]
+        at = next((i for i, o in enumerate(objs) if where(o) == (c.namespace, c.name)), None)
+        if c.action == "delete":
+            assert at is not None
+            del objs[at]
+        elif c.action == "create":
+            assert at is None
+            body = copy.deepcopy(c.body)
+            body["metadata"]["uid"] = f"uid-{next(_uids)}"
+            objs.append(body)
+        else:
+            assert at is not None
+            objs[at] = _merge(objs[at], c.body)
+    return _with(live, **lists)
+
+
+def converge(live: LiveCluster, s: Any, rounds: int = 4) -> tuple[LiveCluster, PlanReport]:
+    """Plan and apply until the plan is empty (at most ``rounds`` times)."""
+    for _ in range(rounds):
+        report = plan_cluster(live, s, namespace=NS, settings_source="test")
+        if not report.changes:
+            return live, report
+        live = apply_changes(live, report.changes)
+    raise AssertionError(f"still changing after {rounds} rounds: {render_text(report)}")
+
+
+def _names(report: PlanReport, kind: str, action: str = "create") -> list[str]:
+    return sorted(c.name for c in report.changes if c.kind == kind and c.action == action)
+
+
+@pytest.mark.parametrize("scenario", ["chain-4", "mixed-4", "families"])
+def test_a_fresh_fleet_plans_the_scenario_plans_chain_as_creates(scenario: str) -> None:
+    s = parse_sets([])
+    live = applied_fleet(packaged_scenario(scenario))
+    report = plan_cluster(live, s, namespace=NS, settings_source="test")
+    assert {c.action for c in report.changes} == {"create"}
+    assert report.unchanged == 0
+    plan = plan_chain(packaged_scenario(scenario), s, checks_active=False)
+    assert _names(report, "ResourceFlavor") == sorted(plan.flavors)
+    assert _names(report, "ClusterQueue") == sorted(plan.cluster_queues)
+    assert _names(report, "InstanceType") == sorted(plan.instance_types)
+    assert _names(report, "Topology") == sorted(plan.topologies)
+    assert _names(report, "AdmissionCheck") == sorted(admissionchecks.CHECKS)
+    # one LocalQueue per queue in each non-system namespace (default and team-a)
+    assert _names(report, "LocalQueue") == sorted(list(plan.local_queues) * 2)
+    created = {c.name: c.body for c in report.changes}
+    for name, body in plan.cluster_queues.items():
+        assert created[name]["spec"] == body["spec"]
+    for name, body in plan.flavors.items():
+        assert created[name]["spec"] == body["spec"]
+        assert created[name]["metadata"]["labels"] == body["metadata"]["labels"]
+
+
+def test_applying_the_plan_reaches_a_fixed_point_with_nothing_to_change() -> None:
+    s = parse_sets([])
+    _live, report = converge(applied_fleet(packaged_scenario("mixed-4")), s)
+    assert report.changes == []
+    assert report.unchanged > 0
+    assert "no changes" in render_text(report)
+
+
+def test_a_rack_topology_source_is_decided_from_its_snapshot_configmap() -> None:
+    s = parse_sets([])
+    live = applied_fleet(packaged_scenario("topology-8"), source=rack_source(), snapshot=rack_snapshot())
+    report = plan_cluster(live, s, namespace=NS, settings_source="test")
+    plan = plan_chain(
+        packaged_scenario("topology-8"), s, topology_source=rack_source(), snapshot=rack_snapshot(),
+        checks_active=False,
+    )
+    assert _names(report, "Topology") == sorted(plan.topologies)
+    assert _names(report, "ResourceFlavor") == sorted(plan.flavors)
+    assert report.desired.profiles == plan.profiles
+    _, done = converge(live, s)
+    assert done.changes == []
+
+
+def test_an_admin_edit_is_that_one_field() -> None:
+    s = parse_sets([])
+    live, _ = converge(applied_fleet(packaged_scenario("chain-4")), s)
+    queue = live.cluster_queues[0]
+    name = queue["metadata"]["name"]
+    resource = queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]
+    was = resource["nominalQuota"]
+    resource["nominalQuota"] = "999"
+    flavor = live.flavors[0]
+    flavor["metadata"]["labels"][keys.RESOURCE_TYPE] = "edited"
+    report = plan_cluster(live, s, namespace=NS, settings_source="test")
+    assert [(c.action, c.kind, c.name) for c in report.changes] == [
+        ("change", "ResourceFlavor", flavor["metadata"]["name"]),
+        ("change", "ClusterQueue", name),
+    ]
+    assert report.changes[0].fields == (
+        FieldChange(f"metadata.labels[{keys.RESOURCE_TYPE}]", "edited", keys.TYPE_NODES),
+    )
+    assert report.changes[1].fields == (
+        FieldChange("spec.resourceGroups[0].flavors[0].resources[0].nominalQuota", "999", was),
+    )
+    text = render_text(report)
+    assert f'nominalQuota: "999" -> {was!r}'.replace("'", '"') in text
+
+
+def test_only_owned_objects_are_deleted() -> None:
+    s = parse_sets([])
+    live, _ = converge(applied_fleet(packaged_scenario("chain-4")), s)
+    ours = copy.deepcopy(live.flavors[0])
+    ours["metadata"]["name"] = "leftover-of-ours"
+    theirs = copy.deepcopy(live.flavors[0])
+    theirs["metadata"]["name"] = "an-admins-flavor"
+    theirs["metadata"]["labels"].pop(OWNER_LABEL)
+    live.flavors.extend([ours, theirs])
+    stale_lq = copy.deepcopy(live.local_queues[0])
+    stale_lq["metadata"]["namespace"] = "gone"
+    live.local_queues.append(stale_lq)
+    report = plan_cluster(live, s, namespace=NS, settings_source="test")
+    assert [(c.action, c.kind, c.where) for c in report.changes] == [
+        ("delete", "ResourceFlavor", "leftover-of-ours"),
+        ("delete", "LocalQueue", f"gone/{stale_lq['metadata']['name']}"),
+    ]
+    assert stale_lq["metadata"]["labels"][OWNER_LABEL] == managers.OWNER_LOCAL_QUEUES
+
+
+def test_yaml_is_a_list_of_the_objects_to_write_with_every_action_commented() -> None:
+    s = parse_sets([])
+    live, _ = converge(applied_fleet(packaged_scenario("chain-4")), s)
+    live.flavors.append({**copy.deepcopy(live.flavors[0]), "metadata": {
+        **live.flavors[0]["metadata"], "name": "leftover"}})
+    live.cluster_queues.pop()
+    report = plan_cluster(live, s, namespace=NS, settings_source="test")
+    doc, comments = report_list(report)
+    assert (doc["apiVersion"], doc["kind"]) == ("v1", "List")
+    assert [i["kind"] for i in doc["items"]] == [c.kind for c in report.changes if c.action != "delete"]
+    assert "# delete ResourceFlavor leftover" in comments
+    assert all(line.startswith("# ") for line in comments)
+
+
+def test_more_than_one_source_or_a_webhook_source_is_refused_with_a_reason() -> None:
+    s = parse_sets([])
+    live = applied_fleet(packaged_scenario("topology-8"), source=rack_source(), snapshot=rack_snapshot())
+    two = copy.deepcopy(live.topology_sources[0])
+    two["metadata"]["name"] = "other"
+    with pytest.raises(PlanError, match="2 TopologySources"):
+        both = _with(live, topology_sources=[*live.topology_sources, two])
+        plan_cluster(both, s, namespace=NS, settings_source="test")
+    hook = copy.deepcopy(live.topology_sources[0])
+    hook["spec"].pop("configMap")
+    hook["spec"]["webhook"] = {"url": "https://example.com/snapshot"}
+    with pytest.raises(PlanError, match="webhook"):
+        plan_cluster(_with(live, topology_sources=[hook]), s, namespace=NS, settings_source="test")
+
+
+def _with(live: LiveCluster, **changes: Any) -> LiveCluster:
+    return LiveCluster(**{**{f: getattr(live, f) for f in LiveCluster.__dataclass_fields__}, **changes})
+
+
+# --- field_diff ----------------------------------------------------------------------------------------
+
+
+def test_field_diff_compares_only_what_the_controller_sets() -> None:
+    desired = {
+        "metadata": {"name": "q", "labels": {"a/b": "1"}},
+        "spec": {"quota": "8", "groups": [{"n": 1}], "flag": True},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Ok", "message": "m"}]},
+    }
+    live = {
+        "metadata": {"name": "q", "uid": "u", "labels": {"a/b": "1", "other": "x"}, "generation": 4},
+        "spec": {"quota": 8, "groups": [{"n": 1, "defaulted": "yes"}], "flag": True, "extra": 1},
+        "status": {
+            "conditions": [
+                {"type": "Other", "status": "False"},
+                {"type": "Ready", "status": "True", "reason": "Ok",
+                 "message": "m", "lastTransitionTime": "1"},
+            ],
+            "counts": 3,
+        },
+    }
+    assert field_diff(desired, live) == []
+    live["spec"]["groups"].append({"n": 2})
+    live["spec"]["flag"] = "true"
+    live["status"]["conditions"][1]["reason"] = "Other"
+    assert field_diff(desired, live) == [
+        FieldChange("spec.groups", live["spec"]["groups"], [{"n": 1}]),
+        FieldChange("spec.flag", "true", True),
+        FieldChange("status.conditions[Ready].reason", "Other", "Ok"),
+    ]
+    assert field_diff(desired, live, status_only=True) == [
+        FieldChange("status.conditions[Ready].reason", "Other", "Ok")
+    ]
+
+
+def test_field_diff_names_an_absent_field() -> None:
+    assert field_diff({"spec": {"a": {"b": "1"}}}, {"spec": {}}) == [FieldChange("spec.a", None, {"b": "1"})]
+    assert field_diff({"spec": {"a": "2Gi"}}, {"spec": {"a": "2048Mi"}}) == []
+
+
+# --- the property: any fleet ---------------------------------------------------------------------------
+
+
+@settings(max_examples=25, suppress_health_check=[HealthCheck.too_slow])
+@given(fleets(min_nodes=1, max_nodes=6, long_names=False))
+def test_any_fleet_plans_the_scenario_plans_chain_and_reaches_a_fixed_point(fleet: Fleet) -> None:
+    s = fleet.grouping.settings()
+    racks = fleet.racks
+    source = racks.source() if racks is not None else None
+    snapshot = racks.snapshot() if racks is not None else None
+    try:
+        plan = plan_chain(fleet.scenario, s, topology_source=source, snapshot=snapshot, checks_active=False)
+    except PlanError:
+        return  # the scenario plan refuses it (a source not in effect): nothing to compare with
+    live = applied_fleet(fleet.scenario, source=source, snapshot=snapshot)
+    report = plan_cluster(live, s, namespace=NS, settings_source="test")
+    assert {c.action for c in report.changes} <= {"create"}
+    assert _names(report, "ResourceFlavor") == sorted(plan.flavors)
+    assert _names(report, "ClusterQueue") == sorted(plan.cluster_queues)
+    assert report.desired.profiles == plan.profiles
+    _, done = converge(live, s)
+    assert done.changes == []
