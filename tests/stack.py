@@ -74,11 +74,12 @@ async def write_settings(admin: Client, data: dict[str, str]) -> None:
 
 
 @contextlib.contextmanager
-def module_cluster(name: str) -> Iterator[DevCluster]:
+def module_cluster(name: str, *, audited: bool = False) -> Iterator[DevCluster]:
     """A fresh control plane for one test module (the chain reads every Node, so other modules' scenarios
-    must not leak into its pools)."""
+    must not leak into its pools); ``audited``: with the audit log at ``<dir>/audit.log``."""
     directory = Path(tempfile.mkdtemp(prefix=f"gpustack-{name}-"))
-    cluster = DevCluster(directory, log=lambda msg: print(f"[{name} devcluster] {msg}"))
+    audit = directory / "audit.log" if audited else None
+    cluster = DevCluster(directory, log=lambda msg: print(f"[{name} devcluster] {msg}"), audit_log=audit)
     cluster.start()
     try:
         yield cluster
