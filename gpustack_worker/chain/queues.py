@@ -69,6 +69,7 @@ if TYPE_CHECKING:
 
 __all__ = (
     "MAX_FLAVORS_PER_GROUP",
+    "STOP_POLICY_FIELD",
     "Condition",
     "Plan",
     "QueueDecision",
@@ -85,6 +86,8 @@ __all__ = (
 
 #: Kueue allows at most 64 flavors in one resource group.
 MAX_FLAVORS_PER_GROUP: Final = 64
+#: ``spec.stopPolicy`` as a managedFields path (whether the queue controller owns the stop policy).
+STOP_POLICY_FIELD: Final = ("f:spec", "f:stopPolicy")
 HOLD: Final = "Hold"
 HOLD_AND_DRAIN: Final = "HoldAndDrain"
 NONE: Final = "None"

@@ -42,7 +42,7 @@ from gpustack_worker.chain import (
     settle,
 )
 from gpustack_worker.chain.nodes import NodeHardware, node_hardware, unprofiled_hardware
-from gpustack_worker.chain.views import pool_status
+from gpustack_worker.chain.views import cpu_used, pool_status
 from gpustack_worker.runtime import conditions
 from gpustack_worker.runtime.apply import Applier, owned_fields
 from gpustack_worker.runtime.client import ApiError, Conflict, NotFound
@@ -50,7 +50,6 @@ from gpustack_worker.runtime.controller import Result
 from gpustack_worker.runtime.finalizers import Finalizer
 from gpustack_worker.runtime.labelselector import LabelSelector, parse_selector
 from gpustack_worker.runtime.prune import Pruner, owner_of, stamp
-from gpustack_worker.runtime.quantity import parse
 
 if TYPE_CHECKING:
     from gpustack_worker.chain.flavors import FlavorPlan
@@ -75,7 +74,6 @@ FLAVORS_KEY: Final = "flavors"
 CHECKS_KEY: Final = "checks"
 #: Requeue while a flavor whose immutable spec changed is being replaced (its deletion event also wakes us).
 REPLACE_POLL_S: Final = 5.0
-_STOP_POLICY: Final = ("f:spec", "f:stopPolicy")
 _log = structlog.get_logger("gpustack_worker.chain")
 
 
@@ -762,7 +760,7 @@ class Steps:
                 nodes=self._queue_nodes(it),
                 topologies=frozenset(self.topology_cache.store.keys()),
                 active_checks=admissionchecks.active_checks(self.checks.store.list()),
-                owns_stop_policy=owns_field(queue, managers.QUEUE, _STOP_POLICY),
+                owns_stop_policy=owns_field(queue, managers.QUEUE, queues.STOP_POLICY_FIELD),
                 aware=s.instance_type_aware_cpu_manufacturer,
                 mixed_on_node=s.instance_type_mixed_on_node,
                 derived_from_node=s.instance_type_derived_from_node,
@@ -822,7 +820,7 @@ class Steps:
             return Result.done()
         queue = self.queue_cache.store.get(name)
         decision = instancetypes.decide_type(
-            it, queue, queue_stop_is_ours=owns_field(queue, managers.QUEUE, _STOP_POLICY)
+            it, queue, queue_stop_is_ours=owns_field(queue, managers.QUEUE, queues.STOP_POLICY_FIELD)
         )
         if decision.add_finalizer:
             await self.finalizer.add(it)
@@ -875,7 +873,7 @@ class Steps:
             facts = [f for n in sorted(members) if (f := self.devices_facts(n)) is not None]
         cores = {n: self._hardware[n].cpu.cores for n in members if n in self._hardware}
         group = pool.accelerator_group if pool.acceleratable else None
-        return pool_status(group, pool_flavors, facts, cores, _cpu_used(queue))
+        return pool_status(group, pool_flavors, facts, cores, cpu_used(queue))
 
     # -- LocalQueues ---------------------------------------------------------------------------------
 
@@ -941,14 +939,3 @@ def _rv(obj: Mapping[str, Any] | None) -> int | None:
         return int(str(_meta(obj).get("resourceVersion", "")))
     except ValueError:
         return None
-
-
-def _cpu_used(queue: Mapping[str, Any] | None) -> int:
-    """CPU cores Kueue reports in use on the queue's flavors (``status.flavorsUsage``), rounded up."""
-    total = 0.0
-    for flavor in ((queue or {}).get("status") or {}).get("flavorsUsage") or ():
-        for res in flavor.get("resources") or ():
-            if res.get("name") == "cpu":
-                value = parse(str(res.get("total") or "0"))
-                total += float(value) if value is not None else 0.0
-    return int(total + 0.999999)

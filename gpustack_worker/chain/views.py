@@ -31,11 +31,12 @@ from typing import TYPE_CHECKING, Any, Final
 from gpustack_worker.api import keys, manufacturers
 from gpustack_worker.api.crds.devices import AllocationMode
 from gpustack_worker.api.devices_view import Card, CardLedger, DevicesFacts, fresh_ledger
+from gpustack_worker.runtime.quantity import parse
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
-__all__ = ("PoolCard", "accelerator_views", "column", "cpu_view", "pool_cards", "pool_status")
+__all__ = ("PoolCard", "accelerator_views", "column", "cpu_used", "cpu_view", "pool_cards", "pool_status")
 
 _FREE: Final = AllocationMode.NONE
 
@@ -181,3 +182,14 @@ def pool_status(
         if detail:
             out["detail"] = detail
     return out
+
+
+def cpu_used(queue: Mapping[str, Any] | None) -> int:
+    """CPU cores Kueue reports in use on the queue's flavors (``status.flavorsUsage``), rounded up."""
+    total = 0.0
+    for flavor in ((queue or {}).get("status") or {}).get("flavorsUsage") or ():
+        for res in flavor.get("resources") or ():
+            if res.get("name") == "cpu":
+                value = parse(str(res.get("total") or "0"))
+                total += float(value) if value is not None else 0.0
+    return int(total + 0.999999)

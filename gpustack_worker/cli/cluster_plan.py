@@ -39,7 +39,8 @@ from gpustack_worker.api import keys, kinds
 from gpustack_worker.chain import admissionchecks, instancetypes, localqueues, managers, pools, queues
 from gpustack_worker.chain import flavors as chain_flavors
 from gpustack_worker.chain.nodes import node_hardware
-from gpustack_worker.chain.steps import _cpu_used, owns_field
+from gpustack_worker.chain.steps import owns_field
+from gpustack_worker.chain.views import cpu_used
 from gpustack_worker.cli.planning import (
     NFD_DEFAULT_NS,
     PlanError,
@@ -93,8 +94,6 @@ KIND_ORDER: Final = (
 )
 #: The uid a LocalQueue's owner reference gets when its ClusterQueue does not exist yet.
 NEW_UID: Final = "(assigned on create)"
-#: ``spec.stopPolicy`` as a managedFields path (whether the queue controller owns it).
-_STOP_POLICY: Final = ("f:spec", "f:stopPolicy")
 #: The metadata fields a controller sets on the objects it applies (name and namespace are the identity).
 _META_FIELDS: Final = ("labels", "annotations", "ownerReferences", "finalizers")
 
@@ -402,7 +401,7 @@ def desired_chain(live: LiveCluster, settings: WorkerSettings, *, namespace: str
                 nodes=hardware,
                 topologies=present,
                 active_checks=checks,
-                owns_stop_policy=owns_field(queue, managers.QUEUE, _STOP_POLICY),
+                owns_stop_policy=owns_field(queue, managers.QUEUE, queues.STOP_POLICY_FIELD),
                 aware=aware,
                 mixed_on_node=mixed,
                 derived_from_node=settings.instance_type_derived_from_node,
@@ -438,7 +437,7 @@ def desired_chain(live: LiveCluster, settings: WorkerSettings, *, namespace: str
             "entrance": keys.local_queue_name(name),
             "phase": phase,
             **({"phaseMessage": message} if message else {}),
-            **capacity_status(it, flavor_list, hardware, facts, aware=aware, cpu_used=_cpu_used(queue)),
+            **capacity_status(it, flavor_list, hardware, facts, aware=aware, cpu_used=cpu_used(queue)),
         }
         types[name] = {**it, "status": status} if name in types else _status_body(it, status)
     if not settings.instance_type_derived_from_node and not live_types:
