@@ -54,6 +54,7 @@ from gpustack_worker.cli.planning import (
     project,
     set_own,
 )
+from gpustack_worker.runtime.labelselector import parse_selector
 from gpustack_worker.runtime.prune import owner_of, stamp
 from gpustack_worker.runtime.quantity import parse
 from gpustack_worker.topology import managers as topology_managers
@@ -444,8 +445,10 @@ def desired_chain(live: LiveCluster, settings: WorkerSettings, *, namespace: str
         notes.append("instance-type-derived-from-node=false and no InstanceType exists: no ClusterQueue")
 
     local: dict[str, dict[str, Any]] = {}
+    selector = parse_selector(settings.local_queue_namespace_selector)
     for ns in live.namespaces:
-        for body in localqueues.desired_local_queues(ns, fronted, system_namespace=namespace).values():
+        wanted = localqueues.desired_local_queues(ns, fronted, system_namespace=namespace, selector=selector)
+        for body in wanted.values():
             stamped = stamp(body, managers.OWNER_LOCAL_QUEUES)
             local[_key(stamped)] = stamped
     owned_local = [q for q in live.local_queues if owner_of(q) == managers.OWNER_LOCAL_QUEUES]

@@ -331,3 +331,18 @@ def test_any_fleet_plans_the_scenario_plans_chain_and_reaches_a_fixed_point(flee
     assert report.desired.profiles == plan.profiles
     _, done = converge(live, s)
     assert done.changes == []
+
+
+def test_the_local_queue_namespace_selector_setting_is_honoured() -> None:
+    s = parse_sets(["local-queue-namespace-selector=team"])
+    live = applied_fleet(packaged_scenario("chain-4"))
+    labelled = copy.deepcopy(live.namespaces)
+    for ns in labelled:
+        if ns["metadata"]["name"] == TEAM:
+            ns["metadata"]["labels"] = {"team": "a"}
+    _, done = converge(_with(live, namespaces=labelled), s)
+    report = plan_cluster(_with(live, namespaces=labelled), s, namespace=NS, settings_source="test")
+    queues = _names(report, "ClusterQueue")
+    assert queues
+    assert {c.namespace for c in report.changes if c.kind == "LocalQueue"} == {TEAM}
+    assert done.changes == []
