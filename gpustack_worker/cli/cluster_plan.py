@@ -74,6 +74,7 @@ __all__ = (
     "FieldChange",
     "LiveCluster",
     "PlanReport",
+    "applicable",
     "desired_chain",
     "diff_chain",
     "field_diff",
@@ -634,10 +635,16 @@ def render_text(report: PlanReport) -> str:
     return "\n".join(lines)
 
 
+def applicable(body: Mapping[str, Any]) -> dict[str, Any]:
+    """``body`` as ``kubectl apply`` takes it: without ``status``."""
+    return {k: v for k, v in body.items() if k != "status"}
+
+
 def report_list(report: PlanReport) -> tuple[dict[str, Any], list[str]]:
-    """``-o yaml``: a ``v1 List`` of every object to create or change (kubectl reads it), and comment
-    lines naming each action (a delete has no object to apply, so it is a comment only)."""
-    items = [c.body for c in report.changes if c.action != "delete"]
+    """``-o yaml``: a ``v1 List`` of every object to create or change, without ``status`` (the controllers
+    write it; ``kubectl apply`` neither applies nor accepts a partial one), and comment lines naming each
+    action (a delete has no object to apply, so it is a comment only)."""
+    items = [applicable(c.body) for c in report.changes if c.action != "delete" and "spec" in c.body]
     comments = [f"# {c.action} {c.kind} {c.where}" for c in report.changes]
     return {"apiVersion": "v1", "kind": "List", "items": items}, comments
 

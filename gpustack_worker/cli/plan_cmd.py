@@ -31,6 +31,7 @@ from pydantic import ValidationError
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.api.crds.topology_source import TopologySource
 from gpustack_worker.chain import admissionchecks, localqueues, managers
+from gpustack_worker.cli.cluster_plan import applicable
 from gpustack_worker.cli.planning import PLAN_NAMESPACE, PlanError, PlannedChain, plan_chain
 from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.runtime.prune import stamp
@@ -288,7 +289,7 @@ def render_text(plan: PlannedChain) -> str:
 def plan_list(plan: PlannedChain) -> dict[str, Any]:
     """The scenario plan as a ``v1 List`` kubectl reads: the Topologies, flavors, InstanceTypes,
     ClusterQueues, the LocalQueues (in the ``default`` namespace; every non-system one gets the same) and
-    the AdmissionChecks."""
+    the AdmissionChecks, without ``status`` (``-o json`` has it)."""
     local = []
     for name in plan.cluster_queues:
         queue = {"metadata": {"name": name, "uid": f"plan-{name}"}}
@@ -301,7 +302,7 @@ def plan_list(plan: PlannedChain) -> dict[str, Any]:
         *local,
         *admissionchecks.desired_admission_checks().values(),
     ]
-    return {"apiVersion": "v1", "kind": "List", "items": items}
+    return {"apiVersion": "v1", "kind": "List", "items": [applicable(i) for i in items]}
 
 
 def _check_mode(args: argparse.Namespace) -> None:

@@ -247,6 +247,7 @@ def test_yaml_is_a_list_of_the_objects_to_write_with_every_action_commented() ->
     assert (doc["apiVersion"], doc["kind"]) == ("v1", "List")
     assert [i["kind"] for i in doc["items"]] == [c.kind for c in report.changes if c.action != "delete"]
     assert "# delete ResourceFlavor leftover" in comments
+    assert all("status" not in i for i in doc["items"])  # kubectl apply takes no partial status
     assert all(line.startswith("# ") for line in comments)
 
 

@@ -285,6 +285,7 @@ def test_yaml_output_is_a_kubectl_list_of_the_json_plans_objects(capsys: pytest.
     by_kind: dict[str, list[str]] = {}
     for item in doc["items"]:
         assert item["apiVersion"] and item["metadata"]["name"]
+        assert "status" not in item  # kubectl apply takes no partial status (-o json has it)
         by_kind.setdefault(item["kind"], []).append(item["metadata"]["name"])
     assert by_kind["ResourceFlavor"] == [f["metadata"]["name"] for f in as_json["resourceFlavors"]]
     assert by_kind["ClusterQueue"] == [q["metadata"]["name"] for q in as_json["clusterQueues"]]

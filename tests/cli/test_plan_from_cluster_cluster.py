@@ -85,6 +85,32 @@ async def _read_only_account(admin: Client) -> None:
     )
 
 
+async def _run(*argv: str, stdin: bytes | None = None) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else None,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate(stdin)
+    assert proc.returncode == 0, f"{argv}: {err.decode()}"
+    return out.decode()
+
+
+async def _kubectl_reads_the_yaml(reader: str, admin: str) -> list[str]:
+    """``plan --from-cluster -o yaml`` fed to ``kubectl apply --dry-run=server``: the names it would
+    apply (the API server validates each object, and Kueue's webhooks run, without storing anything)."""
+    doc = await _run(
+        sys.executable, "-m", "gpustack_worker", "plan", "--from-cluster",
+        "--kubeconfig", reader, "-o", "yaml",
+    )  # fmt: skip
+    out = await _run(
+        "kubectl", "--kubeconfig", admin, "apply", "--dry-run=server", "-o", "name", "-f", "-",
+        stdin=doc.encode(),
+    )  # fmt: skip
+    return out.split()
+
+
 async def _plan(kubeconfig: str, *extra: str) -> tuple[dict[str, Any], str]:
     """``plan --from-cluster -o json`` and ``-o text`` as a subprocess (the command a person runs)."""
     outputs = []
@@ -156,6 +182,8 @@ async def test_plan_from_cluster_creates_then_nothing_then_the_admins_edit_read_
             (keys.JOINT_CHECK, keys.NODE_DEVICES_CHECK)
         )
         assert report["summary"]["unchanged"] == 0
+        applied = await _kubectl_reads_the_yaml(reader, str(cluster.kubeconfig))
+        assert len(applied) == len(created), applied
 
         # (b) the controllers converge; stopped, the plan has nothing to change.
         async with running_stack(cluster, SCENARIO, namespaces=(TEAM,)) as stack:
