@@ -677,9 +677,10 @@ async def _plan_live(args: argparse.Namespace, overrides: dict[str, str]) -> Pla
 
 
 def run(args: argparse.Namespace, overrides: dict[str, str]) -> int:
-    """``plan --from-cluster``: read, plan, print. ``1`` when a read is refused, ``2`` on bad input."""
+    """``plan --from-cluster``: read, plan, print. ``1`` when the cluster cannot be read (unreachable, no
+    credentials, a read refused), ``2`` on bad input."""
     from gpustack_worker.cli.plan_cmd import InputError
-    from gpustack_worker.runtime.client import ApiError
+    from gpustack_worker.runtime.client import TRANSPORT_ERRORS, ApiError
 
     try:
         report = asyncio.run(_plan_live(args, overrides))
@@ -688,6 +689,10 @@ def run(args: argparse.Namespace, overrides: dict[str, str]) -> int:
         return 2
     except ApiError as exc:
         print(f"plan --from-cluster: the API server refused a read: {exc}", file=sys.stderr)
+        return 1
+    except (*TRANSPORT_ERRORS, OSError, ValueError) as exc:
+        # no credentials, an unreadable kubeconfig, an unreachable server
+        print(f"plan --from-cluster: cannot reach the cluster: {exc}", file=sys.stderr)
         return 1
     if args.output == "json":
         print(json.dumps(report.as_dict(), indent=2, sort_keys=True))

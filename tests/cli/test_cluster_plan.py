@@ -24,6 +24,7 @@ from gpustack_worker.cli.cluster_plan import (
     render_text,
     report_list,
 )
+from gpustack_worker.cli.main import main
 from gpustack_worker.cli.plan_cmd import parse_sets
 from gpustack_worker.cli.planning import PlanError, plan_chain, project
 from gpustack_worker.runtime.prune import OWNER_LABEL
@@ -347,3 +348,18 @@ def test_the_local_queue_namespace_selector_setting_is_honoured() -> None:
     assert queues
     assert {c.namespace for c in report.changes if c.kind == "LocalQueue"} == {TEAM}
     assert done.changes == []
+
+
+def test_the_command_says_why_it_cannot_plan(
+    capsys: pytest.CaptureFixture[str], tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert main(["plan"]) == 2
+    assert "give a SCENARIO" in capsys.readouterr().err
+    assert main(["plan", "chain-4", "--from-cluster"]) == 2
+    assert "drop SCENARIO" in capsys.readouterr().err
+    assert main(["plan", "--from-cluster", "--set", "nokey"]) == 2
+    assert "expected KEY=VALUE" in capsys.readouterr().err
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert main(["plan", "--from-cluster", "--kubeconfig", str(tmp_path / "absent")]) == 1
+    assert "cannot reach the cluster" in capsys.readouterr().err
