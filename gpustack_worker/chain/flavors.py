@@ -19,13 +19,14 @@ an over-long name part the same way for the agent, the Device Manager and this m
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from gpustack_worker.api import keys, kinds
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable
 
     from gpustack_worker.chain.nodes import CpuIdentity, DeviceIdentity, NodeHardware
 
@@ -35,6 +36,8 @@ __all__ = (
     "FlavorPlan",
     "desired_flavors",
     "flavor_body",
+    "flavor_topology_drift",
+    "immutable_spec_changed",
     "node_families",
     "plan_flavors",
 )
@@ -207,3 +210,35 @@ def flavor_nodes(flavor: Mapping[str, Any], nodes: Iterable[NodeHardware]) -> li
     """Names of the Nodes a live flavor's ``spec.nodeLabels`` select."""
     selector: Mapping[str, str] = (flavor.get("spec") or {}).get("nodeLabels") or {}
     return sorted(n.name for n in nodes if all(n.labels.get(k) == v for k, v in selector.items()))
+
+
+def flavor_topology_drift(desired: Mapping[str, Any], cached: Mapping[str, Any]) -> dict[str, Any]:
+    """The generated topology fields of a cached flavor that differ from the desired ones: its
+    ``spec.topologyName`` and the profile pinned in ``spec.nodeLabels`` (Kueue makes both immutable; a
+    difference is drift to report, never to patch). Empty when there is none."""
+    want, have = desired.get("spec") or {}, cached.get("spec") or {}
+    drift: dict[str, Any] = {}
+    if want.get("topologyName") != have.get("topologyName"):
+        drift["topologyName"] = {"desired": want.get("topologyName"), "found": have.get("topologyName")}
+    want_profile = (want.get("nodeLabels") or {}).get(keys.TOPOLOGY_PROFILE)
+    have_profile = (have.get("nodeLabels") or {}).get(keys.TOPOLOGY_PROFILE)
+    if want_profile != have_profile:
+        drift[keys.TOPOLOGY_PROFILE] = {"desired": want_profile, "found": have_profile}
+    return drift
+
+
+def immutable_spec_changed(desired: Mapping[str, Any], cached: Mapping[str, Any]) -> bool:
+    """Kueue forbids changing a TAS flavor's ``nodeLabels``, ``tolerations`` and ``topologyName``."""
+    want, have = desired.get("spec") or {}, cached.get("spec") or {}
+    return any(
+        _plain(want.get(k)) != _plain(have.get(k)) for k in ("nodeLabels", "tolerations", "topologyName")
+    )
+
+
+def _plain(value: Any) -> Any:
+    """Frozen cache values (mappings, tuples) as plain JSON values, for comparison."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value

@@ -22,7 +22,6 @@ import contextlib
 import datetime as dt
 import functools
 import time
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final
@@ -52,6 +51,8 @@ from gpustack_worker.runtime.labelselector import LabelSelector, parse_selector
 from gpustack_worker.runtime.prune import Pruner, owner_of, stamp
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+
     from gpustack_worker.chain.flavors import FlavorPlan
     from gpustack_worker.chain.settings import ControllerSettings
     from gpustack_worker.runtime.client import Client
@@ -266,38 +267,6 @@ def owns_field(obj: Mapping[str, Any] | None, manager: str, path: tuple[str, ...
 
 def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return (obj or {}).get("metadata") or {}
-
-
-def _topology_drift(desired: Mapping[str, Any], cached: Mapping[str, Any]) -> dict[str, Any]:
-    """The generated topology fields of a cached flavor that differ from the desired ones: its
-    ``spec.topologyName`` and the profile pinned in ``spec.nodeLabels`` (Kueue makes both immutable; a
-    difference is drift to report, never to patch). Empty when there is none."""
-    want, have = desired.get("spec") or {}, cached.get("spec") or {}
-    drift: dict[str, Any] = {}
-    if want.get("topologyName") != have.get("topologyName"):
-        drift["topologyName"] = {"desired": want.get("topologyName"), "found": have.get("topologyName")}
-    want_profile = (want.get("nodeLabels") or {}).get(keys.TOPOLOGY_PROFILE)
-    have_profile = (have.get("nodeLabels") or {}).get(keys.TOPOLOGY_PROFILE)
-    if want_profile != have_profile:
-        drift[keys.TOPOLOGY_PROFILE] = {"desired": want_profile, "found": have_profile}
-    return drift
-
-
-def _immutable_spec_changed(desired: Mapping[str, Any], cached: Mapping[str, Any]) -> bool:
-    """Kueue forbids changing a TAS flavor's ``nodeLabels``, ``tolerations`` and ``topologyName``."""
-    want, have = desired.get("spec") or {}, cached.get("spec") or {}
-    return any(
-        _plain(want.get(k)) != _plain(have.get(k)) for k in ("nodeLabels", "tolerations", "topologyName")
-    )
-
-
-def _plain(value: Any) -> Any:
-    """Frozen cache values (mappings, tuples) as plain JSON values, for comparison."""
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
 
 
 @dataclass
@@ -672,7 +641,7 @@ class Steps:
                 if cached is not None and _meta(cached).get("deletionTimestamp"):
                     requeue = REPLACE_POLL_S  # being replaced: wait until Kueue lets it go
                     continue
-                if cached is not None and (drift := _topology_drift(body, cached)):
+                if cached is not None and (drift := flavors.flavor_topology_drift(body, cached)):
                     # No EventRecorder in the chain's steps: a structured error log names the drift. The
                     # queue refuses the flavor (MissingTopology) until an admin removes it.
                     _log.error(
@@ -682,7 +651,7 @@ class Steps:
                         drift=drift,
                     )
                     continue
-                if cached is not None and _immutable_spec_changed(body, cached):
+                if cached is not None and flavors.immutable_spec_changed(body, cached):
                     _log.info("replacing flavor whose immutable selector changed", flavor=name)
                     await batch.write(
                         name, partial(self._delete, kinds.RESOURCE_FLAVOR, cached), regarding=regarding
