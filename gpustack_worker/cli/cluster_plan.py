@@ -17,9 +17,11 @@ pure functions:
    for every live Namespace, ``admissionchecks.desired_admission_checks`` and the profiles' Topologies;
 3. :func:`diff_chain` — each desired object against the live one of that name: ``create`` when there is
    none, ``change`` with the fields that differ (only the fields the controller sets: server-side apply
-   leaves the others alone), and ``delete`` for objects carrying a controller's owner label that nothing
-   wants any more (the pruners' rule). An authored InstanceType is create-only, so an existing one is
-   compared on ``status`` alone.
+   leaves the others alone) — ``replace`` or ``drift`` instead when the controller's own tests
+   (``flavors.immutable_spec_changed``, ``flavors.flavor_topology_drift``, ``profiles.topology_drift``)
+   say it deletes and recreates, or leaves, that object — and ``delete`` for objects carrying a
+   controller's owner label that nothing wants any more (the pruners' rule). An authored InstanceType is
+   create-only, so an existing one is compared on ``status`` alone.
 
 Limits (said, not guessed): one TopologySource at most, and not a webhook one (its snapshot is fetched by
 the controller from an address a planning machine may not reach).
@@ -147,7 +149,9 @@ class FieldChange:
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """One object the controllers would write: ``create``, ``change`` (with its fields) or ``delete``."""
+    """One object the controllers would act on: ``create``, ``change`` (with its fields), ``replace``
+    (delete and create: a flavor's immutable selector), ``delete``, or ``drift`` (differs, but immutable:
+    left as it is and reported)."""
 
     action: str
     kind: str
@@ -180,7 +184,7 @@ class PlanReport:
     settings_source: str
 
     def as_dict(self) -> dict[str, Any]:
-        counts = {a: sum(1 for c in self.changes if c.action == a) for a in ("create", "change", "delete")}
+        counts = {a: sum(1 for c in self.changes if c.action == a) for a in _MARK}
         return {
             "settings": self.settings_source,
             "profiles": dict(self.desired.profiles),
@@ -575,13 +579,29 @@ def diff_chain(desired: DesiredChain, live: LiveCluster) -> tuple[list[Change], 
                 continue
             fields = field_diff(body, found, status_only=kind in desired.create_only)
             if fields:
-                changes.append(Change("change", kind, name, ns or None, tuple(fields), body))
+                action = _action(kind, body, found)
+                changes.append(Change(action, kind, name, ns or None, tuple(fields), body))
             else:
                 unchanged += 1
         for key in desired.delete.get(kind, ()):
             ns, _, name = key.rpartition("/")
             changes.append(Change("delete", kind, name, ns or None, (), dict(have.get(key) or {})))
     return changes, unchanged
+
+
+def _action(kind: str, desired: Mapping[str, Any], live: Mapping[str, Any]) -> str:
+    """What the controller does with an object that differs, by its own tests: a flavor whose generated
+    topology fields drifted, or a generated Topology whose levels did, is left as it is (``drift``:
+    immutable in Kueue, an admin deletes it); a flavor whose other immutable fields changed is deleted and
+    created again (``replace``); anything else is applied (``change``)."""
+    if kind == kinds.RESOURCE_FLAVOR.kind:
+        if chain_flavors.flavor_topology_drift(desired, live):
+            return "drift"
+        if chain_flavors.immutable_spec_changed(desired, live):
+            return "replace"
+    if kind == kinds.TOPOLOGY.kind and profiles.topology_drift(desired, live) is not None:
+        return "drift"
+    return "change"
 
 
 def plan_cluster(
@@ -595,7 +615,13 @@ def plan_cluster(
 
 # --- output --------------------------------------------------------------------------------------------
 
-_MARK: Final = {"create": "+", "change": "~", "delete": "-"}
+#: Every action, in the order the summary counts them, and its mark in the text output.
+_MARK: Final = {"create": "+", "change": "~", "replace": "-/+", "delete": "-", "drift": "!"}
+#: What an action means, for the text output's legend line (shown for the rare ones only).
+_LEGEND: Final = {
+    "replace": "-/+ replace: deleted and created again (Kueue forbids changing a flavor's selector)",
+    "drift": "! drift: not written (immutable in Kueue); delete the object and the controller recreates it",
+}
 
 
 def _shown(value: Any) -> str:
@@ -617,20 +643,23 @@ def render_text(report: PlanReport) -> str:
     ]
     width = max((len(c.kind) for c in report.changes), default=0)
     for c in report.changes:
-        lines.append(f"{_MARK[c.action]} {c.action:<6}  {c.kind:<{width}}  {c.where}")
+        lines.append(f"{_MARK[c.action]:<3} {c.action:<7}  {c.kind:<{width}}  {c.where}")
         lines.extend(f"      {f.path}: {_shown(f.live)} -> {_shown(f.desired)}" for f in c.fields)
     if not report.changes:
         lines.append("no changes: the chain on the cluster is what the controllers would write")
     lines += [
         "",
         f"{counts['create']} to create, {counts['change']} to change, {counts['delete']} to delete, "
-        f"{counts['unchanged']} unchanged",
+        f"{counts['unchanged']} unchanged"
+        + "".join(f", {counts[a]} to {a}" for a in ("replace",) if counts[a])
+        + (f", {counts['drift']} drifted (left as they are)" if counts["drift"] else ""),
     ]
     for r in d.refused:
         lines.append(
             f"refused by the API server (not created): "
             f"{r['kind']} {r['name']} {r['path']}: {r['rule']}"
         )
+    lines.extend(_LEGEND[a] for a in _LEGEND if counts[a])
     lines.extend(f"note: {n}" for n in d.notes)
     return "\n".join(lines)
 
@@ -644,7 +673,9 @@ def report_list(report: PlanReport) -> tuple[dict[str, Any], list[str]]:
     """``-o yaml``: a ``v1 List`` of every object to create or change, without ``status`` (the controllers
     write it; ``kubectl apply`` neither applies nor accepts a partial one), and comment lines naming each
     action (a delete has no object to apply, so it is a comment only)."""
-    items = [applicable(c.body) for c in report.changes if c.action != "delete" and "spec" in c.body]
+    items = [
+        applicable(c.body) for c in report.changes if c.action not in ("delete", "drift") and "spec" in c.body
+    ]
     comments = [f"# {c.action} {c.kind} {c.where}" for c in report.changes]
     return {"apiVersion": "v1", "kind": "List", "items": items}, comments
 

@@ -363,3 +363,26 @@ def test_the_command_says_why_it_cannot_plan(
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     assert main(["plan", "--from-cluster", "--kubeconfig", str(tmp_path / "absent")]) == 1
     assert "cannot reach the cluster" in capsys.readouterr().err
+
+
+def test_immutable_differences_are_classified_as_the_controller_acts_on_them() -> None:
+    s = parse_sets([])
+    fleet = applied_fleet(packaged_scenario("topology-8"), source=rack_source(), snapshot=rack_snapshot())
+    live, _ = converge(fleet, s)
+    selector, drifted = live.flavors[0], live.flavors[1]
+    count_key = next(k for k in selector["spec"]["nodeLabels"] if k.endswith(".count"))
+    selector["spec"]["nodeLabels"][count_key] = "99"
+    drifted["spec"]["topologyName"] = "someone-elses"
+    topology = live.topologies[0]
+    topology["spec"]["levels"] = [{"nodeLabel": "example.com/other"}]
+    report = plan_cluster(live, s, namespace=NS, settings_source="test")
+    actions = {(c.kind, c.name): c.action for c in report.changes}
+    assert actions == {
+        ("Topology", topology["metadata"]["name"]): "drift",
+        ("ResourceFlavor", selector["metadata"]["name"]): "replace",
+        ("ResourceFlavor", drifted["metadata"]["name"]): "drift",
+    }
+    doc, _comments = report_list(report)
+    assert [i["metadata"]["name"] for i in doc["items"]] == [selector["metadata"]["name"]]
+    text = render_text(report)
+    assert "-/+ replace" in text and "! drift" in text
