@@ -21,7 +21,8 @@ pure functions:
    (``flavors.immutable_spec_changed``, ``flavors.flavor_topology_drift``, ``profiles.topology_drift``)
    say it deletes and recreates, or leaves, that object — and ``delete`` for objects carrying a
    controller's owner label that nothing wants any more (the pruners' rule). An authored InstanceType is
-   create-only, so an existing one is compared on ``status`` alone.
+   create-only, so an existing one is compared on ``status`` alone. Last, each Node's converged labels
+   against its live ones (:func:`label_diff`): what installing would label.
 
 Limits (said, not guessed): one TopologySource at most, and not a webhook one (its snapshot is fetched by
 the controller from an address a planning machine may not reach).
@@ -80,6 +81,7 @@ __all__ = (
     "desired_chain",
     "diff_chain",
     "field_diff",
+    "label_diff",
     "live_nodes",
     "plan_cluster",
     "read_live",
@@ -131,6 +133,8 @@ class DesiredChain:
     #: ``[namespace/]name`` by kind of live objects a controller owns and would delete.
     delete: dict[str, list[str]] = field(default_factory=dict)
     profiles: dict[str, str] = field(default_factory=dict)
+    #: Node name → its labels once the agent, nfd-master and the topology controller converged.
+    node_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     refused: list[dict[str, str]] = field(default_factory=list)
 
@@ -474,6 +478,7 @@ def desired_chain(live: LiveCluster, settings: WorkerSettings, *, namespace: str
             kinds.LOCAL_QUEUE.kind: sorted(_key(q) for q in owned_local if _key(q) not in local),
         },
         profiles={name: assigned.get(name, "") for name in sorted(nodes)},
+        node_labels={name: dict(_meta(n.current).get("labels") or {}) for name, n in sorted(nodes.items())},
         notes=notes,
         refused=refused,
     )
@@ -586,7 +591,29 @@ def diff_chain(desired: DesiredChain, live: LiveCluster) -> tuple[list[Change], 
         for key in desired.delete.get(kind, ()):
             ns, _, name = key.rpartition("/")
             changes.append(Change("delete", kind, name, ns or None, (), dict(have.get(key) or {})))
+    for node in sorted(live.nodes, key=_name):
+        name = _name(node)
+        want = desired.node_labels.get(name)
+        if want is None:
+            continue
+        fields = label_diff(want, _meta(node).get("labels") or {})
+        if fields:
+            body = {"apiVersion": "v1", "kind": kinds.NODE.kind, "metadata": {"name": name, "labels": want}}
+            changes.append(Change("change", kinds.NODE.kind, name, None, tuple(fields), body))
+        else:
+            unchanged += 1
     return changes, unchanged
+
+
+def label_diff(desired: Mapping[str, str], live: Mapping[str, str]) -> list[FieldChange]:
+    """Every label that differs between a Node's converged labels and its live ones, added, changed or
+    removed (the agent's NodeFeature, nfd-master's projection and the topology controller set and remove
+    them, so — unlike an applied object — a label the plan no longer has is a change too)."""
+    return [
+        FieldChange(_join("metadata.labels", key), live.get(key), desired.get(key))
+        for key in sorted({*desired, *live})
+        if desired.get(key) != live.get(key)
+    ]
 
 
 def _action(kind: str, desired: Mapping[str, Any], live: Mapping[str, Any]) -> str:
@@ -675,7 +702,7 @@ def report_list(report: PlanReport) -> tuple[dict[str, Any], list[str]]:
     action (a delete has no object to apply, so it is a comment only)."""
     items = [
         applicable(c.body) for c in report.changes if c.action not in ("delete", "drift") and "spec" in c.body
-    ]
+    ]  # a Node's labels are written through NodeFeatures and nfd-master, not applied: comment only
     comments = [f"# {c.action} {c.kind} {c.where}" for c in report.changes]
     return {"apiVersion": "v1", "kind": "List", "items": items}, comments
 

@@ -20,6 +20,7 @@ from gpustack_worker.cli.cluster_plan import (
     LiveCluster,
     PlanReport,
     field_diff,
+    label_diff,
     plan_cluster,
     render_text,
     report_list,
@@ -91,6 +92,7 @@ _FIELD: dict[str, str] = {
     kinds.CLUSTER_QUEUE.kind: "cluster_queues",
     kinds.LOCAL_QUEUE.kind: "local_queues",
     kinds.ADMISSION_CHECK.kind: "admission_checks",
+    kinds.NODE.kind: "nodes",
 }
 
 
@@ -126,6 +128,9 @@ def apply_changes(live: LiveCluster, changes: list[Change]) -> LiveCluster:
             body = copy.deepcopy(c.body)
             body["metadata"]["uid"] = f"uid-{next(_uids)}"
             objs.append(body)
+        elif c.kind == kinds.NODE.kind:
+            assert at is not None  # the labels, as nfd-master and the topology controller leave them
+            objs[at]["metadata"]["labels"] = dict(c.body["metadata"]["labels"])
         else:
             assert at is not None
             objs[at] = _merge(objs[at], c.body)
@@ -151,9 +156,13 @@ def test_a_fresh_fleet_plans_the_scenario_plans_chain_as_creates(scenario: str) 
     s = parse_sets([])
     live = applied_fleet(packaged_scenario(scenario))
     report = plan_cluster(live, s, namespace=NS, settings_source="test")
-    assert {c.action for c in report.changes} == {"create"}
+    assert {c.action for c in report.changes if c.kind != "Node"} == {"create"}
     assert report.unchanged == 0
     plan = plan_chain(packaged_scenario(scenario), s, checks_active=False)
+    # every Node gets the labels the scenario plan converges to (agent, nfd-master, topology)
+    relabelled = {c.name: c.body["metadata"]["labels"] for c in report.changes if c.kind == "Node"}
+    assert relabelled == {n: labels for n, labels in plan.node_labels.items() if n in relabelled}
+    assert {n for n, p in plan.profiles.items() if p} <= set(relabelled)
     assert _names(report, "ResourceFlavor") == sorted(plan.flavors)
     assert _names(report, "ClusterQueue") == sorted(plan.cluster_queues)
     assert _names(report, "InstanceType") == sorted(plan.instance_types)
@@ -327,7 +336,8 @@ def test_any_fleet_plans_the_scenario_plans_chain_and_reaches_a_fixed_point(flee
         return  # the scenario plan refuses it (a source not in effect): nothing to compare with
     live = applied_fleet(fleet.scenario, source=source, snapshot=snapshot)
     report = plan_cluster(live, s, namespace=NS, settings_source="test")
-    assert {c.action for c in report.changes} <= {"create"}
+    assert {c.action for c in report.changes if c.kind != "Node"} <= {"create"}
+    assert {c.action for c in report.changes if c.kind == "Node"} <= {"change"}
     assert _names(report, "ResourceFlavor") == sorted(plan.flavors)
     assert _names(report, "ClusterQueue") == sorted(plan.cluster_queues)
     assert report.desired.profiles == plan.profiles
@@ -386,3 +396,14 @@ def test_immutable_differences_are_classified_as_the_controller_acts_on_them() -
     assert [i["metadata"]["name"] for i in doc["items"]] == [selector["metadata"]["name"]]
     text = render_text(report)
     assert "-/+ replace" in text and "! drift" in text
+
+
+def test_label_diff_names_added_changed_and_removed_labels() -> None:
+    desired = {"a": "1", "b.example.com/x": "2", "kept": "k"}
+    live = {"a": "0", "gone": "g", "kept": "k"}
+    assert label_diff(desired, live) == [
+        FieldChange("metadata.labels.a", "0", "1"),
+        FieldChange("metadata.labels[b.example.com/x]", None, "2"),
+        FieldChange("metadata.labels.gone", "g", None),
+    ]
+    assert label_diff(live, live) == []

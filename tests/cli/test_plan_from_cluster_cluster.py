@@ -2,9 +2,12 @@
 ServiceAccount bound to a ClusterRole of only ``get``/``list``/``watch`` on what it reads:
 
 (a) a fleet applied with the simulator (topology-8 with its rack TopologySource and snapshot ConfigMap),
-    no controller run: every chain object is a ``create``, and they are the scenario plan's objects;
-(b) once the agent and the controllers converged (and are stopped), nothing to change — the plan
-    composes the controllers' own pure functions, so it agrees with what they wrote to the field;
+    no controller run: every chain object is a ``create``, and they are the scenario plan's objects
+    (``kubectl apply --dry-run=server`` accepts the ``-o yaml`` List); each managed Node is a label
+    ``change``;
+(b) once the agent and the controllers converged (and are stopped), nothing to change, on the chain
+    objects and on the Nodes' labels — the plan composes the controllers' own pure functions, so it
+    agrees with what they wrote to the field;
 (c) after an admin edits a flavor's label and a queue's nominal quota, exactly those two fields;
 (d) kube-apiserver's audit log holds reads and not one write by that ServiceAccount."""
 
@@ -160,8 +163,12 @@ async def test_plan_from_cluster_creates_then_nothing_then_the_admins_edit_read_
         # (a) applied, no controller run: every chain object is to be created.
         report, _text = await _plan(reader)
         actions = _by_action(report)
-        assert set(actions) == {"create"}, report
+        assert set(actions) == {"create", "change"}, report
         created = actions["create"]
+        # the only changes: the labels agent, nfd-master and the topology controller put on each Node
+        relabelled = {n for k, n in actions["change"] if k == "Node"}
+        # (every managed Node; the agent publishes facts for an unmanaged one too, nfd-master's own Node)
+        assert {n for n, p in plan.profiles.items() if p} <= relabelled, actions["change"]
         for kind, names in (
             ("Topology", plan.topologies),
             ("ResourceFlavor", plan.flavors),
@@ -183,7 +190,7 @@ async def test_plan_from_cluster_creates_then_nothing_then_the_admins_edit_read_
         )
         assert report["summary"]["unchanged"] == 0
         applied = await _kubectl_reads_the_yaml(reader, str(cluster.kubeconfig))
-        assert len(applied) == len(created), applied
+        assert len(applied) == len(created), applied  # Node labels are comments: nfd-master writes them
 
         # (b) the controllers converge; stopped, the plan has nothing to change.
         async with running_stack(cluster, SCENARIO, namespaces=(TEAM,)) as stack:
