@@ -306,9 +306,14 @@ def plan_list(plan: PlannedChain) -> dict[str, Any]:
 
 
 def _check_mode(args: argparse.Namespace) -> None:
+    """A scenario plan or ``--from-cluster``, and only the inputs of the one asked for."""
     if args.from_cluster:
-        extra = [f for f, v in (("SCENARIO", args.scenario), ("--topology-source", args.topology_source),
-                                ("--snapshot", args.snapshot)) if v]
+        given = (
+            ("SCENARIO", args.scenario),
+            ("--topology-source", args.topology_source),
+            ("--snapshot", args.snapshot),
+        )
+        extra = [flag for flag, value in given if value]
         if extra:
             raise InputError(f"--from-cluster plans what the cluster holds: drop {', '.join(extra)}")
     elif args.scenario is None:
