@@ -101,7 +101,8 @@ OUR_FINALIZERS: Final[Mapping[str, str]] = {
 }
 #: Kueue's ClusterQueue stop policy that evicts admitted Workloads.
 HOLD_AND_DRAIN: Final = "HoldAndDrain"
-_NAME_HINTS: Final = ("gpustack-", "gpustack--")
+#: A name that merely contains this looks like ours; it is never evidence (listed as left alone).
+_NAME_HINT: Final = "gpustack"
 
 
 class Step(enum.Enum):
@@ -253,7 +254,7 @@ def _ident(obj: Mapping[str, Any]) -> tuple[str, str, str]:
 def _looks_ours(obj: Mapping[str, Any]) -> bool:
     name = _ident(obj)[0]
     labels = _meta(obj).get("labels") or {}
-    return name.startswith(_NAME_HINTS) or keys.RESOURCE_TYPE in labels or OWNER_LABEL in labels
+    return _NAME_HINT in name or keys.RESOURCE_TYPE in labels or OWNER_LABEL in labels
 
 
 # --- the Lease ---------------------------------------------------------------------------------------
@@ -605,8 +606,6 @@ def render_text(p: Plan, *, dry_run: bool) -> str:
             detail += f"; removes {', '.join(a.removed)}"
         if a.kept:
             detail += f"; keeps (shared) {', '.join(a.kept)}"
-        if a.finalizer:
-            detail += f"; finalizer {a.finalizer}"
         lines.append(f"   {a.verb.value:<11} {a.ref}  [{a.why}{detail}]")
     if p.left_alone:
         lines.append("left alone (look like ours, carry none of our owner labels or field managers):")
