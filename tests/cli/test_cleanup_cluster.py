@@ -247,7 +247,7 @@ async def test_cleanup_dry_run_then_cleanup(devcluster: DevCluster) -> None:
             "kind": "ResourceFlavor",
             "name": LOOKALIKE_FLAVOR,
             "namespace": "",
-            "reason": ("no owner label worker.gpustack.ai/managed-by"),
+            "reason": f"no owner label {OWNER_LABEL}",
         } in doc["leftAlone"]
         # the audit log records every user's writes (reads only of the system ServiceAccounts)
         assert audit.writes(user_agent_prefix=USER_AGENT, since=since) == []
