@@ -44,6 +44,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop
 
 from gpustack_worker.runtime import wire
 from gpustack_worker.runtime.metrics import CLIENT_REAUTHENTICATIONS, FENCED_WRITES, REST_REQUESTS
+from gpustack_worker.runtime.version import VERSION
 
 if TYPE_CHECKING:
     import builtins
@@ -59,9 +60,13 @@ __all__ = (
     "Conflict",
     "Fenced",
     "Gone",
+    "KubeconfigError",
     "NotFound",
     "Unauthorized",
     "WriteFence",
+    "api_of",
+    "kubeconfig_source",
+    "user_agent_of",
 )
 
 _TRACER: Final = trace.get_tracer(__name__)
@@ -83,6 +88,9 @@ _PROPAGATION_POLICIES: Final = frozenset({"Background", "Foreground", "Orphan"})
 DEFAULT_TIMEOUT_S: Final = 30.0
 #: User-Agent of a client that does not name itself (commands pass ``<program>/<identity>``).
 DEFAULT_USER_AGENT: Final = "gpustack-worker"
+#: Where kubectl (and kr8s, and so :meth:`Client.connect`) looks when neither ``--kubeconfig`` nor
+#: ``$KUBECONFIG`` names a kubeconfig.
+DEFAULT_KUBECONFIG: Final = "~/.kube/config"
 #: How a fenced write ended (:attr:`Fenced.outcome`), pre-registered at zero per write verb.
 FENCE_OUTCOMES: Final = ("refused", "incomplete", "cut_off")
 for _verb in sorted(WRITE_METHODS):
@@ -90,8 +98,35 @@ for _verb in sorted(WRITE_METHODS):
         FENCED_WRITES.labels(method=_verb, outcome=_outcome)
 
 
+def user_agent_of(program: str | None) -> str:
+    """The User-Agent of every request: ``<program>/<identity> gpustack-worker/<version>``, or
+    ``gpustack-worker/<version>`` for a client that does not name itself.
+
+    The program and its identity come first, so the API server's audit log (and a ``userAgent`` prefix
+    match on it) still attributes each request to the process that made it, and the default field
+    manager the server derives from it (the part before the first ``/``) stays the program's name; the
+    version follows as a second product token, as in ``kubectl/v1.35.0 (linux/amd64) kubernetes/...``.
+    """
+    if not program or program == DEFAULT_USER_AGENT:
+        return f"{DEFAULT_USER_AGENT}/{VERSION}"
+    return f"{program} {DEFAULT_USER_AGENT}/{VERSION}"
+
+
+class KubeconfigError(Exception):
+    """The client could not be configured: no credentials anywhere, a ``--kubeconfig`` that does not exist,
+    a ``--context`` the kubeconfig lacks, or a kubeconfig that cannot be read. ``str`` is the one-line
+    reason; :attr:`source` names where it looked (a path, or the in-cluster service account)."""
+
+    def __init__(self, message: str, *, source: str = "") -> None:
+        super().__init__(message)
+        self.source = source
+
+
 class ApiError(Exception):
-    """A non-2xx answer from the API server (or an ``ERROR`` watch event)."""
+    """A non-2xx answer from the API server (or an ``ERROR`` watch event).
+
+    :attr:`server` (``https://host:port``) and :attr:`path` are those of the request the client sent
+    (empty for an error built elsewhere), so a command can say which server refused what."""
 
     def __init__(self, status: int, reason: str, body: dict[str, Any], message: str = "") -> None:
         super().__init__(f"{status} {reason}: {message}" if message else f"{status} {reason}")
@@ -99,6 +134,13 @@ class ApiError(Exception):
         self.reason = reason
         self.body = body
         self.retry_after: float | None = None
+        self.server = ""
+        self.path = ""
+
+    @property
+    def message(self) -> str:
+        """The server's ``Status.message`` (may be empty)."""
+        return str(self.body.get("message") or "")
 
     @staticmethod
     def from_status(status: int, body: dict[str, Any]) -> ApiError:
@@ -115,6 +157,41 @@ class Unauthorized(ApiError):
 
 class NotFound(ApiError):
     """404: the object (or its kind) does not exist."""
+
+    @property
+    def api_missing(self) -> bool:
+        """The API itself is not served (its group, version or resource: a CRD not installed), rather than
+        one object of it missing.
+
+        The one predicate for the difference: a kube-apiserver answers a missing object with a ``Status``
+        whose ``details`` name the object, and a path no API serves with a ``Status`` whose ``details``
+        name nothing (``the server could not find the requested resource``). A body that is not a
+        ``Status`` at all says nothing either way and is taken as a missing object."""
+        if self.body.get("kind") != "Status":
+            return False
+        details = self.body.get("details") or {}
+        return not (isinstance(details, dict) and details.get("name"))
+
+
+def api_of(path: str) -> str:
+    """The API a request path belongs to, as kubectl names it: ``resourceflavors.kueue.x-k8s.io/v1beta2``
+    for ``/apis/kueue.x-k8s.io/v1beta2/resourceflavors/x``, ``nodes/v1`` for ``/api/v1/nodes``; ``""``
+    for a path under neither."""
+    parts = [p for p in path.split("?", 1)[0].split("/") if p]
+    if parts[:1] == ["api"] and len(parts) >= 2:
+        group, rest = "", parts[2:]
+        version = parts[1]
+    elif parts[:1] == ["apis"] and len(parts) >= 3:
+        group, version, rest = parts[1], parts[2], parts[3:]
+    elif parts[:1] == ["apis"] and len(parts) == 2:
+        return parts[1]
+    else:
+        return ""
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        rest = rest[2:]
+    resource = rest[0] if rest else ""
+    qualified = f"{resource}.{group}" if resource and group else resource or group
+    return f"{qualified}/{version}" if qualified else version
 
 
 class Conflict(ApiError):
@@ -305,6 +382,51 @@ class _Api(kr8s.asyncio.Api):
         keep_alive_all(self._session)
 
 
+def kubeconfig_source(flag: str | None, env: dict[str, str] | None = None) -> tuple[str | None, str]:
+    """``(the kubeconfig path(s) to hand kr8s, how to name them in an error)``, chosen as kubectl chooses:
+    ``--kubeconfig`` (which must exist: :class:`KubeconfigError` otherwise), else ``$KUBECONFIG``, else
+    ``None`` (kr8s then reads :data:`DEFAULT_KUBECONFIG`, else the in-cluster service account)."""
+    env = dict(os.environ) if env is None else env
+    if flag:
+        if not os.path.exists(os.path.expanduser(flag)):
+            raise KubeconfigError(f"kubeconfig {flag}: no such file", source=flag)
+        return flag, flag
+    if env.get("KUBECONFIG"):
+        return env["KUBECONFIG"], f"$KUBECONFIG ({env['KUBECONFIG']})"
+    return None, DEFAULT_KUBECONFIG
+
+
+async def _authenticate(api: _Api, where: str, context: str | None) -> None:
+    """Load ``api``'s credentials (kr8s: kubeconfig, else the in-cluster service account), its failures as
+    one :class:`KubeconfigError` that says where it looked."""
+    try:
+        await api.auth
+    except ValueError as exc:
+        text = str(exc)
+        if context and text.startswith("No such context"):
+            raise KubeconfigError(f'context "{context}" does not exist in {where}', source=where) from exc
+        if text == "Unable to find valid credentials":
+            raise KubeconfigError(
+                f"no credentials: no kubeconfig at {where}, and not in a cluster (no service-account "
+                "token at /var/run/secrets/kubernetes.io/serviceaccount)",
+                source=where,
+            ) from exc
+        raise KubeconfigError(f"kubeconfig {where}: {text}", source=where) from exc
+    except (KeyError, TypeError, OSError) as exc:
+        raise KubeconfigError(f"kubeconfig {where}: cannot use it: {exc!r}", source=where) from exc
+
+
+def _api_error_of(exc: kr8s.ServerError) -> ApiError:
+    """kr8s' error for a refused request (it raises on ``GET /version``) as our :class:`ApiError`."""
+    response = exc.response
+    if response is None:
+        return ApiError(0, "", {"message": str(exc)}, str(exc))
+    err = ApiError.from_status(response.status_code, _status_of(response))
+    url = response.request.url
+    err.server, err.path = f"{url.scheme}://{url.netloc.decode()}", url.path
+    return err
+
+
 def keep_alive_all(session: httpx.AsyncClient) -> None:
     """Let every connection pool of ``session`` keep each connection it may open (keep-alive limit =
     connection limit), so no request pays for a new TCP and TLS handshake while the pool is in use.
@@ -340,7 +462,12 @@ class Client:
         self._watch_api = watch_api if watch_api is not None else api
         self._max_attempts = max_attempts
         self._retry_deadline_s = retry_deadline_s
-        self.host: str = urlsplit(str(getattr(api.auth, "server", "") or "")).netloc
+        server = urlsplit(str(getattr(api.auth, "server", "") or ""))
+        self.host: str = server.netloc
+        #: ``scheme://host:port`` of the API server, as errors name it.
+        self.server: str = f"{server.scheme}://{server.netloc}" if server.netloc else ""
+        #: The kubeconfig context in use (``""``: in-cluster, or a client built without a kubeconfig).
+        self.context: str = str(getattr(api.auth, "active_context", "") or "")
         #: Requests issued by this instance, by HTTP method (``WATCH`` counted separately from ``GET``).
         self.requests_by_method: collections.Counter[str] = collections.Counter()
         #: When set, every write attempt (POST/PUT/PATCH/DELETE) must pass it (:meth:`_fenced_once`).
@@ -355,15 +482,25 @@ class Client:
         cls,
         kubeconfig: str | None = None,
         *,
+        context: str | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         user_agent: str | None = None,
     ) -> Client:
-        """Connect using ``kubeconfig``, else ``$KUBECONFIG``, else the in-cluster service account.
+        """Connect the way kubectl does: the kubeconfig ``kubeconfig`` (``--kubeconfig``; it must exist),
+        else ``$KUBECONFIG`` (a ``:``-separated list, merged as kubectl merges it: the first file to set a
+        cluster, user, context or ``current-context`` wins; files that do not exist are skipped), else
+        :data:`DEFAULT_KUBECONFIG`, else the in-cluster service account. ``context`` selects the
+        kubeconfig context (default: its ``current-context``).
+
+        Raises :class:`KubeconfigError` when none of these yields credentials or the context does not
+        exist, :class:`ApiError` when the server refuses the first request (``GET /version``: a 401 for a
+        rejected token), and ``httpx.TransportError`` when it cannot be reached.
 
         A private kr8s ``Api`` is created (not kr8s' per-loop singleton) so closing one client never
-        closes another's session. Every request carries ``User-Agent: user_agent`` (default
-        :data:`DEFAULT_USER_AGENT`): processes name themselves and their identity
-        (``gpustack-worker-controller/<identity>``), so the API server's audit log attributes each write.
+        closes another's session. Every request carries ``User-Agent:`` :func:`user_agent_of`
+        ``(user_agent)``: processes name themselves and their identity
+        (``gpustack-worker-controller/<identity> gpustack-worker/<version>``), so the API server's audit
+        log attributes each write to a process and a version.
 
         Watches get a session of their own: each open watch holds one HTTP/1.1 connection for minutes, and
         httpcore's pool scans all its connections for every request it assigns (quadratically, for the
@@ -371,12 +508,17 @@ class Client:
         start the scan stayed at ~7 s of CPU: with 8 profile workers the request connections alone are
         enough to make it quadratic — see docs/performance.md.)
         """
-        path = kubeconfig or os.environ.get("KUBECONFIG") or None
-        agent = user_agent or DEFAULT_USER_AGENT
-        api = await _Api(bypass_factory=True, kubeconfig=path, user_agent=agent)  # checks /version
+        path, where = kubeconfig_source(kubeconfig)
+        agent = user_agent_of(user_agent)
+        api = _Api(bypass_factory=True, kubeconfig=path, context=context, user_agent=agent)
+        await _authenticate(api, where, context)
+        try:
+            await api._check_version()  # the first request: reachable, and the credentials accepted
+        except kr8s.ServerError as exc:
+            raise _api_error_of(exc) from exc
         api.timeout = timeout_s
-        watch_api = _Api(bypass_factory=True, kubeconfig=path, user_agent=agent)
-        await watch_api.auth  # credentials only; its session opens with the first watch
+        watch_api = _Api(bypass_factory=True, kubeconfig=path, context=context, user_agent=agent)
+        await _authenticate(watch_api, where, context)  # its session opens with the first watch
         watch_api.timeout = timeout_s
         return cls(api, watch_api=watch_api)
 
@@ -452,6 +594,7 @@ class Client:
                 await self.reauthenticate()
             if code >= 400:
                 err = ApiError.from_status(code, _status_of(response))
+                err.server, err.path = self.server, path
                 retry_after = response.headers.get("Retry-After")
                 if retry_after and retry_after.isdigit():
                     err.retry_after = float(retry_after)
@@ -672,7 +815,9 @@ class Client:
                 self._count("WATCH", response.status_code)
                 if response.status_code >= 400:
                     await response.aread()
-                    raise ApiError.from_status(response.status_code, _status_of(response))
+                    err = ApiError.from_status(response.status_code, _status_of(response))
+                    err.server, err.path = self.server, resource.collection_path(namespace)
+                    raise err
                 if on_open is not None:
                     on_open()
                 async for line in response.aiter_lines():
@@ -685,10 +830,15 @@ class Client:
                     yield event
 
     async def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any] | None:
-        """A real GET (not kr8s' LIST-and-poll); ``None`` when the object does not exist."""
+        """A real GET (not kr8s' LIST-and-poll); ``None`` when the object does not exist.
+
+        A 404 because the API itself is not served (:attr:`NotFound.api_missing`: its CRD is not
+        installed) is raised, not ``None``: "no such API" is not "no such object"."""
         try:
             return await self._request("GET", resource.object_path(name, namespace))
-        except NotFound:
+        except NotFound as exc:
+            if exc.api_missing:
+                raise
             return None
 
     async def create(
