@@ -1,13 +1,34 @@
+{{- /* The chart's name: nameOverride, else "gpustack-worker" (the app.kubernetes.io/name label). */ -}}
+{{- define "gpustack-worker.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- /*
+The prefix of every object's name: fullnameOverride, else the release name when it contains the chart's
+name, else "<release>-<name>" (Helm's convention, as Kueue's and NFD's charts). 52 characters at most, so
+"<fullname>-webhook" and "<fullname>-metrics" stay DNS labels (63).
+*/ -}}
+{{- define "gpustack-worker.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "gpustack-worker.name" . -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 52 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- define "gpustack-worker.labels" -}}
-app.kubernetes.io/name: gpustack-worker
+app.kubernetes.io/name: {{ include "gpustack-worker.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: gpustack-operator-worker
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end -}}
 {{- define "gpustack-worker.selector" -}}
-app.kubernetes.io/name: gpustack-worker
+app.kubernetes.io/name: {{ include "gpustack-worker.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- /* repository@digest when a digest is set (what a production install pins), else repository:tag. */ -}}
@@ -18,9 +39,22 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 {{- end -}}
+{{- /* OTLP export when an endpoint is set; the caller passes (dict "root" . "component" "agent"). */ -}}
 {{- define "gpustack-worker.otelEnv" -}}
-{{- if .Values.otel.endpoint }}
+- name: OTEL_SERVICE_NAME
+  value: {{ printf "%s-%s" (include "gpustack-worker.fullname" .root) .component | quote }}
+{{- if .root.Values.otel.endpoint }}
 - name: OTEL_EXPORTER_OTLP_ENDPOINT
-  value: {{ .Values.otel.endpoint | quote }}
+  value: {{ .root.Values.otel.endpoint | quote }}
 {{- end }}
+{{- end -}}
+{{- /* The Secret the controller mounts: existingSecret, else <fullname>-webhook-certs (generated or cert-manager's). */ -}}
+{{- define "gpustack-worker.webhookSecretName" -}}
+{{- .Values.webhook.existingSecret | default (printf "%s-webhook-certs" (include "gpustack-worker.fullname" .)) -}}
+{{- end -}}
+{{- define "gpustack-worker.webhookServiceName" -}}
+{{- printf "%s-webhook" (include "gpustack-worker.fullname" .) -}}
+{{- end -}}
+{{- define "gpustack-worker.metricsServiceName" -}}
+{{- printf "%s-metrics" (include "gpustack-worker.fullname" .) -}}
 {{- end -}}

@@ -34,9 +34,14 @@ __all__ = (
     "COMPONENTS",
     "CONTROLLER",
     "EVENTS_NAMESPACE",
+    "NAME_PREFIX",
     "SYSTEM",
+    "TENANT_EDIT",
+    "TENANT_ROLES",
+    "TENANT_VIEW",
     "Component",
     "Rule",
+    "TenantRole",
 )
 
 #: Stands for the system namespace: ``gpustack-system`` in ``manifests/``, ``.Values.systemNamespace`` in
@@ -45,6 +50,9 @@ SYSTEM: Final = "<system>"
 #: Where Events about cluster-scoped objects (Nodes, Devices) must be written: the API server requires
 #: an Event's namespace to be its ``regarding`` object's, and ``default`` for cluster-scoped ones.
 EVENTS_NAMESPACE: Final = "default"
+#: Every name below starts with it; the chart replaces it with its ``gpustack-worker.fullname`` helper
+#: (``fullnameOverride``), the manifests keep it.
+NAME_PREFIX: Final = "gpustack-worker"
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +104,7 @@ class Component:
 _SETTINGS_EVENTS: Final = "a Warning Event on the settings ConfigMap when a revision is rejected"
 
 AGENT: Final = Component(
-    name="gpustack-worker-agent",
+    name=f"{NAME_PREFIX}-agent",
     key="agent",
     cluster=(
         Rule(
@@ -147,7 +155,7 @@ _REREAD: Final = (
 )
 
 CONTROLLER: Final = Component(
-    name="gpustack-worker-controller",
+    name=f"{NAME_PREFIX}-controller",
     key="controller",
     cluster=(
         Rule(kinds.NODE, ("list", "watch", "patch"), "chain informer; apply of the profile label"),
@@ -292,3 +300,49 @@ CONTROLLER: Final = Component(
 
 #: Every component, in the order the files are generated.
 COMPONENTS: Final = (AGENT, CONTROLLER)
+
+
+@dataclass(frozen=True, slots=True)
+class TenantRole:
+    """A ClusterRole for the people who use the worker, not a process: it grants nothing by itself and is
+    aggregated into Kubernetes' user-facing roles (``view``/``edit``/``admin``) through the
+    ``rbac.authorization.k8s.io/aggregate-to-<role>`` labels, so a RoleBinding to ``edit`` in a namespace
+    lets a tenant manage ModelDeployments there. Not part of the audit-log test (no process uses it)."""
+
+    name: str
+    key: str
+    #: The user-facing roles it is aggregated into.
+    aggregate_to: tuple[str, ...]
+    rules: tuple[Rule, ...]
+
+
+#: Read a namespace's ModelDeployments and their status (``view``, and so ``edit`` and ``admin``).
+TENANT_VIEW: Final = TenantRole(
+    name=f"{NAME_PREFIX}-view",
+    key="view",
+    aggregate_to=("view", "edit", "admin"),
+    rules=(
+        Rule(kinds.MODEL_DEPLOYMENT, ("get", "list", "watch"), "tenants read their model deployments"),
+        Rule(
+            kinds.MODEL_DEPLOYMENT,
+            ("get",),
+            "and their progress (roles' replicas, the joint check's hold)",
+            subresource="status",
+        ),
+    ),
+)
+#: Create, change and delete them (``edit`` and ``admin``); the status stays the controller's.
+TENANT_EDIT: Final = TenantRole(
+    name=f"{NAME_PREFIX}-edit",
+    key="edit",
+    aggregate_to=("edit", "admin"),
+    rules=(
+        Rule(
+            kinds.MODEL_DEPLOYMENT,
+            ("create", "update", "patch", "delete", "deletecollection"),
+            "tenants deploy, scale, retry (annotation) and remove their models",
+        ),
+    ),
+)
+#: Every tenant role, in the order they are generated (one file: ``tenants.yaml``, ``rbac-tenants.yaml``).
+TENANT_ROLES: Final = (TENANT_VIEW, TENANT_EDIT)

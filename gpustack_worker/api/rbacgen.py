@@ -1,8 +1,11 @@
 """Generate our RBAC from :mod:`gpustack_worker.api.rbac`: ``manifests/rbac/`` and the chart's templates.
 
-Both outputs come from the same objects: the manifests with the system namespace ``gpustack-system`` and
-static labels (the dev cluster installs them), the chart templates with ``{{ .Values.systemNamespace }}``
-and the chart's label helper. Output is deterministic, so ``--check`` compares bytes::
+Both outputs come from the same objects: the manifests with the system namespace ``gpustack-system``,
+static labels and names starting ``gpustack-worker`` (the dev cluster installs them), the chart templates
+with ``{{ .Values.systemNamespace }}``, the chart's label helper and its ``gpustack-worker.fullname`` helper
+as the names' prefix (``fullnameOverride``; ``gpustack-worker`` for a release of that name). The tenant
+roles (:data:`~gpustack_worker.api.rbac.TENANT_ROLES`, aggregated into ``view``/``edit``/``admin``) go
+to ``tenants.yaml`` / ``rbac-tenants.yaml``. Output is deterministic, so ``--check`` compares bytes::
 
     python -m gpustack_worker.api.rbacgen                 # write manifests/rbac/ and chart/templates/rbac-*
     python -m gpustack_worker.api.rbacgen --check         # exit 1 listing stale/missing/unexpected files
@@ -20,14 +23,25 @@ import yaml
 
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.api.generated import report, stale, write_files
-from gpustack_worker.api.rbac import COMPONENTS, SYSTEM, Component, Rule
+from gpustack_worker.api.rbac import (
+    COMPONENTS,
+    NAME_PREFIX,
+    SYSTEM,
+    TENANT_ROLES,
+    Component,
+    Rule,
+    TenantRole,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
 __all__ = (
+    "AGGREGATE_TO",
+    "CHART_FULLNAME",
     "CHART_LABELS",
     "MANIFEST_LABELS",
+    "TENANTS_KEY",
     "chart_file_name",
     "check",
     "documents",
@@ -35,6 +49,9 @@ __all__ = (
     "manifest_file_name",
     "render_chart",
     "render_manifest",
+    "render_tenants_chart",
+    "render_tenants_manifest",
+    "tenant_documents",
     "write",
 )
 
@@ -47,9 +64,16 @@ MANIFEST_LABELS: Final = {"app.kubernetes.io/name": "gpustack-worker", keys.PART
 #: What the chart writes where the manifests have their labels and system namespace.
 CHART_LABELS: Final = '{{- include "gpustack-worker.labels" . | nindent 4 }}'
 CHART_NAMESPACE: Final = "{{ .Values.systemNamespace }}"
+#: What the chart writes where the manifests' names have :data:`~gpustack_worker.api.rbac.NAME_PREFIX`.
+CHART_FULLNAME: Final = '{{ include "gpustack-worker.fullname" . }}'
+#: The label that aggregates a ClusterRole into a user-facing role (``view``, ``edit``, ``admin``).
+AGGREGATE_TO: Final = "rbac.authorization.k8s.io/aggregate-to-{}"
+#: File key of the tenant roles: ``manifests/rbac/tenants.yaml``, ``chart/templates/rbac-tenants.yaml``.
+TENANTS_KEY: Final = "tenants"
 # Placeholders put into the objects for the chart, replaced in the rendered text.
 _NS_MARK: Final = "__SYSTEM_NAMESPACE__"
 _LABELS_MARK: Final = "__LABELS__"
+_NAME_MARK: Final = "__FULLNAME__"
 
 
 def manifest_file_name(component: Component) -> str:
@@ -71,9 +95,18 @@ def _meta(name: str, labels: Any, namespace: str | None = None) -> dict[str, Any
     return meta
 
 
-def documents(component: Component, *, system_namespace: str, labels: Any) -> list[dict[str, Any]]:
+def _named(name: str, prefix: str) -> str:
+    """``name`` with :data:`~gpustack_worker.api.rbac.NAME_PREFIX` replaced by ``prefix``."""
+    if not name.startswith(NAME_PREFIX):
+        raise ValueError(f"RBAC name {name!r} does not start with {NAME_PREFIX!r}")
+    return prefix + name.removeprefix(NAME_PREFIX)
+
+
+def documents(
+    component: Component, *, system_namespace: str, labels: Any, name_prefix: str = NAME_PREFIX
+) -> list[dict[str, Any]]:
     """The ServiceAccount, ClusterRole/Binding and Role/Bindings of one component."""
-    name = component.name
+    name = _named(component.name, name_prefix)
     subject = {"kind": "ServiceAccount", "name": name, "namespace": system_namespace}
     docs: list[dict[str, Any]] = [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(name, labels, system_namespace)}
@@ -143,14 +176,56 @@ def render_manifest(component: Component) -> str:
     return _HEADER + "---\n".join(_comments(component, d, ns) + _dump(d) for d in docs)
 
 
+def _chart_text(text: str) -> str:
+    return text.replace(_NS_MARK, CHART_NAMESPACE).replace(_NAME_MARK, CHART_FULLNAME)
+
+
 def render_chart(component: Component) -> str:
-    """``chart/templates/rbac-<key>.yaml``: the system namespace and labels from the chart."""
-    docs = documents(component, system_namespace=_NS_MARK, labels=_LABELS_MARK)
+    """``chart/templates/rbac-<key>.yaml``: the system namespace, labels and name prefix from the chart."""
+    docs = documents(component, system_namespace=_NS_MARK, labels=_LABELS_MARK, name_prefix=_NAME_MARK)
     parts = []
     for doc in docs:
         comments = _comments(component, doc, _NS_MARK)
         text = _dump(doc).replace(f"labels: {_LABELS_MARK}", f"labels: {CHART_LABELS}")
-        parts.append(comments + text.replace(_NS_MARK, CHART_NAMESPACE))
+        parts.append(comments + _chart_text(text))
+    return _HEADER + "---\n".join(parts)
+
+
+def tenant_documents(labels: dict[str, str], *, name_prefix: str = NAME_PREFIX) -> list[dict[str, Any]]:
+    """One ClusterRole per tenant role, labelled for aggregation into the user-facing roles."""
+    return [
+        {
+            "apiVersion": f"{_RBAC_API}/v1",
+            "kind": "ClusterRole",
+            "metadata": _meta(
+                _named(role.name, name_prefix),
+                labels | {AGGREGATE_TO.format(to): "true" for to in role.aggregate_to},
+            ),
+            "rules": [_rule(r) for r in role.rules],
+        }
+        for role in TENANT_ROLES
+    ]
+
+
+def _tenant_comments(role: TenantRole) -> str:
+    return f"# Aggregated into {', '.join(role.aggregate_to)}.\n" + _why(role.rules)
+
+
+def render_tenants_manifest() -> str:
+    """``manifests/rbac/tenants.yaml``."""
+    docs = tenant_documents(dict(MANIFEST_LABELS))
+    return _HEADER + "---\n".join(
+        _tenant_comments(r) + _dump(d) for r, d in zip(TENANT_ROLES, docs, strict=True)
+    )
+
+
+def render_tenants_chart() -> str:
+    """``chart/templates/rbac-tenants.yaml``: the chart's labels (then the aggregation labels) and names."""
+    docs = tenant_documents({_LABELS_MARK: ""}, name_prefix=_NAME_MARK)
+    parts = []
+    for role, doc in zip(TENANT_ROLES, docs, strict=True):
+        text = _dump(doc).replace(f"\n    {_LABELS_MARK}: ''", CHART_LABELS)
+        parts.append(_tenant_comments(role) + _chart_text(text))
     return _HEADER + "---\n".join(parts)
 
 
@@ -159,6 +234,8 @@ def _outputs(manifests: Path, chart: Path) -> dict[Path, str]:
     for component in COMPONENTS:
         out[manifests / manifest_file_name(component)] = render_manifest(component)
         out[chart / chart_file_name(component)] = render_chart(component)
+    out[manifests / f"{TENANTS_KEY}.yaml"] = render_tenants_manifest()
+    out[chart / f"rbac-{TENANTS_KEY}.yaml"] = render_tenants_chart()
     return out
 
 

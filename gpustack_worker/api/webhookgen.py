@@ -4,7 +4,11 @@
 and ``chart/templates/webhook-mutating.yaml`` is :func:`~gpustack_worker.api.webhooks.mutating_configuration`,
 each reached through the chart's Service, with the chart's labels and system namespace and the CA from the
 ``gpustack-worker.webhookCABundle`` helper (``chart/templates/_webhook.tpl``: the same CA that signed the
-serving certificate in ``webhook-certs.yaml``). Output is deterministic, so ``--check`` compares bytes::
+serving certificate in ``webhook-certs.yaml``; omitted when the helper renders nothing, as with
+cert-manager, whose CA injector fills it), the annotations of ``gpustack-worker.webhookAnnotations``
+(cert-manager's ``inject-ca-from``) and the Service named by the chart's ``gpustack-worker.fullname``. The
+configurations keep their names whatever ``fullnameOverride`` says: the mutating one must sort before
+Kueue's. Output is deterministic, so ``--check`` compares bytes::
 
     python -m gpustack_worker.api.webhookgen              # write chart/templates/webhook-*.yaml
     python -m gpustack_worker.api.webhookgen --check      # exit 1 when it is stale or missing
@@ -22,13 +26,16 @@ import yaml
 
 from gpustack_worker.api import webhooks
 from gpustack_worker.api.generated import report, stale, write_files
-from gpustack_worker.api.rbacgen import CHART_LABELS, CHART_NAMESPACE
+from gpustack_worker.api.rbacgen import CHART_FULLNAME, CHART_LABELS, CHART_NAMESPACE
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
 __all__ = (
+    "CHART_ANNOTATIONS",
     "CHART_CA_BUNDLE",
+    "CHART_CA_LINE",
+    "CHART_SERVICE",
     "MUTATING_FILE",
     "VALIDATING_FILE",
     "check",
@@ -46,6 +53,18 @@ VALIDATING_FILE: Final = "webhook-validating.yaml"
 MUTATING_FILE: Final = "webhook-mutating.yaml"
 #: What the chart writes as every webhook's caBundle.
 CHART_CA_BUNDLE: Final = '{{ include "gpustack-worker.webhookCABundle" . }}'
+#: The caBundle line as the chart writes it: absent when the helper renders nothing (cert-manager).
+CHART_CA_LINE: Final = (
+    '    {{- with include "gpustack-worker.webhookCABundle" . }}\n    caBundle: {{ . }}\n    {{- end }}\n'
+)
+#: The configurations' annotations as the chart writes them (none unless cert-manager injects the CA).
+CHART_ANNOTATIONS: Final = (
+    '  {{- with include "gpustack-worker.webhookAnnotations" . }}\n'
+    "  annotations: {{- . | nindent 4 }}\n"
+    "  {{- end }}\n"
+)
+#: The Service's name as the chart writes it.
+CHART_SERVICE: Final = CHART_FULLNAME + "-webhook"
 _NS_MARK: Final = "__SYSTEM_NAMESPACE__"
 _LABELS_MARK: Final = "__LABELS__"
 _CA_MARK: Final = "__CA_BUNDLE__"
@@ -54,8 +73,10 @@ _CA_MARK: Final = "__CA_BUNDLE__"
 def _render(doc: dict[str, Any]) -> str:
     text = yaml.safe_dump(doc, sort_keys=True, default_flow_style=False, width=110)
     text = text.replace(f"labels: {_LABELS_MARK}", f"labels: {CHART_LABELS}")
-    text = text.replace(_NS_MARK, CHART_NAMESPACE).replace(_CA_MARK, CHART_CA_BUNDLE)
-    return _HEADER + text
+    text = text.replace(f"    caBundle: {_CA_MARK}\n", CHART_CA_LINE)
+    text = text.replace("metadata:\n  labels: ", f"metadata:\n{CHART_ANNOTATIONS}  labels: ", 1)
+    text = text.replace(f"name: {webhooks.SERVICE_NAME}\n", f"name: {CHART_SERVICE}\n")
+    return _HEADER + text.replace(_NS_MARK, CHART_NAMESPACE)
 
 
 def render_validating() -> str:

@@ -51,6 +51,7 @@ def _chart_as_manifest(text: str) -> list[dict[str, Any]]:
     labels = "".join(f"\n    {k}: {v}" for k, v in rbacgen.MANIFEST_LABELS.items())
     text = text.replace(f" {rbacgen.CHART_LABELS}", labels)
     text = text.replace(rbacgen.CHART_NAMESPACE, kinds.SYSTEM_NAMESPACE)
+    text = text.replace(rbacgen.CHART_FULLNAME, rbac.NAME_PREFIX)
     assert "{{" not in text
     return [d for d in yaml.safe_load_all(text) if d]
 
@@ -80,7 +81,8 @@ def test_chart_and_manifests_grant_the_same(component: rbac.Component) -> None:
 )
 def test_workloads_run_as_the_generated_service_accounts(template: str, component: rbac.Component) -> None:
     text = (CHART / template).read_text()
-    assert re.search(rf"serviceAccountName: {re.escape(component.name)}\s*$", text, re.MULTILINE)
+    name = rbacgen.CHART_FULLNAME + component.name.removeprefix(rbac.NAME_PREFIX)
+    assert re.search(rf"serviceAccountName: {re.escape(name)}\s*$", text, re.MULTILINE)
 
 
 def test_the_chart_default_system_namespace_is_the_manifests_one() -> None:
@@ -106,3 +108,21 @@ def test_rules_are_well_formed(component: rbac.Component) -> None:
     for allowed, reason in {**component.not_exercised, **component.sometimes_exercised}.items():
         assert allowed in component.grants(), allowed
         assert len(reason) > 20, allowed
+
+
+def test_tenant_roles_aggregate_and_match_the_chart() -> None:
+    """The tenant ClusterRoles are the same in the manifests and the chart (labels aside: the chart adds
+    its own before the aggregation labels) and carry every aggregation label they declare."""
+    manifest = [d for d in yaml.safe_load_all((MANIFESTS / "tenants.yaml").read_text()) if d]
+    text = (CHART / "rbac-tenants.yaml").read_text()
+    text = text.replace(f"labels:{rbacgen.CHART_LABELS}", "labels:")
+    chart = _chart_as_manifest(text)
+    assert [(d["metadata"]["name"], d["rules"]) for d in chart] == [
+        (d["metadata"]["name"], d["rules"]) for d in manifest
+    ]
+    for role, doc in zip(rbac.TENANT_ROLES, manifest, strict=True):
+        aggregated = {k.rsplit("-", 1)[1] for k in doc["metadata"]["labels"] if "aggregate-to-" in k}
+        assert aggregated == set(role.aggregate_to)
+        assert doc["kind"] == "ClusterRole" and doc["metadata"]["name"] == role.name
+        for rule in doc["rules"]:
+            assert set(rule["verbs"]) <= VERBS

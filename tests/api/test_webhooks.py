@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpustack_worker.api import kinds, rbacgen, webhookgen, webhooks
+from gpustack_worker.api import kinds, rbac, rbacgen, webhookgen, webhooks
 from gpustack_worker.cli import main, webhook_serving
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,7 +52,9 @@ def _evaluated(text: str, ca: str) -> dict[str, Any]:
     labels = "".join(f"\n    {k}: {v}" for k, v in rbacgen.MANIFEST_LABELS.items())
     text = text.replace(f" {rbacgen.CHART_LABELS}", labels)
     text = text.replace(rbacgen.CHART_NAMESPACE, kinds.SYSTEM_NAMESPACE)
-    text = text.replace(webhookgen.CHART_CA_BUNDLE, ca)
+    text = text.replace(webhookgen.CHART_ANNOTATIONS, "")
+    text = text.replace(webhookgen.CHART_CA_LINE, f"    caBundle: {ca}\n")
+    text = text.replace(webhookgen.CHART_SERVICE, webhooks.SERVICE_NAME)
     assert "{{" not in text
     (doc,) = [d for d in yaml.safe_load_all(text) if d]
     assert isinstance(doc, dict)
@@ -166,7 +168,11 @@ def _docs(name: str) -> list[dict[str, Any]]:
 def test_service_fronts_the_controller_webhook_port() -> None:
     (svc,) = _docs("webhook-service.yaml")
     assert svc["kind"] == "Service"
-    assert svc["metadata"]["name"] == webhooks.SERVICE_NAME
+    # named <fullname>-webhook: SERVICE_NAME for the default full name (tests/chart renders it)
+    template = (CHART / "webhook-service.yaml").read_text()
+    assert 'name: {{ include "gpustack-worker.webhookServiceName" . }}' in template
+    helpers = (CHART / "_helpers.tpl").read_text()
+    assert f'printf "%s{webhooks.SERVICE_NAME.removeprefix(rbac.NAME_PREFIX)}"' in helpers
     assert svc["spec"]["selector"] == {"app.kubernetes.io/component": "controller"}
     assert svc["spec"]["ports"] == [
         {
@@ -181,18 +187,20 @@ def test_service_fronts_the_controller_webhook_port() -> None:
 def test_certificate_secret_is_mounted_where_the_controller_reads_it() -> None:
     (secret,) = _docs("webhook-certs.yaml")
     assert secret["kind"] == "Secret"
-    assert secret["metadata"]["name"] == webhooks.CERT_SECRET
     assert set(secret["data"]) == {"ca.crt", "tls.crt", "tls.key"}
+    helpers = (CHART / "_helpers.tpl").read_text()
+    # <fullname>-webhook-certs: CERT_SECRET for the default full name (tests/chart renders it)
+    assert f'printf "%s{webhooks.CERT_SECRET.removeprefix(rbac.NAME_PREFIX)}"' in helpers
     helper = (CHART / "_webhook.tpl").read_text()
-    assert f'"{webhooks.CERT_SECRET}"' in helper  # the lookup that keeps it across upgrades
-    assert f'$svc := "{webhooks.SERVICE_NAME}"' in helper  # the serving certificate's names
+    assert 'lookup "v1" "Secret" $ns (include "gpustack-worker.webhookSecretName" .)' in helper  # kept
+    assert '$svc := include "gpustack-worker.webhookServiceName" .' in helper  # the certificate's names
     assert "genCA" in helper
     assert "genSignedCert" in helper
 
     (deploy,) = _docs("controller-deployment.yaml")
     pod = deploy["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    assert {"name": "webhook-certs", "secret": {"secretName": webhooks.CERT_SECRET}} in pod["volumes"]
+    assert {"name": "webhook-certs", "secret": {"secretName": "TEMPLATED"}} in pod["volumes"]
     (mount,) = [m for m in container["volumeMounts"] if m["name"] == "webhook-certs"]
     assert mount["readOnly"] is True
     assert f"--webhook-cert-dir={mount['mountPath']}" in container["args"]
