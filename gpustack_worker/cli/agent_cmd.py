@@ -46,7 +46,9 @@ async def run(args: argparse.Namespace) -> int:
         return 2
     namespace: str = getattr(args, "namespace", None) or kinds.SYSTEM_NAMESPACE
     async with running(
-        getattr(args, "kubeconfig", None), user_agent=f"{USER_AGENT}/{node_name or 'all-nodes'}"
+        getattr(args, "kubeconfig", None),
+        context=getattr(args, "context", None),
+        user_agent=f"{USER_AGENT}/{node_name or 'all-nodes'}",
     ) as proc:
         settings = open_settings(
             proc.client,

@@ -1,16 +1,18 @@
 """``gpustack-worker catalog``: the InstanceTypeFlavor catalog, computed on read from the live flavors.
 
 Grouped by the ``instance-type-aware-cpu-manufacturer`` setting in force (read from the settings
-ConfigMap, else the ``GPUSTACK_*`` environment and defaults). Plain text by default, ``-o json``.
+ConfigMap, else the ``GPUSTACK_*`` environment and defaults). ``-o text|json|yaml`` (:mod:`.output`).
+A server that cannot be reached or refuses a read fails the command with one line
+(:mod:`.errors`, through ``main``).
 """
 
 from __future__ import annotations
 
-import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.chain.catalog import catalog
+from gpustack_worker.cli.output import emit
 from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.settings import SettingsError, settings_from
@@ -18,13 +20,15 @@ from gpustack_worker.runtime.settings import SettingsError, settings_from
 if TYPE_CHECKING:
     import argparse
 
-__all__ = ("run",)
+__all__ = ("render_text", "run")
 
 _COLUMNS = ("name", "acceleratable", "manufacturer", "product", "memory", "sliceable", "generalGroup")
 
 
 async def run(args: argparse.Namespace) -> int:
-    client = await Client.connect(args.kubeconfig, user_agent="gpustack-worker-catalog")
+    client = await Client.connect(
+        args.kubeconfig, context=getattr(args, "context", None), user_agent="gpustack-worker-catalog"
+    )
     try:
         cm = await client.get(kinds.CONFIG_MAP, args.settings_configmap, args.namespace)
         try:
@@ -37,12 +41,14 @@ async def run(args: argparse.Namespace) -> int:
     finally:
         await client.close()
     entries = catalog(items, aware=settings.instance_type_aware_cpu_manufacturer)
-    if args.output == "json":
-        print(json.dumps(entries, indent=2, sort_keys=True))
-        return 0
+    emit(entries, args.output, render_text)
+    return 0
+
+
+def render_text(entries: list[dict[str, Any]]) -> str:
+    """The catalog as a table, one entry a row."""
     rows = [[str(e["name"])] + [str(e["spec"].get(c, "")) for c in _COLUMNS[1:]] for e in entries]
     widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(_COLUMNS)]
-    print("  ".join(c.upper().ljust(w) for c, w in zip(_COLUMNS, widths, strict=True)))
-    for row in rows:
-        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
-    return 0
+    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(_COLUMNS, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in rows]
+    return "\n".join(lines) + "\n"

@@ -55,7 +55,11 @@ async def run(args: argparse.Namespace) -> int:
     """Run the controller manager until SIGTERM/SIGINT (0) or lost leadership (1)."""
     namespace: str = getattr(args, "namespace", None) or kinds.SYSTEM_NAMESPACE
     identity: str = getattr(args, "identity", None) or default_identity()
-    async with running(getattr(args, "kubeconfig", None), user_agent=f"{USER_AGENT}/{identity}") as proc:
+    async with running(
+        getattr(args, "kubeconfig", None),
+        context=getattr(args, "context", None),
+        user_agent=f"{USER_AGENT}/{identity}",
+    ) as proc:
         settings = open_settings(
             proc.client,
             name=getattr(args, "settings_configmap", None),

@@ -1,8 +1,9 @@
 """``gpustack-worker explain``: read what a diagnosis needs, hand it to :mod:`.explaining`, print it.
 
 ``explain node NAME``, ``explain workload NS/NAME``, ``explain modeldeployment NS/NAME [--role ROLE]``.
-Plain text by default, ``-o json``. Read-only: only GET and LIST, as whoever the kubeconfig names.
-Exit 0 when the object exists, 1 when it does not (or the API server refuses a read), 2 on bad usage.
+``-o text|json|yaml`` (:mod:`.output`). Read-only: only GET and LIST, as whoever the kubeconfig names.
+Exit 0 when the object exists, 1 when it does not (or the API server refuses a read: one line from
+:mod:`.errors`, through ``main``), 2 on bad usage.
 The parser is built on every ``gpustack-worker`` run, so the heavy imports wait until ``explain`` runs.
 """
 
@@ -41,10 +42,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("kind", choices=(*_KINDS, "md", "wl"), help="what to explain")
     p.add_argument("name", help="NAME for a node, NS/NAME otherwise")
     p.add_argument("--role", action="append", default=[], help="modeldeployment: only this role (repeatable)")
-    p.add_argument(
-        "--kubeconfig", default=None, help="kubeconfig path (default: $KUBECONFIG, else in-cluster)"
-    )
-    p.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    from gpustack_worker.cli.main import add_kubeconfig_flags
+    from gpustack_worker.cli.output import add_output_flag
+
+    add_kubeconfig_flags(p)
+    add_output_flag(p)
 
 
 def _split(ref: str) -> tuple[str, str] | None:
@@ -160,7 +162,8 @@ async def explain(client: Client, kind: str, ref: str, roles: list[str]) -> expl
 
 async def run(args: argparse.Namespace) -> int:
     from gpustack_worker.cli import explaining
-    from gpustack_worker.runtime.client import ApiError, Client
+    from gpustack_worker.cli.output import emit
+    from gpustack_worker.runtime.client import Client
 
     kind = {"md": "modeldeployment", "wl": "workload"}.get(args.kind, args.kind)
     if kind != "node" and _split(args.name) is None:
@@ -169,13 +172,12 @@ async def run(args: argparse.Namespace) -> int:
     if args.role and kind != "modeldeployment":
         print("explain: --role applies to modeldeployment only", file=sys.stderr)
         return 2
-    client = await Client.connect(args.kubeconfig, user_agent="gpustack-worker-explain")
+    client = await Client.connect(
+        args.kubeconfig, context=getattr(args, "context", None), user_agent="gpustack-worker-explain"
+    )
     try:
         result = await explain(client, kind, args.name, list(args.role))
-    except ApiError as exc:
-        print(f"explain {kind} {args.name}: the API server refused a read: {exc}", file=sys.stderr)
-        return 1
     finally:
         await client.close()
-    print(explaining.to_json(result) if args.output == "json" else explaining.render_text(result), end="")
+    emit(result, args.output, explaining.render_text)
     return 0 if result.exists else 1

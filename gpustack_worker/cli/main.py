@@ -1,4 +1,12 @@
-"""``gpustack-worker``: one entry point for the agent, the controller, the simulator and the dev cluster."""
+"""``gpustack-worker``: one entry point for the agent, the controller, the simulator and the dev cluster.
+
+It behaves as kubectl's neighbours do: ``--version``; ``--kubeconfig`` and ``--context`` chosen as kubectl
+chooses them; ``-o text|json|yaml`` wherever objects are printed (:mod:`.output`); a failure is one line on
+stderr, ``gpustack-worker: error: <server>: <cause>``, and exit code 1 (:mod:`.errors`; ``--debug`` or
+``GPUSTACK_DEBUG=1`` re-raises it with its traceback); output cut short by a closed pipe
+(``gpustack-worker catalog | head -1``) ends the command quietly with 141 (128 + SIGPIPE, what a shell
+reports for kubectl there).
+"""
 
 from __future__ import annotations
 
@@ -9,16 +17,33 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
 SYSTEM_NAMESPACE = os.environ.get("KUBERNETES_POD_NAMESPACE", "gpustack-system")
 SETTINGS_CONFIGMAP = "gpustack-settings"
+#: The environment form of ``--debug``: a traceback instead of the one-line error.
+DEBUG_ENV = "GPUSTACK_DEBUG"
+#: The exit code of a command whose output pipe was closed (128 + SIGPIPE, as a shell reports kubectl's).
+BROKEN_PIPE_EXIT = 141
+
+
+def add_kubeconfig_flags(p: argparse.ArgumentParser) -> None:
+    """``--kubeconfig`` and ``--context``, for every command that talks to an API server
+    (:meth:`gpustack_worker.runtime.client.Client.connect` resolves them)."""
+    p.add_argument(
+        "--kubeconfig",
+        default=None,
+        metavar="FILE",
+        help="kubeconfig file (default: $KUBECONFIG, a ':'-separated list merged as kubectl merges it, "
+        "else ~/.kube/config, else the in-cluster service account)",
+    )
+    p.add_argument(
+        "--context", default=None, help="the kubeconfig context to use (default: its current-context)"
+    )
 
 
 def _common_api_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--kubeconfig", default=None, help="kubeconfig path (default: $KUBECONFIG, else in-cluster)"
-    )
+    add_kubeconfig_flags(p)
     p.add_argument("--namespace", default=SYSTEM_NAMESPACE, help="system namespace (default: %(default)s)")
     p.add_argument(
         "--settings-configmap",
@@ -31,7 +56,20 @@ def _common_api_flags(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpustack-worker", description=__doc__)
+    from gpustack_worker.cli.output import add_output_flag
+    from gpustack_worker.runtime.version import VERSION
+
+    parser = argparse.ArgumentParser(
+        prog="gpustack-worker",
+        description=__doc__.split("\n", 1)[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"gpustack-worker {VERSION}")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help=f"on failure, the traceback instead of the one-line error (also: {DEBUG_ENV}=1)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     dev = sub.add_parser("devcluster", help="a local control plane (etcd, kube-apiserver, Kueue, nfd-master)")
@@ -63,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
         "apply", help="create/update the Nodes, NodeFeatures and Devices of a scenario"
     )
     apply.add_argument("file", help="scenario YAML file")
-    apply.add_argument("--kubeconfig", default=None)
+    add_kubeconfig_flags(apply)
 
     ctl = sub.add_parser("controller", help="the leader-elected cluster-wide controller")
     _common_api_flags(ctl)
@@ -87,10 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     cat = sub.add_parser("catalog", help="the InstanceTypeFlavor catalog, computed from the live flavors")
-    cat.add_argument("--kubeconfig", default=None)
+    add_kubeconfig_flags(cat)
     cat.add_argument("--namespace", default=SYSTEM_NAMESPACE, help="system namespace (default: %(default)s)")
     cat.add_argument("--settings-configmap", default=SETTINGS_CONFIGMAP)
-    cat.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    add_output_flag(cat)
 
     from gpustack_worker.cli import plan_cmd
 
@@ -112,8 +150,50 @@ def build_parser() -> argparse.ArgumentParser:
 _READS_SETTINGS = ("agent", "controller", "demo")
 
 
+def debugging(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> bool:
+    """``--debug``, or ``GPUSTACK_DEBUG`` set to 1/true/yes/on."""
+    value = (os.environ if env is None else env).get(DEBUG_ENV, "")
+    return bool(getattr(args, "debug", False)) or value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush of what is left does not fail again on
+    the closed pipe (the recipe of Python's ``signal`` documentation)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass  # no real stdout (a test's capture): nothing is flushed to a pipe at exit
+    finally:
+        os.close(devnull)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Parse, run the command, and turn every failure into one line on stderr and exit code 1
+    (:func:`gpustack_worker.cli.errors.error_line`); a closed output pipe exits quietly."""
     args = build_parser().parse_args(argv)
+    try:
+        code = _run(args)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        _quiet_stdout()
+        return BROKEN_PIPE_EXIT
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        from gpustack_worker.cli.errors import error_line, root_cause
+
+        if isinstance(root_cause(exc), BrokenPipeError):
+            _quiet_stdout()
+            return BROKEN_PIPE_EXIT
+        if debugging(args):
+            raise
+        print(error_line(exc), file=sys.stderr)
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command in _READS_SETTINGS:
         from gpustack_worker.cli.settings import environment_problem
 

@@ -10,10 +10,13 @@ import signal
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import structlog
+
 from gpustack_worker.cli.settings import WorkerSettings, boot_settings
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.looplag import LoopLagMonitor
 from gpustack_worker.runtime.telemetry import configure_logging, configure_tracing
+from gpustack_worker.runtime.version import VERSION
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -21,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = ("Process", "running")
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+_log = structlog.get_logger("gpustack_worker.cli.process")
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,16 +40,30 @@ class Process:
 
 
 @contextlib.asynccontextmanager
-async def running(kubeconfig: str | None, *, user_agent: str | None = None) -> AsyncIterator[Process]:
-    """Configure logging and tracing, connect, and turn SIGTERM/SIGINT into a graceful stop.
+async def running(
+    kubeconfig: str | None, *, user_agent: str | None = None, context: str | None = None
+) -> AsyncIterator[Process]:
+    """Configure logging and tracing, connect, log the start-up line, and turn SIGTERM/SIGINT into a
+    graceful stop.
 
+    ``kubeconfig`` and ``context`` are ``--kubeconfig`` and ``--context`` (:meth:`Client.connect`).
     ``user_agent`` names the process and its identity on every request
-    (``gpustack-worker-controller/<identity>``, ``gpustack-worker-agent/<node>``), so the API server's
-    audit log attributes each write to the process that made it."""
+    (``gpustack-worker-controller/<identity>``, ``gpustack-worker-agent/<node>``; the client adds
+    ``gpustack-worker/<version>``), so the API server's audit log attributes each write to the process
+    that made it. The start-up line names the version, the server and the context."""
     boot = boot_settings()
     configure_logging(boot.log_level)
     configure_tracing()
-    client = await Client.connect(kubeconfig, timeout_s=boot.api_timeout_seconds, user_agent=user_agent)
+    client = await Client.connect(
+        kubeconfig, context=context, timeout_s=boot.api_timeout_seconds, user_agent=user_agent
+    )
+    _log.info(
+        "gpustack-worker starting",
+        version=VERSION,
+        server=client.server,
+        context=client.context or None,
+        user_agent=user_agent,
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in _STOP_SIGNALS:

@@ -81,7 +81,9 @@ async def run(args: argparse.Namespace) -> int:
         print(f"simulate apply: invalid settings in the environment: {exc}", file=sys.stderr)
         return 2
     try:
-        client = await Client.connect(args.kubeconfig, user_agent=USER_AGENT)
+        client = await Client.connect(
+            args.kubeconfig, context=getattr(args, "context", None), user_agent=USER_AGENT
+        )
     except (OSError, ValueError, TypeError, KeyError, *TRANSPORT_ERRORS) as exc:
         # kr8s reports an unusable kubeconfig with whatever its parser raised (TypeError on a file
         # that is not YAML mapping, ValueError without credentials): name the input instead.
