@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +30,7 @@ from gpustack_worker.runtime.resources import Resource
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import parse_text
 from tests.stack import Stack, condition, eventually, module_cluster, running_stack
+from tests.topology.cluster_helpers import release_as_owner as _release_as_owner
 from tests.topology.cluster_helpers import workload
 
 if TYPE_CHECKING:
@@ -176,32 +176,6 @@ async def _diagnose(admin: Client, name: str) -> None:
     flavors, _ = await admin.list(kinds.RESOURCE_FLAVOR)
     for rf in flavors:
         print(f"[diag] flavor {rf['metadata']['name']} deleting={rf['metadata'].get('deletionTimestamp')}")
-
-
-async def _release_as_owner(admin: Client, wl: dict[str, Any]) -> None:
-    """Unset an evicted Workload's quota reservation, as Kueue's job integration does once the job stopped
-    (``admission`` removed, ``QuotaReserved`` and ``Admitted`` False); Kueue then requeues it."""
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    generation = wl["metadata"].get("generation", 1)
-    kept = [c for c in wl["status"].get("conditions") or () if c["type"] not in ("QuotaReserved", "Admitted")]
-    released = [
-        {
-            "type": kind,
-            "status": "False",
-            "reason": reason,
-            "message": "released by the test, as the job integration does once the job stopped",
-            "lastTransitionTime": now,
-            "observedGeneration": generation,
-        }
-        for kind, reason in (("QuotaReserved", "Pending"), ("Admitted", "NoReservation"))
-    ]
-    await admin.patch(
-        kinds.WORKLOAD,
-        wl["metadata"]["name"],
-        {"status": {"admission": None, "conditions": [*kept, *released]}},
-        namespace=TEAM,
-        subresource="status",
-    )
 
 
 async def _drop_small_flavor(admin: Client) -> None:

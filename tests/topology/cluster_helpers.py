@@ -4,6 +4,7 @@ TopologySource) and a decoder of Kueue's ``topologyAssignment`` into plain (doma
 
 from __future__ import annotations
 
+import datetime
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -27,6 +28,7 @@ __all__ = (
     "condition",
     "decode_topology_assignment",
     "eventually",
+    "release_as_owner",
     "snapshot_config_map",
     "snapshot_text",
     "topology_assignments",
@@ -159,3 +161,29 @@ def topology_assignments(wl: Mapping[str, Any]) -> dict[str, tuple[tuple[str, ..
         if psa.get("topologyAssignment"):
             out[str(psa.get("name"))] = decode_topology_assignment(psa["topologyAssignment"])
     return out
+
+
+async def release_as_owner(admin: Client, wl: dict[str, Any]) -> None:
+    """Unset an evicted Workload's quota reservation, as Kueue's job integration does once the job stopped
+    (``admission`` removed, ``QuotaReserved`` and ``Admitted`` False); Kueue then requeues it."""
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    generation = wl["metadata"].get("generation", 1)
+    kept = [c for c in wl["status"].get("conditions") or () if c["type"] not in ("QuotaReserved", "Admitted")]
+    released = [
+        {
+            "type": kind,
+            "status": "False",
+            "reason": reason,
+            "message": "released by the test, as the job integration does once the job stopped",
+            "lastTransitionTime": now,
+            "observedGeneration": generation,
+        }
+        for kind, reason in (("QuotaReserved", "Pending"), ("Admitted", "NoReservation"))
+    ]
+    await admin.patch(
+        kinds.WORKLOAD,
+        wl["metadata"]["name"],
+        {"status": {"admission": None, "conditions": [*kept, *released]}},
+        namespace=wl["metadata"]["namespace"],
+        subresource="status",
+    )
