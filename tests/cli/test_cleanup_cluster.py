@@ -9,7 +9,10 @@ owner label. Then the controllers stop and the real CLI runs in a subprocess:
 1. with a Lease held by a controller it refuses (exit 3) and writes nothing;
 2. ``--dry-run`` (text and JSON) lists the plan and writes nothing — the kube-apiserver audit log holds no
    write by the command's User-Agent;
-3. ``cleanup`` drains the reserving queue, deletes and releases; afterwards no object with our owner labels
+3. with a Workload holding quota past ``--timeout`` it sets ``HoldAndDrain``, names the Workload, exits 1
+   and touches nothing further (a standalone Workload has no job integration: the test releases it as one
+   would once Kueue evicted it);
+4. ``cleanup`` drains the reserving queue, deletes and releases; afterwards no object with our owner labels
    or field managers remains, our Node labels and counting keys are gone (nfd-master drops the labels it
    projected from our NodeFeatures), the admin's label, the co-owned label, ClusterQueue and look-alike
    flavor survive, and no InstanceType hangs on our finalizer.
@@ -41,7 +44,7 @@ from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.prune import OWNER_LABEL, owner_of
 from tests import stack as support
 from tests.stack import condition, running_stack
-from tests.topology.cluster_helpers import workload
+from tests.topology.cluster_helpers import release_as_owner, workload
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -252,7 +255,24 @@ async def test_cleanup_dry_run_then_cleanup(devcluster: DevCluster) -> None:
         # the audit log records every user's writes (reads only of the system ServiceAccounts)
         assert audit.writes(user_agent_prefix=USER_AGENT, since=since) == []
 
-        # 3. cleanup
+        # 3. the drain waits for Kueue; a Workload still holding quota when the wait ends is named, and
+        # nothing after the drain is touched
+        code, out, err = await _cli(kubeconfig, "--timeout", "5")
+        print(f"\n$ gpustack-worker cleanup --timeout 5\n{out}{err}")
+        assert code == 1, (out, err)
+        assert f"still holding quota: Workload {TEAM}/holder in ClusterQueue {T4}" in out
+        queue = await admin.get(kinds.CLUSTER_QUEUE, T4)
+        assert queue is not None and not queue["metadata"].get("deletionTimestamp")
+        assert queue["spec"]["stopPolicy"] == cleaning.HOLD_AND_DRAIN
+
+        async def evicted() -> dict[str, Any] | None:
+            wl = await admin.get(kinds.WORKLOAD, "holder", TEAM)
+            return wl if condition(wl, "Evicted").get("status") == "True" else None
+
+        # a standalone Workload has no job integration to stop it: release it as one would
+        await release_as_owner(admin, await eventually(evicted))
+
+        # 4. cleanup
         code, out, err = await _cli(kubeconfig, "--timeout", "120")
         print(f"\n$ gpustack-worker cleanup\n{out}{err}")
         assert code == 0, (out, err)
