@@ -10,28 +10,41 @@ nothing. ``helm lint --strict`` passes with both values files. The rendered RBAC
 from the API server; the Kueue configuration ConfigMap carries :mod:`gpustack_worker.api.kueue_config`;
 the webhook configurations are :mod:`gpustack_worker.api.webhooks`' with the CA that signed the served
 certificate; the settings the chart ships validate against the settings model.
+
+The options that are off by default are rendered and dry-run too (``OPTIONS``): cert-manager (a minimal
+copy of its Certificate/Issuer CRDs is installed for the run, as are the Prometheus Operator's
+ServiceMonitor/PrometheusRule for the production values, which enable both), an existing webhook Secret,
+``nameOverride``/``fullnameOverride``. Every metric the PrometheusRule names is one the worker registers.
+Each workload's Pod, built from its template, is created (dry run) in a namespace that enforces Pod
+Security ``restricted``, and the workloads themselves raise no PodSecurity warning there.
 """
 
 from __future__ import annotations
 
 import base64
 import copy
+import inspect
 import json
 import os
+import re
 import ssl
 import subprocess
+import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import httpx
 import pytest
 import yaml
 from cryptography import x509
+from prometheus_client import REGISTRY
 
 from gpustack_worker.api import kinds, kueue_config, rbac, webhooks
 from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.devcluster import build, versions
-from gpustack_worker.devcluster.bootstrap import load_yaml_documents
+from gpustack_worker.devcluster.bootstrap import ApiBootstrap, load_yaml_documents
+from gpustack_worker.runtime import metrics
+from gpustack_worker.runtime.manager import Manager
 from gpustack_worker.runtime.settings import settings_from
 
 if TYPE_CHECKING:
@@ -47,6 +60,55 @@ RELEASE = "gpustack-worker"
 NAMESPACE = kinds.SYSTEM_NAMESPACE
 #: values file per case (None: the chart's defaults).
 VALUES: dict[str, Path | None] = {"default": None, "production": CHART / "values-production.yaml"}
+#: A CA for the existing-Secret case (any base64 PEM: the dry run does not call the webhook).
+_EXISTING_CA = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n").decode()
+#: The options off by default, as ``--set`` arguments per case (rendered, linted and dry-run like VALUES).
+OPTIONS: dict[str, list[str]] = {
+    "cert-manager": [
+        "webhook.certManager.enabled=true",
+        "nameOverride=gpu-worker",
+        "metrics.serviceMonitor.enabled=true",
+    ],
+    "cert-manager-issuer": [
+        "webhook.certManager.enabled=true",
+        "webhook.certManager.issuerRef.kind=ClusterIssuer",
+        "webhook.certManager.issuerRef.name=internal-ca",
+        "webhook.certManager.issuerRef.group=cert-manager.io",
+    ],
+    "existing-secret": [
+        "webhook.existingSecret=platform-webhook-tls",
+        f"webhook.caBundle={_EXISTING_CA}",
+        "fullnameOverride=gw",
+        "metrics.prometheusRule.enabled=true",
+    ],
+}
+CASES: Final = [*VALUES, *OPTIONS]
+#: Kinds every render has.
+_BASE_KINDS: Final = frozenset(
+    {
+        "CustomResourceDefinition",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "ConfigMap",
+        "Service",
+        "Deployment",
+        "DaemonSet",
+        "ValidatingWebhookConfiguration",
+        "MutatingWebhookConfiguration",
+        "PodDisruptionBudget",
+    }
+)
+#: What each case adds to them.
+_CASE_KINDS: Final = {
+    "default": {"Secret"},
+    "production": {"Secret", "ServiceMonitor", "PrometheusRule"},
+    "cert-manager": {"Certificate", "Issuer", "ServiceMonitor"},
+    "cert-manager-issuer": {"Certificate"},
+    "existing-secret": {"PrometheusRule"},
+}
 _RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 #: Server-side apply, validated and admitted like a real one, persisted nowhere; an unknown field is an error.
 _DRY_RUN_APPLY = {
@@ -83,12 +145,14 @@ def _helm(helm: tuple[Path, dict[str, str]], *args: str) -> subprocess.Completed
 
 
 def _values_args(case: str) -> list[str]:
+    if case in OPTIONS:
+        return [arg for value in OPTIONS[case] for arg in ("--set", value)]
     values = VALUES[case]
     return [] if values is None else ["--values", str(values)]
 
 
-def _render(helm: tuple[Path, dict[str, str]], case: str) -> list[Doc]:
-    proc = _helm(
+def _template(helm: tuple[Path, dict[str, str]], *args: str) -> subprocess.CompletedProcess[str]:
+    return _helm(
         helm,
         "template",
         RELEASE,
@@ -98,15 +162,19 @@ def _render(helm: tuple[Path, dict[str, str]], case: str) -> list[Doc]:
         "--kube-version",
         versions.KUBERNETES,
         "--include-crds",
-        *_values_args(case),
+        *args,
     )
+
+
+def _render(helm: tuple[Path, dict[str, str]], case: str) -> list[Doc]:
+    proc = _template(helm, *_values_args(case))
     assert proc.returncode == 0, f"helm template ({case}) failed:\n{proc.stderr}"
     return [d for d in yaml.safe_load_all(proc.stdout) if d]
 
 
 @pytest.fixture(scope="module")
 def rendered(helm: tuple[Path, dict[str, str]]) -> dict[str, list[Doc]]:
-    return {case: _render(helm, case) for case in VALUES}
+    return {case: _render(helm, case) for case in CASES}
 
 
 def _one(docs: list[Doc], kind: str, name: str) -> Doc:
@@ -181,29 +249,142 @@ def _apply_order(docs: list[Doc]) -> list[Doc]:
     return sorted(docs, key=lambda d: rank.get(d["kind"], 2))
 
 
+def _structural(spec: Doc) -> Doc:
+    return {"type": "object", "properties": {"spec": spec}}
+
+
+def _crd(group: str, kind: str, plural: str, version: str, spec: Doc) -> Doc:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group,
+            "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower()},
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": version,
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": _structural(spec)},
+                }
+            ],
+        },
+    }
+
+
+_STR: Final = {"type": "string"}
+_STR_MAP: Final = {"type": "object", "additionalProperties": _STR}
+_SELECTOR: Final = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+
+
+def _obj(**properties: Doc) -> Doc:
+    return {"type": "object", "properties": properties}
+
+
+def _list(item: Doc) -> Doc:
+    return {"type": "array", "items": item}
+
+
+#: The subset of the Prometheus Operator's and cert-manager's CRDs the chart uses: their kinds, versions
+#: and the fields the chart writes, typed as upstream (monitoring.coreos.com/v1; cert-manager.io/v1).
+#: Not preserve-unknown-fields, so a misspelled or misplaced field is refused by the Strict dry run.
+OPERATOR_CRDS: Final = [
+    _crd(
+        "monitoring.coreos.com",
+        "ServiceMonitor",
+        "servicemonitors",
+        "v1",
+        _obj(
+            selector=_SELECTOR,
+            namespaceSelector=_obj(matchNames=_list(_STR), any={"type": "boolean"}),
+            podTargetLabels=_list(_STR),
+            targetLabels=_list(_STR),
+            jobLabel=_STR,
+            endpoints=_list(
+                _obj(
+                    port=_STR,
+                    path=_STR,
+                    scheme=_STR,
+                    interval=_STR,
+                    scrapeTimeout=_STR,
+                    honorLabels={"type": "boolean"},
+                )
+            ),
+        ),
+    ),
+    _crd(
+        "monitoring.coreos.com",
+        "PrometheusRule",
+        "prometheusrules",
+        "v1",
+        _obj(
+            groups=_list(
+                _obj(
+                    name=_STR,
+                    interval=_STR,
+                    rules=_list(
+                        _obj(
+                            alert=_STR,
+                            record=_STR,
+                            expr={"x-kubernetes-int-or-string": True},
+                            annotations=_STR_MAP,
+                            labels=_STR_MAP,
+                            keep_firing_for=_STR,
+                            **{"for": _STR},
+                        )
+                    ),
+                )
+            )
+        ),
+    ),
+    _crd(
+        "cert-manager.io",
+        "Certificate",
+        "certificates",
+        "v1",
+        _obj(
+            secretName=_STR,
+            commonName=_STR,
+            dnsNames=_list(_STR),
+            duration=_STR,
+            renewBefore=_STR,
+            issuerRef=_obj(name=_STR, kind=_STR, group=_STR),
+        ),
+    ),
+    _crd(
+        "cert-manager.io",
+        "Issuer",
+        "issuers",
+        "v1",
+        _obj(selfSigned=_obj(crlDistributionPoints=_list(_STR)), ca=_obj(secretName=_STR)),
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def operator_crds(devcluster: DevCluster, api: httpx.Client) -> Iterator[list[str]]:
+    """The Prometheus Operator's and cert-manager's CRDs (the subset above) installed for this module."""
+    assert devcluster.pki is not None
+    boot = ApiBootstrap(devcluster.server, devcluster.pki.ca_cert, devcluster.pki.admin_token)
+    try:
+        names = boot.install_crds(OPERATOR_CRDS)
+    finally:
+        boot.close()
+    yield names
+    for name in names:
+        api.delete(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+
+
 # --- tests --------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("case", list(VALUES))
+@pytest.mark.parametrize("case", CASES)
 def test_every_rendered_object_is_accepted_by_the_api_server(
-    rendered: dict[str, list[Doc]], api: httpx.Client, case: str
+    rendered: dict[str, list[Doc]], api: httpx.Client, operator_crds: list[str], case: str
 ) -> None:
     docs = rendered[case]
     kinds_rendered = {d["kind"] for d in docs}
-    expected = {
-        "CustomResourceDefinition",
-        "ServiceAccount",
-        "ClusterRole",
-        "ClusterRoleBinding",
-        "Role",
-        "RoleBinding",
-        "ConfigMap",
-        "Secret",
-        "Service",
-        "Deployment",
-        "DaemonSet",
-        "ValidatingWebhookConfiguration",
-        "MutatingWebhookConfiguration",
-        "PodDisruptionBudget",
-    }
+    expected = _BASE_KINDS | _CASE_KINDS[case]
     assert kinds_rendered == expected, f"rendered kinds changed: {sorted(kinds_rendered ^ expected)}"
     discovery = _Discovery(api)
     refused: list[str] = []
@@ -251,7 +432,7 @@ def test_the_dry_run_refuses_what_kubernetes_would(rendered: dict[str, list[Doc]
         assert (resp.status_code, message in resp.json()["message"]) == (code, True), resp.text[:600]
 
 
-@pytest.mark.parametrize("case", list(VALUES))
+@pytest.mark.parametrize("case", CASES)
 def test_helm_lint_strict_passes(helm: tuple[Path, dict[str, str]], case: str) -> None:
     proc = _helm(
         helm,
@@ -385,3 +566,329 @@ def test_production_values_are_what_they_say(rendered: dict[str, list[Doc]]) -> 
     app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
     default_image = _container(rendered["default"], "Deployment", "gpustack-worker-controller")["image"]
     assert default_image == f"ghcr.io/gpustack/gpustack-worker:{app_version}"
+
+
+# --- the options --------------------------------------------------------------------------------------
+#: A metric selector in PromQL: a name followed by its label matchers.
+_SELECTOR_RE: Final = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\s*\{")
+
+
+def _registered_metric_names() -> set[str]:
+    """Every series name the worker's registry exports (a counter's ``_total`` included)."""
+    names: set[str] = set()
+    for family in REGISTRY.collect():
+        names.add(family.name)
+        names |= {sample.name for sample in family.samples}
+        if family.type == "counter":
+            names.add(f"{family.name}_total")
+    return names
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if "PrometheusRule" in _CASE_KINDS[c]])
+def test_every_alert_names_only_metrics_the_worker_registers(
+    rendered: dict[str, list[Doc]], case: str
+) -> None:
+    """Each alert's expression selects metrics by name, and each name is one the worker exports; the
+    alerts select the ServiceMonitor's job (the metrics Service) in the system namespace."""
+    docs = rendered[case]
+    (rule,) = [d for d in docs if d["kind"] == "PrometheusRule"]
+    (service,) = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"].endswith("-metrics")]
+    registered = _registered_metric_names()
+    alerts = [r for group in rule["spec"]["groups"] for r in group["rules"]]
+    assert {a["alert"] for a in alerts} == {
+        "GPUStackTopologySourceStale",
+        "GPUStackTopologySourceExpired",
+        "GPUStackQueueHeldInMigration",
+        "GPUStackGate3RetryRate",
+        "GPUStackJointSetParked",
+        "GPUStackInformerUnhealthy",
+        "GPUStackEventLoopLag",
+    }
+    named: set[str] = set()
+    for alert in alerts:
+        expr = str(alert["expr"])
+        names = set(_SELECTOR_RE.findall(expr))
+        assert names, f"{alert['alert']}: no metric selector in {expr!r}"
+        named |= names
+        job = f'job="{service["metadata"]["name"]}", namespace="{NAMESPACE}"'
+        assert expr.count(job) == len(_SELECTOR_RE.findall(expr)), f"{alert['alert']}: {expr!r}"
+        assert alert["labels"]["severity"] in ("warning", "critical")
+    missing = named - registered
+    assert not missing, f"alerts on metrics the worker does not register: {sorted(missing)}"
+    # the domain metrics the issue asks alerts for are among them
+    assert {
+        metrics.TOPOLOGY_SOURCES_LAPSED.name,
+        metrics.QUEUES_HELD_IN_MIGRATION.name,
+        "gpustack_gate3_verdicts_total",
+        metrics.PARKED_SETS.name,
+        metrics.INFORMER_HEALTHY.name,
+        "gpustack_event_loop_lag_max_seconds",
+    } <= named
+
+
+def _by_kind(docs: list[Doc], kind: str) -> list[Doc]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def _workloads(docs: list[Doc]) -> dict[str, Doc]:
+    """component → its Deployment / DaemonSet."""
+    return {
+        d["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"]: d
+        for d in docs
+        if d["kind"] in ("Deployment", "DaemonSet")
+    }
+
+
+def _matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_services_and_the_service_monitor_select_the_pods(rendered: dict[str, list[Doc]], case: str) -> None:
+    docs = rendered[case]
+    workloads = _workloads(docs)
+    assert set(workloads) == {"agent", "controller"}
+    pod_labels = {c: w["spec"]["template"]["metadata"]["labels"] for c, w in workloads.items()}
+    for workload in workloads.values():
+        assert _matches(
+            workload["spec"]["selector"]["matchLabels"], workload["spec"]["template"]["metadata"]["labels"]
+        )
+    services = {d["metadata"]["labels"]["app.kubernetes.io/component"]: d for d in _by_kind(docs, "Service")}
+    metrics_svc, webhook_svc = services["metrics"], services["controller"]
+    # the metrics Service: every pod of both workloads, by the port's name, not-ready pods too
+    assert all(_matches(metrics_svc["spec"]["selector"], labels) for labels in pod_labels.values())
+    assert metrics_svc["spec"]["publishNotReadyAddresses"] is True
+    assert metrics_svc["spec"]["ports"][0]["targetPort"] == "metrics"
+    for workload in workloads.values():
+        (container,) = workload["spec"]["template"]["spec"]["containers"]
+        assert "metrics" in {p["name"] for p in container["ports"]}
+    # the webhook Service: the controller only
+    assert _matches(webhook_svc["spec"]["selector"], pod_labels["controller"])
+    assert not _matches(webhook_svc["spec"]["selector"], pod_labels["agent"])
+    for monitor in _by_kind(docs, "ServiceMonitor"):
+        assert _matches(monitor["spec"]["selector"]["matchLabels"], metrics_svc["metadata"]["labels"])
+        assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+        assert [e["port"] for e in monitor["spec"]["endpoints"]] == ["metrics"]
+        assert monitor["spec"]["podTargetLabels"] == ["app.kubernetes.io/component"]
+
+
+def _webhook_configurations(docs: list[Doc]) -> list[Doc]:
+    return [
+        d for d in docs if d["kind"] in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
+    ]
+
+
+def _mounted_secret(docs: list[Doc]) -> str:
+    controller = _workloads(docs)["controller"]
+    (volume,) = [v for v in controller["spec"]["template"]["spec"]["volumes"] if v["name"] == "webhook-certs"]
+    return str(volume["secret"]["secretName"])
+
+
+@pytest.mark.parametrize("case", ["cert-manager", "cert-manager-issuer"])
+def test_cert_manager_issues_the_mounted_certificate_and_injects_its_ca(
+    rendered: dict[str, list[Doc]], case: str
+) -> None:
+    docs = rendered[case]
+    assert not _by_kind(docs, "Secret"), "no generated Secret: cert-manager writes it"
+    (certificate,) = _by_kind(docs, "Certificate")
+    assert certificate["spec"]["secretName"] == _mounted_secret(docs)
+    (service,) = [s for s in _by_kind(docs, "Service") if s["spec"]["ports"][0]["name"] == "webhook"]
+    host = f"{service['metadata']['name']}.{NAMESPACE}.svc"
+    assert host in certificate["spec"]["dnsNames"]
+    injected = f"{NAMESPACE}/{certificate['metadata']['name']}"
+    for config in _webhook_configurations(docs):
+        assert config["metadata"]["annotations"] == {"cert-manager.io/inject-ca-from": injected}
+        for hook in config["webhooks"]:
+            assert "caBundle" not in hook["clientConfig"], "cert-manager's CA injector owns the caBundle"
+            assert hook["clientConfig"]["service"]["name"] == service["metadata"]["name"]
+    issuers = _by_kind(docs, "Issuer")
+    if case == "cert-manager":
+        (issuer,) = issuers
+        assert issuer["spec"] == {"selfSigned": {}}
+        assert certificate["spec"]["issuerRef"] == {"kind": "Issuer", "name": issuer["metadata"]["name"]}
+    else:
+        assert not issuers
+        assert certificate["spec"]["issuerRef"] == {
+            "kind": "ClusterIssuer",
+            "name": "internal-ca",
+            "group": "cert-manager.io",
+        }
+
+
+def test_an_existing_secret_is_mounted_and_its_ca_trusted(
+    rendered: dict[str, list[Doc]], helm: tuple[Path, dict[str, str]]
+) -> None:
+    docs = rendered["existing-secret"]
+    assert not _by_kind(docs, "Secret") and not _by_kind(docs, "Certificate")
+    assert _mounted_secret(docs) == "platform-webhook-tls"
+    for config in _webhook_configurations(docs):
+        assert "annotations" not in config["metadata"]
+        assert {h["clientConfig"]["caBundle"] for h in config["webhooks"]} == {_EXISTING_CA}
+    # without a caBundle there is nothing to trust offline (helm template reads no cluster): a clear error
+    proc = _template(helm, "--set", "webhook.existingSecret=platform-webhook-tls")
+    assert proc.returncode != 0
+    assert "webhook.existingSecret platform-webhook-tls: no ca.crt found" in proc.stderr
+    proc = _template(helm, "--set", "webhook.existingSecret=x", "--set", "webhook.certManager.enabled=true")
+    assert proc.returncode != 0
+    assert "webhook.certManager.enabled and webhook.existingSecret are exclusive" in proc.stderr
+
+
+#: Objects whose names do not follow the full name: the CRDs, the webhook configurations (the mutating one
+#: must sort before Kueue's) and the ConfigMaps named by values or by Kueue's documentation.
+_FIXED_NAMES: Final = frozenset(
+    {
+        webhooks.VALIDATING_CONFIGURATION,
+        webhooks.MUTATING_CONFIGURATION,
+        "gpustack-settings",
+        "gpustack-kueue-manager-config",
+    }
+)
+
+
+@pytest.mark.parametrize(
+    ("case", "prefix", "name"),
+    [
+        ("existing-secret", "gw", "gpustack-worker"),
+        ("cert-manager", "gpustack-worker-gpu-worker", "gpu-worker"),
+    ],
+)
+def test_names_follow_name_and_fullname_overrides(
+    rendered: dict[str, list[Doc]], case: str, prefix: str, name: str
+) -> None:
+    """fullnameOverride prefixes every object's name and every reference to one (RBAC subjects, the
+    service accounts, the Services the webhooks call, the mounted Secret); nameOverride is the
+    ``app.kubernetes.io/name`` label of every object and selector and, as Helm's convention, the full
+    name is ``<release>-<name>`` when the release name does not contain it (gpustack-worker-gpu-worker)."""
+    docs = rendered[case]
+    for doc in docs:
+        if doc["kind"] == "CustomResourceDefinition" or doc["metadata"]["name"] in _FIXED_NAMES:
+            continue
+        assert doc["metadata"]["name"] == prefix or doc["metadata"]["name"].startswith(f"{prefix}-"), _key(
+            doc
+        )
+        assert doc["metadata"]["labels"]["app.kubernetes.io/name"] == name, _key(doc)
+        for subject in doc.get("subjects", []):
+            assert subject["name"].startswith(f"{prefix}-")
+        if "roleRef" in doc:
+            assert doc["roleRef"]["name"] == doc["metadata"]["name"]
+    accounts = {d["metadata"]["name"] for d in _by_kind(docs, "ServiceAccount")}
+    for component, workload in _workloads(docs).items():
+        assert workload["spec"]["template"]["spec"]["serviceAccountName"] == f"{prefix}-{component}"
+        assert f"{prefix}-{component}" in accounts
+        assert workload["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] == name
+    for config in _webhook_configurations(docs):
+        for hook in config["webhooks"]:
+            assert hook["clientConfig"]["service"]["name"] == f"{prefix}-webhook"
+    tenants = {d["metadata"]["name"] for d in _by_kind(docs, "ClusterRole")}
+    assert {f"{prefix}-view", f"{prefix}-edit"} <= tenants
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_workload_shape(rendered: dict[str, list[Doc]], case: str) -> None:
+    """OTEL_SERVICE_NAME names each workload; the grace period outlasts the stop (the Manager's drain,
+    then the wait for cancelled reconciles); the pods run on Linux nodes with RuntimeDefault seccomp."""
+    drain = inspect.signature(Manager.__init__).parameters["shutdown_timeout"].default
+    for component, workload in _workloads(rendered[case]).items():
+        pod = workload["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["OTEL_SERVICE_NAME"] == f"{workload['metadata']['name']}"
+        assert env["OTEL_SERVICE_NAME"].endswith(f"-{component}")
+        assert pod["terminationGracePeriodSeconds"] > 2 * drain
+        assert pod["nodeSelector"]["kubernetes.io/os"] == "linux"
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "controller.replicas=two"], "at '/controller/replicas': got string, want integer"),
+        (["--set", "metrics.serviceMonitor.enabled=yes"], "at '/metrics/serviceMonitor/enabled'"),
+        (["--set", "agnet.nodeSelector.x=y"], "additional properties 'agnet' not allowed"),
+        (["--set", "agent.terminationGracePeriodSeconds=30"], "at '/agent/terminationGracePeriodSeconds'"),
+        (["--set", "image.digest=latest"], "at '/image/digest'"),
+    ],
+    ids=["wrong-type", "string-for-bool", "unknown-key", "grace-shorter-than-drain", "malformed-digest"],
+)
+def test_values_schema_refuses_wrong_values(
+    helm: tuple[Path, dict[str, str]], args: list[str], message: str
+) -> None:
+    proc = _template(helm, *args)
+    assert proc.returncode != 0
+    assert "values don't meet the specifications of the schema" in proc.stderr, proc.stderr
+    assert message in proc.stderr, proc.stderr
+
+
+# --- Pod Security ---------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def restricted_namespace(api: httpx.Client) -> Iterator[str]:
+    """A namespace that enforces (and warns and audits) Pod Security ``restricted``, with the chart's
+    ServiceAccounts (a Pod's account must exist to be admitted); deleted afterwards."""
+    name = f"chart-restricted-{uuid.uuid4().hex[:8]}"
+    labels = {f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "warn", "audit")}
+    labels |= {
+        f"pod-security.kubernetes.io/{mode}-version": "latest" for mode in ("enforce", "warn", "audit")
+    }
+    resp = api.post(
+        "/api/v1/namespaces",
+        json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}},
+    )
+    assert resp.status_code == 201, resp.text[:300]
+    try:
+        yield name
+    finally:
+        api.delete(f"/api/v1/namespaces/{name}")
+
+
+def _pod_from(workload: Doc, namespace: str) -> Doc:
+    template = copy.deepcopy(workload["spec"]["template"])
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{workload['metadata']['name']}-probe",
+            "namespace": namespace,
+            "labels": template["metadata"]["labels"],
+        },
+        "spec": template["spec"],
+    }
+
+
+def _ensure_account(api: httpx.Client, namespace: str, name: str) -> None:
+    body = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": namespace}}
+    resp = api.post(f"/api/v1/namespaces/{namespace}/serviceaccounts", json=body)
+    assert resp.status_code in (201, 409), resp.text[:300]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_workloads_pass_pod_security_restricted(
+    rendered: dict[str, list[Doc]], api: httpx.Client, restricted_namespace: str, case: str
+) -> None:
+    """Each workload's Pod is admitted (dry run) where ``restricted`` is enforced, and the Deployment /
+    DaemonSet raise no PodSecurity warning there. The agent mounts nothing from its node and needs no
+    privilege, so both pass; a copy of the same Pod on the host network is refused, so the check is live."""
+    ns = restricted_namespace
+    discovery = _Discovery(api)
+    for workload in _workloads(rendered[case]).values():
+        pod = _pod_from(workload, ns)
+        _ensure_account(api, ns, pod["spec"]["serviceAccountName"])
+        resp = api.post(
+            f"/api/v1/namespaces/{ns}/pods", params={"dryRun": "All", "fieldValidation": "Strict"}, json=pod
+        )
+        assert resp.status_code == 201, (
+            f"{pod['metadata']['name']}: HTTP {resp.status_code}: {resp.text[:600]}"
+        )
+        assert not resp.headers.get("Warning"), resp.headers.get("Warning")
+        moved = copy.deepcopy(workload)
+        moved["metadata"]["namespace"] = ns
+        resp = _dry_run_apply(api, discovery, moved)
+        assert resp.status_code in (200, 201), resp.text[:600]
+        assert not resp.headers.get("Warning"), f"{workload['kind']}: {resp.headers.get('Warning')}"
+    # the same Pod on the host's network (what a node agent might be tempted to use) is refused
+    host_network = _pod_from(_workloads(rendered[case])["agent"], ns)
+    host_network["spec"]["hostNetwork"] = True
+    resp = api.post(f"/api/v1/namespaces/{ns}/pods", params={"dryRun": "All"}, json=host_network)
+    assert resp.status_code == 403 and "violates PodSecurity" in resp.text, resp.text[:600]
