@@ -180,7 +180,7 @@ class _Runner:
                     f"ClusterQueue {admission.get('clusterQueue')}"
                 )
 
-    async def delete(self, actions: Sequence[cleaning.Action]) -> list[str]:
+    async def delete(self, actions: Sequence[cleaning.Action], *, wait: bool = True) -> list[str]:
         from gpustack_worker.runtime.client import Conflict
 
         for a in actions:
@@ -192,7 +192,7 @@ class _Runner:
                 self.skipped.append(f"{a.ref}: replaced by a newer object of the same name, left alone")
                 continue
             self.done.append(f"delete {a.ref}" + (" (already gone)" if gone else ""))
-        return await self.wait_gone(actions)
+        return await self.wait_gone(actions) if wait else []
 
     async def wait_gone(self, actions: Sequence[cleaning.Action]) -> list[str]:
         async def gone(_: cleaning.Action, obj: Mapping[str, Any] | None) -> bool:
@@ -260,9 +260,7 @@ async def execute(client: Client, p: cleaning.Plan, *, wait_s: float, say: Any) 
                 await run.release(a)
         elif step is cleaning.Step.INSTANCE_TYPES:
             # deleted now, gone once the next step releases our finalizer
-            for a in actions:
-                await client.delete(kinds.INSTANCE_TYPE, a.name, uid=a.uid or None)
-                run.done.append(f"delete {a.ref}")
+            await run.delete(actions, wait=False)
         elif step is cleaning.Step.FINALIZERS:
             for a in actions:
                 await run.unfinalize(a)
