@@ -134,10 +134,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     plan_cmd.add_parser(sub)
 
-    from gpustack_worker.cli import cleanup_cmd, explain_cmd
+    from gpustack_worker.cli import cleanup_cmd, explain_cmd, kueue_config_cmd, preflight_cmd
 
     explain_cmd.add_parser(sub)
     cleanup_cmd.add_parser(sub)
+    preflight_cmd.add_parser(sub)
+    kueue_config_cmd.add_parser(sub)
 
     demo = sub.add_parser("demo", help="the whole product on a local control plane (docs/demo.md)")
     demo.add_argument("--dir", default=".devcluster", help="state directory (default: %(default)s)")
@@ -233,6 +235,14 @@ def _run(args: argparse.Namespace) -> int:
         from gpustack_worker.cli import cleanup_cmd
 
         return asyncio.run(cleanup_cmd.run(args))
+    if args.command == "preflight":
+        from gpustack_worker.cli import preflight_cmd
+
+        return asyncio.run(preflight_cmd.run(args))
+    if args.command == "kueue-config":
+        from gpustack_worker.cli import kueue_config_cmd
+
+        return kueue_config_cmd.run(args)
     if args.command == "catalog":
         from gpustack_worker.cli import catalog_cmd
 
