@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from gpustack_worker.cli.settings import WorkerSettings, boot_settings
-from gpustack_worker.runtime.client import Client
+from gpustack_worker.runtime.client import Client, user_agent_of
 from gpustack_worker.runtime.looplag import LoopLagMonitor
 from gpustack_worker.runtime.telemetry import configure_logging, configure_tracing
 from gpustack_worker.runtime.version import VERSION
@@ -62,7 +62,7 @@ async def running(
         version=VERSION,
         server=client.server,
         context=client.context or None,
-        user_agent=user_agent,
+        user_agent=user_agent_of(user_agent),
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
