@@ -892,3 +892,35 @@ def test_workloads_pass_pod_security_restricted(
     host_network["spec"]["hostNetwork"] = True
     resp = api.post(f"/api/v1/namespaces/{ns}/pods", params={"dryRun": "All"}, json=host_network)
     assert resp.status_code == 403 and "violates PodSecurity" in resp.text, resp.text[:600]
+
+
+def test_tenant_roles_carry_the_labels_the_user_facing_roles_aggregate(api: httpx.Client) -> None:
+    """The tenant ClusterRoles (manifests/rbac/tenants.yaml = the chart's rbac-tenants.yaml, installed in the
+    dev cluster) match the ``clusterRoleSelectors`` of the API server's own ``view``/``edit``/``admin``: the
+    aggregation controller (kube-controller-manager's, not run by the dev cluster) copies their rules there,
+    so a RoleBinding to ``edit`` lets a tenant manage ModelDeployments and ``view`` read them."""
+    plural = kinds.MODEL_DEPLOYMENT.plural
+    tenant = {}
+    for role in rbac.TENANT_ROLES:
+        resp = api.get(f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{role.name}")
+        assert resp.status_code == 200, f"{role.name} not installed: {resp.text[:300]}"
+        tenant[role.name] = resp.json()
+    granted: dict[str, set[str]] = {}
+    for user_role in ("view", "edit", "admin"):
+        resp = api.get(f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{user_role}")
+        assert resp.status_code == 200, resp.text[:300]
+        selectors = resp.json()["aggregationRule"]["clusterRoleSelectors"]
+        granted[user_role] = {
+            verb
+            for doc in tenant.values()
+            if any(_matches(sel.get("matchLabels", {}), doc["metadata"]["labels"]) for sel in selectors)
+            for rule in doc["rules"]
+            if rule["resources"] == [plural]
+            for verb in rule["verbs"]
+        }
+    writes = {"create", "update", "patch", "delete", "deletecollection"}
+    assert granted == {
+        "view": {"get", "list", "watch"},
+        "edit": {"get", "list", "watch"} | writes,
+        "admin": {"get", "list", "watch"} | writes,
+    }
