@@ -438,10 +438,10 @@ def plan(inv: Inventory, *, now: datetime.datetime, namespace: str = kinds.SYSTE
     queues = _owned_by_manager(
         inv.cluster_queues, kinds.CLUSTER_QUEUE.kind, (chain_managers.QUEUE,), Step.QUEUES, left
     )
-    deleted_queues = {a.name for a in queues if a.verb is Verb.DELETE}
+    deleted_queues = {a.uid for a in queues if a.verb is Verb.DELETE}
     for queue in inv.cluster_queues:
         name, ns, uid = _ident(queue)
-        if name in deleted_queues and _holds(queue):
+        if uid in deleted_queues and _holds(queue):
             status = queue.get("status") or {}
             actions.append(
                 Action(

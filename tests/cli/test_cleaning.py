@@ -470,3 +470,13 @@ def test_no_write_without_evidence_and_no_foreign_key_removed(objs: list[dict[st
                 for k in (e["fieldsV1"].get("f:metadata") or {}).get("f:labels", {})
             }
             assert not {f"f:{k}" for _, k, _ in a.values} & foreign, a
+
+
+def test_the_drain_follows_the_queue_decided_on_not_its_name() -> None:
+    """Regression (found by the property above): a drain was matched to a deleted queue by name, so another
+    object of the same name (an admin's queue seen in the same listing) was drained too."""
+    ours = obj("gpustack--t4", managed=[entry(chain.QUEUE, SPEC)], status={"reservingWorkloads": 0})
+    admins = obj("gpustack--t4", managed=[entry("admin-tool", SPEC)], status={"reservingWorkloads": 1})
+    admins["metadata"]["uid"] = "uid-admin"
+    p = plan(Inventory(cluster_queues=[ours, admins]), now=NOW)
+    assert [(a.verb, a.uid) for a in p.actions] == [(Verb.DELETE, "uid-gpustack--t4")]
