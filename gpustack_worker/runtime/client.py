@@ -112,10 +112,11 @@ def user_agent_of(program: str | None) -> str:
     return f"{program} {DEFAULT_USER_AGENT}/{VERSION}"
 
 
-class KubeconfigError(Exception):
+class KubeconfigError(ValueError):
     """The client could not be configured: no credentials anywhere, a ``--kubeconfig`` that does not exist,
     a ``--context`` the kubeconfig lacks, or a kubeconfig that cannot be read. ``str`` is the one-line
-    reason; :attr:`source` names where it looked (a path, or the in-cluster service account)."""
+    reason; :attr:`source` names where it looked (a path, or the in-cluster service account). A
+    ``ValueError``, as kr8s' own errors for these were, so callers that caught those still do."""
 
     def __init__(self, message: str, *, source: str = "") -> None:
         super().__init__(message)
