@@ -102,7 +102,7 @@ async def _raw(
     decoded body. Errors are answers here (a 404 is a finding), so nothing is raised for a status."""
     import orjson
 
-    _, root, rest = path.split("/", 2)
+    root, _, rest = path.lstrip("/").partition("/")
     kwargs: dict[str, Any] = {"headers": [("Content-Type", "application/json"), *headers]}
     if body is not None:
         kwargs["content"] = orjson.dumps(body)
@@ -234,27 +234,27 @@ async def gather(client: Client, args: argparse.Namespace) -> list[preflighting.
     results = await _api_results(client, list(rbac.COMPONENTS))
     served = {r.check for r in results if r.outcome is preflighting.Outcome.OK}
 
+    groups = {g.check: g for g in preflighting.api_groups(rbac.COMPONENTS)}
+
     config: Any = None
-    if "kueue-api" in served:
-        try:
-            config, source = await _kueue_config(client, args)
-            flag = await _gate_flag(client, args.kueue_deployment)
-            if config is not None and not isinstance(config, dict):
-                config, source = None, f"{source} (not a YAML mapping)"
-            results.append(
-                preflighting.kueue_configuration(
-                    config, source=source, gate_flag=flag, system_namespace=namespace
-                )
-            )
-        except (ApiError, ValueError) as exc:
-            results.append(
-                preflighting.Result("kueue-config", preflighting.Outcome.FAIL, f"could not read: {exc}")
-            )
+    try:
+        config, source = await _kueue_config(client, args)
+        flag = await _gate_flag(client, args.kueue_deployment)
+        if config is not None and not isinstance(config, dict):
+            config, source = None, f"{source} (not a YAML mapping)"
+        result = preflighting.kueue_configuration(
+            config, source=source, gate_flag=flag, system_namespace=namespace
+        )
+    except (ApiError, ValueError) as exc:
+        result = preflighting.Result("kueue-config", preflighting.Outcome.FAIL, f"could not read: {exc}")
+    results.append(result)
 
     if "nfd-api" in served:
         features, _ = await client.list(kinds.NODE_FEATURE)
         nodes, _ = await client.list(kinds.NODE)
         results.append(preflighting.nfd_master(features, nodes))
+    else:
+        results.append(preflighting.not_checked("nfd-master", "NodeFeature", groups["nfd-api"].fix))
 
     crds = {}
     for crd in crdgen.all_crds():
@@ -264,6 +264,8 @@ async def gather(client: Client, args: argparse.Namespace) -> list[preflighting.
     if "devices-api" in served:
         devices, _ = await client.list(kinds.DEVICES)
         results.append(preflighting.devices_published(len(devices)))
+    else:
+        results.append(preflighting.devices_published(None))
 
     configuration = await client.get(
         Resource(
@@ -302,7 +304,9 @@ async def gather(client: Client, args: argparse.Namespace) -> list[preflighting.
             c.path.startswith("resources.transformations") for c in kueue_merge.required_changes(config)
         )
         results.extend(preflighting.clusterqueue_impact(queues, configured=configured))
-    return results
+    else:
+        results.append(preflighting.not_checked("clusterqueues", "ClusterQueue", groups["kueue-api"].fix))
+    return preflighting.ordered(results)
 
 
 async def run(args: argparse.Namespace) -> int:

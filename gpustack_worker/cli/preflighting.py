@@ -54,6 +54,8 @@ __all__ = (
     "kueue_configuration",
     "missing_grants",
     "nfd_master",
+    "not_checked",
+    "ordered",
     "problem_lines",
     "rbac_result",
     "render_text",
@@ -517,6 +519,40 @@ def clusterqueue_impact(queues: Sequence[Mapping[str, Any]], *, configured: bool
             _ok("clusterqueues", "no other ClusterQueue counts a resource the transformations rewrite")
         )
     return out
+
+
+def not_checked(check: str, needs: str, fix: str) -> Result:
+    """A check that cannot run because the API it reads (``needs``) is not served."""
+    return Result(check, Outcome.FAIL, f"not checked: {needs} is not served", fix)
+
+
+#: The table's order: what the cluster runs on, then Kueue, NFD, ours, the webhook, RBAC, other queues.
+ORDER: Final = (
+    "kubernetes",
+    "kubernetes-apis",
+    "kueue-api",
+    "kueue-config",
+    "nfd-api",
+    "nfd-master",
+    "crds",
+    "crd-schemas",
+    "devices-api",
+    "devices",
+    "webhook",
+    "rbac",
+    "clusterqueue",
+)
+
+
+def ordered(results: Iterable[Result]) -> list[Result]:
+    """``results`` in :data:`ORDER` (by the part of the check name before ``:``), stable within one."""
+    rank = {name: i for i, name in enumerate(ORDER)}
+
+    def key(r: Result) -> int:
+        head = r.check.split(":", 1)[0]
+        return rank.get(head, rank.get(head.rstrip("s"), len(ORDER)))
+
+    return sorted(results, key=key)
 
 
 # --- output ---------------------------------------------------------------------------------------------
