@@ -167,7 +167,8 @@ class NotFound(ApiError):
         The one predicate for the difference: a kube-apiserver answers a missing object with a ``Status``
         whose ``details`` name the object, and a path no API serves with a ``Status`` whose ``details``
         name nothing (``the server could not find the requested resource``). A body that is not a
-        ``Status`` at all says nothing either way and is taken as a missing object."""
+        ``Status`` at all says nothing either way and is taken as a missing object (a plain-text answer
+        of the server's mux, for a path no API serves, is turned into a ``Status`` by ``_status_of``)."""
         if self.body.get("kind") != "Status":
             return False
         details = self.body.get("details") or {}
@@ -264,10 +265,13 @@ def _split(path: str) -> tuple[str, str]:
 
 
 def _status_of(response: httpx.Response) -> dict[str, Any]:
+    """The ``Status`` of an error answer. A body that is not JSON comes from none of the API's handlers
+    (kube-apiserver's mux answers a path no API serves with ``404 page not found`` as plain text), so it
+    is given as a ``Status`` that names no object (:attr:`NotFound.api_missing` holds for it)."""
     try:
         body = orjson.loads(response.content)
     except orjson.JSONDecodeError:
-        return {"message": response.text[:500]}
+        return {"kind": "Status", "code": response.status_code, "message": response.text[:500], "details": {}}
     return body if isinstance(body, dict) else {"message": str(body)}
 
 

@@ -304,13 +304,13 @@ def test_a_missing_api_is_told_from_a_missing_object() -> None:
 # --- against a local HTTP server: context selection, 401 at connect, a missing API on get ---------------
 
 
-async def _serve(status: int, body: dict[str, Any], seen: list[str]) -> asyncio.Server:
+async def _serve(status: int, body: dict[str, Any] | str, seen: list[str]) -> asyncio.Server:
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = (await reader.readuntil(b"\r\n\r\n")).decode()
         seen.append(head)
         path = head.split(" ", 2)[1]
         code, payload = (200, {"gitVersion": "v1.35.4"}) if path.startswith("/version") else (status, body)
-        raw = json.dumps(payload).encode()
+        raw = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
         writer.write(f"HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nConnection: close\r\n".encode())
         writer.write(f"Content-Length: {len(raw)}\r\n\r\n".encode() + raw)
         await writer.drain()
@@ -332,7 +332,9 @@ def _kubeconfig(tmp_path: Path, ports: dict[str, int], current: str) -> Path:
     return path
 
 
-async def _servers(n: int, status: int, body: dict[str, Any]) -> AsyncIterator[tuple[list[int], list[str]]]:
+async def _servers(
+    n: int, status: int, body: dict[str, Any] | str
+) -> AsyncIterator[tuple[list[int], list[str]]]:
     seen: list[str] = []
     servers = [await _serve(status, body, seen) for _ in range(n)]
     try:
@@ -361,8 +363,13 @@ async def test_context_selects_the_kubeconfig_context_and_current_context_is_the
             await Client.connect(str(kubeconfig), context="three")
 
 
-async def test_get_raises_for_an_api_the_server_does_not_serve(tmp_path: Path) -> None:
-    async for (port,), _ in _servers(1, 404, MISSING_API_BODY):
+@pytest.mark.parametrize(
+    "body", [MISSING_API_BODY, "404 page not found\n"], ids=["status", "the-mux-plain-text"]
+)
+async def test_get_raises_for_an_api_the_server_does_not_serve(
+    tmp_path: Path, body: dict[str, Any] | str
+) -> None:
+    async for (port,), _ in _servers(1, 404, body):
         client = await Client.connect(str(_kubeconfig(tmp_path, {"one": port}, current="one")))
         try:
             with pytest.raises(NotFound) as caught:
