@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 import structlog
 
 from gpustack_worker.agent.controller import Agent
-from gpustack_worker.api import kinds
+from gpustack_worker.api import kinds, rbac
+from gpustack_worker.cli.preflight_cmd import startup_problems
 from gpustack_worker.cli.process import running
 from gpustack_worker.cli.settings import open_settings
 
@@ -50,6 +51,10 @@ async def run(args: argparse.Namespace) -> int:
         context=getattr(args, "context", None),
         user_agent=f"{USER_AGENT}/{node_name or 'all-nodes'}",
     ) as proc:
+        # Start-up preflight (docs/operations.md, Preflight): one line per missing piece, exit 1.
+        if problems := await startup_problems(proc.client, rbac.AGENT, prefix="agent"):
+            print("\n".join(problems), file=sys.stderr)
+            return 1
         settings = open_settings(
             proc.client,
             name=getattr(args, "settings_configmap", None),

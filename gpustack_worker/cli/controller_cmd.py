@@ -20,12 +20,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
+import sys
 from typing import TYPE_CHECKING, Final
 
 import structlog
 
-from gpustack_worker.api import kinds
+from gpustack_worker.api import kinds, rbac
 from gpustack_worker.chain.controller import Chain
+from gpustack_worker.cli.preflight_cmd import startup_problems
 from gpustack_worker.cli.process import running
 from gpustack_worker.cli.settings import open_settings
 from gpustack_worker.cli.webhook_serving import admission_webhooks
@@ -60,6 +62,10 @@ async def run(args: argparse.Namespace) -> int:
         context=getattr(args, "context", None),
         user_agent=f"{USER_AGENT}/{identity}",
     ) as proc:
+        # Start-up preflight (docs/operations.md, Preflight): one line per missing piece, exit 1.
+        if problems := await startup_problems(proc.client, rbac.CONTROLLER, prefix="controller"):
+            print("\n".join(problems), file=sys.stderr)
+            return 1
         settings = open_settings(
             proc.client,
             name=getattr(args, "settings_configmap", None),

@@ -319,7 +319,9 @@ async def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"preflight: {exc}", file=sys.stderr)
         return 2
-    client = await Client.connect(args.kubeconfig, user_agent="gpustack-worker-preflight")
+    client = await Client.connect(
+        args.kubeconfig, context=getattr(args, "context", None), user_agent="gpustack-worker-preflight"
+    )
     try:
         results = await gather(client, args)
     except ApiError as exc:
