@@ -31,6 +31,7 @@ import copy
 import gc
 import os
 import threading
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 from urllib.parse import urlsplit
 
@@ -39,6 +40,7 @@ import httpx
 import kr8s
 import orjson
 import structlog
+import yaml
 from opentelemetry import trace
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop_after_delay
 
@@ -48,7 +50,7 @@ from gpustack_worker.runtime.version import VERSION
 
 if TYPE_CHECKING:
     import builtins
-    from collections.abc import AsyncGenerator, Callable
+    from collections.abc import AsyncGenerator, Callable, Sequence
 
     from gpustack_worker.runtime.resources import Resource
 
@@ -66,6 +68,7 @@ __all__ = (
     "WriteFence",
     "api_of",
     "kubeconfig_source",
+    "merge_kubeconfigs",
     "user_agent_of",
 )
 
@@ -387,18 +390,73 @@ class _Api(kr8s.asyncio.Api):
         keep_alive_all(self._session)
 
 
-def kubeconfig_source(flag: str | None, env: dict[str, str] | None = None) -> tuple[str | None, str]:
-    """``(the kubeconfig path(s) to hand kr8s, how to name them in an error)``, chosen as kubectl chooses:
-    ``--kubeconfig`` (which must exist: :class:`KubeconfigError` otherwise), else ``$KUBECONFIG``, else
-    ``None`` (kr8s then reads :data:`DEFAULT_KUBECONFIG`, else the in-cluster service account)."""
-    env = dict(os.environ) if env is None else env
+#: The fields of a kubeconfig's clusters and users that name a file (relative to the kubeconfig's own
+#: directory, for kubectl).
+_FILE_FIELDS: Final = {"clusters": ("certificate-authority",), "users": ("client-certificate", "client-key")}
+_NAMED_LISTS: Final = (("clusters", "cluster"), ("users", "user"), ("contexts", "context"))
+
+
+def merge_kubeconfigs(files: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
+    """The kubeconfig ``$KUBECONFIG`` names when it lists several files, merged as kubectl merges them:
+    a cluster, user or context comes from the first file that defines its name (later definitions of the
+    same name are ignored); ``current-context`` is the first one set; a relative file reference
+    (``certificate-authority``, ``client-certificate``, ``client-key``) is made absolute against the
+    directory of the file it was read from. ``files`` is ``(path, parsed document)`` in list order."""
+    merged: dict[str, Any] = {"apiVersion": "v1", "kind": "Config", "current-context": ""}
+    for list_key, _ in _NAMED_LISTS:
+        merged[list_key] = []
+    seen: dict[str, set[str]] = {list_key: set() for list_key, _ in _NAMED_LISTS}
+    for path, doc in files:
+        base = os.path.dirname(os.path.abspath(os.path.expanduser(path)))
+        if not merged["current-context"] and doc.get("current-context"):
+            merged["current-context"] = str(doc["current-context"])
+        for list_key, item_key in _NAMED_LISTS:
+            for entry in doc.get(list_key) or ():
+                if not isinstance(entry, Mapping) or not entry.get("name") or entry["name"] in seen[list_key]:
+                    continue
+                seen[list_key].add(entry["name"])
+                body = dict(entry.get(item_key) or {})
+                for field_name in _FILE_FIELDS.get(list_key, ()):
+                    value = body.get(field_name)
+                    if isinstance(value, str) and value and not os.path.isabs(os.path.expanduser(value)):
+                        body[field_name] = os.path.join(base, value)
+                merged[list_key].append({"name": entry["name"], item_key: body})
+    return merged
+
+
+def kubeconfig_source(
+    flag: str | None, env: Mapping[str, str] | None = None
+) -> tuple[str | dict[str, Any] | None, str]:
+    """``(the kubeconfig to hand kr8s, how to name it in an error)``, chosen as kubectl chooses it:
+    ``--kubeconfig`` (which must exist: :class:`KubeconfigError` otherwise); else ``$KUBECONFIG`` — a
+    ``:``-separated list whose files that do not exist are skipped, one file given as its path, several
+    merged by :func:`merge_kubeconfigs` (kr8s' own merge takes ``current-context`` from the first file
+    only and lets a later definition of a name win); else ``None``: kr8s reads
+    :data:`DEFAULT_KUBECONFIG`, else the in-cluster service account."""
+    env = os.environ if env is None else env
     if flag:
         if not os.path.exists(os.path.expanduser(flag)):
             raise KubeconfigError(f"kubeconfig {flag}: no such file", source=flag)
         return flag, flag
-    if env.get("KUBECONFIG"):
-        return env["KUBECONFIG"], f"$KUBECONFIG ({env['KUBECONFIG']})"
-    return None, DEFAULT_KUBECONFIG
+    listed = env.get("KUBECONFIG") or ""
+    if not listed:
+        return None, DEFAULT_KUBECONFIG
+    where = f"$KUBECONFIG ({listed})"
+    existing = [p for p in listed.split(os.pathsep) if p and os.path.exists(os.path.expanduser(p))]
+    if len(existing) <= 1:
+        return (existing[0] if existing else listed), where
+    docs: list[tuple[str, Mapping[str, Any]]] = []
+    for path in existing:
+        try:
+            with open(os.path.expanduser(path), "rb") as handle:
+                doc = yaml.safe_load(handle)
+        except (OSError, yaml.YAMLError) as exc:
+            reason = " ".join(str(exc).split())
+            raise KubeconfigError(f"kubeconfig {path}: cannot read it: {reason}", source=path) from exc
+        if doc is not None and not isinstance(doc, Mapping):
+            raise KubeconfigError(f"kubeconfig {path}: not a kubeconfig (a YAML mapping)", source=path)
+        docs.append((path, doc or {}))
+    return merge_kubeconfigs(docs), where
 
 
 async def _authenticate(api: _Api, where: str, context: str | None) -> None:

@@ -27,6 +27,7 @@ from gpustack_worker.runtime.client import (
     NotFound,
     api_of,
     kubeconfig_source,
+    merge_kubeconfigs,
     user_agent_of,
 )
 from gpustack_worker.runtime.version import VERSION, package_version
@@ -398,3 +399,74 @@ def test_a_closed_pipe_ends_the_command_quietly() -> None:
         err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == main.BROKEN_PIPE_EXIT
     assert err == ""
+
+
+# --- $KUBECONFIG with several files: kubectl's merge -----------------------------------------------------
+
+
+def _file_config(cluster: str, server: str, *, current: str = "", ca: str = "") -> dict[str, Any]:
+    body: dict[str, Any] = {"server": server, **({"certificate-authority": ca} if ca else {})}
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        **({"current-context": current} if current else {}),
+        "clusters": [{"name": cluster, "cluster": body}],
+        "users": [{"name": "u", "user": {}}],
+        "contexts": [{"name": cluster, "context": {"cluster": cluster, "user": "u"}}],
+    }
+
+
+def test_several_kubeconfigs_merge_as_kubectl_merges_them() -> None:
+    first = _file_config("a", "http://one", ca="ca.crt")
+    second = _file_config("a", "http://two", current="a")
+    third = _file_config("b", "http://three", current="b")
+    merged = merge_kubeconfigs([("/etc/k/first", first), ("/home/second", second), ("/third", third)])
+    assert merged["current-context"] == "a"  # the first one set (the first file sets none)
+    clusters = {c["name"]: c["cluster"] for c in merged["clusters"]}
+    assert clusters == {
+        "a": {"server": "http://one", "certificate-authority": "/etc/k/ca.crt"},  # first definition wins
+        "b": {"server": "http://three"},
+    }
+    assert [c["name"] for c in merged["contexts"]] == ["a", "b"]
+
+
+_entry_names = st.lists(st.sampled_from(["a", "b", "c", "d"]), max_size=4)
+
+
+@settings(max_examples=100)
+@given(st.lists(st.tuples(_entry_names, st.sampled_from(["", "a", "b"])), min_size=1, max_size=4))
+def test_every_name_comes_from_the_first_file_defining_it(files: list[tuple[list[str], str]]) -> None:
+    docs = [
+        (
+            f"/k/{i}",
+            {
+                "current-context": current,
+                "clusters": [{"name": n, "cluster": {"server": f"http://{i}"}} for n in names],
+            },
+        )
+        for i, (names, current) in enumerate(files)
+    ]
+    merged = merge_kubeconfigs(docs)
+    for entry in merged["clusters"]:
+        first = next(i for i, (names, _) in enumerate(files) if entry["name"] in names)
+        assert entry["cluster"]["server"] == f"http://{first}"
+    assert sorted(c["name"] for c in merged["clusters"]) == sorted({n for names, _ in files for n in names})
+    assert merged["current-context"] == next((c for _, c in files if c), "")
+
+
+async def test_kubeconfig_lists_several_files_the_first_without_a_current_context(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async for (one, two), _ in _servers(2, 404, MISSING_OBJECT_BODY):
+        first, second = tmp_path / "first", tmp_path / "second"
+        first.write_text(json.dumps(_file_config("a", f"http://127.0.0.1:{one}")))
+        second.write_text(json.dumps(_file_config("b", f"http://127.0.0.1:{two}", current="b")))
+        monkeypatch.setenv("KUBECONFIG", f"{tmp_path / 'absent'}:{first}:{second}")
+        chosen = await Client.connect()
+        other = await Client.connect(context="a")
+        try:
+            assert (chosen.server, chosen.context) == (f"http://127.0.0.1:{two}", "b")
+            assert (other.server, other.context) == (f"http://127.0.0.1:{one}", "a")
+        finally:
+            await chosen.close()
+            await other.close()
