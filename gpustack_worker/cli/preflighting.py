@@ -243,12 +243,16 @@ def kueue_configuration(
     except ValueError as exc:
         return Result("kueue-config", Outcome.FAIL, f"{source}: {exc}", fix_merge)
     if changes:
-        return Result(
-            "kueue-config",
-            Outcome.FAIL,
-            f"{source} lacks {len(changes)} setting(s): " + "; ".join(c.describe() for c in changes),
-            fix_merge,
-        )
+        # The transformations as one item naming their inputs (each in full is kueue-config's output).
+        rewrites = [c for c in changes if c.path.startswith("resources.transformations[")]
+        items = [c.describe() for c in changes if c not in rewrites]
+        if rewrites:
+            missing = [c.now["input"] for c in rewrites if c.was is None]
+            other = [c.now["input"] for c in rewrites if c.was is not None]
+            parts = [f"{len(missing)} missing ({', '.join(missing)})"] if missing else []
+            parts += [f"{len(other)} different from ours ({', '.join(other)})"] if other else []
+            items.insert(0, "resources.transformations: " + ", ".join(parts))
+        return Result("kueue-config", Outcome.FAIL, f"{source} lacks: " + "; ".join(items), fix_merge)
     gates = "--feature-gates" if gate_flag is not None else "featureGates"
     return _ok(
         "kueue-config",

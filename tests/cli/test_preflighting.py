@@ -93,8 +93,10 @@ def test_kueue_configuration_ours_passes_and_missing_pieces_are_listed() -> None
     bare = {"apiVersion": kueue_config.CONFIG_API_VERSION, "kind": "Configuration"}
     result = preflighting.kueue_configuration(bare, source="ConfigMap kueue-system/kueue-manager-config")
     assert result.outcome is FAIL
+    count = len(kueue_config.transformations())
+    assert f"resources.transformations: {count} missing (alibabacloud.com/ppu, " in result.detail
     for needed in (
-        "resources.transformations[nvidia.com/gpu]",
+        "nvidia.com/gpu.sliced.units",
         "integrations.frameworks",
         "featureGates.TASBalancedPlacement",
         "featureGates.TASRespectNodeAffinityPreferred",
@@ -115,6 +117,15 @@ def test_kueue_configuration_unreadable_or_absent() -> None:
     )
     flag = preflighting.kueue_configuration(kueue_config.chart_manager_config(), source="f", gate_flag="X")
     assert flag.outcome is FAIL and "--feature-gates" in flag.detail
+
+
+def test_a_teams_transformation_of_one_of_our_inputs_is_named_as_different() -> None:
+    config = kueue_config.chart_manager_config()
+    for t in config["resources"]["transformations"]:
+        if t["input"] == "nvidia.com/gpu":
+            t["outputs"] = {"team.example/gpu": "1"}
+    result = preflighting.kueue_configuration(config, source="f")
+    assert result.detail == "f lacks: resources.transformations: 1 different from ours (nvidia.com/gpu)"
 
 
 def test_gates_in_kueues_flag_win_over_the_file() -> None:

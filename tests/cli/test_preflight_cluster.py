@@ -1,0 +1,324 @@
+"""``gpustack-worker preflight`` and the start-up preflight on real control planes.
+
+- A bare API server (a control plane of this module's own: no Kueue, no nfd-master, no scheduler, and
+  Kueue's, NFD's and our CRDs and our ClusterRoleBindings deleted): the table names every missing piece,
+  exit 1; ``controller`` and ``agent`` refuse to start with one line per missing API, no traceback.
+- The dev cluster (the session's): with a scenario applied (NodeFeatures nfd-master projects, Devices) and
+  our webhook served and registered, every check is ``ok``, exit 0 — Kueue's configuration read from the
+  file the dev cluster starts Kueue with, then from a ConfigMap as Kueue's Helm chart keeps it; a team's
+  configuration there fails the check until ``kueue-config --merge`` is applied to it; a team
+  ClusterQueue counting ``nvidia.com/gpu`` is listed with its credits equivalent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import yaml
+
+from gpustack_worker.api import kinds, kueue_config, rbac
+from gpustack_worker.cli import preflighting
+from gpustack_worker.cli.preflight_cmd import startup_problems
+from gpustack_worker.cli.webhook_serving import webhook_server
+from gpustack_worker.devcluster import worker_webhooks
+from gpustack_worker.devcluster.cluster import DevCluster
+from gpustack_worker.runtime.client import Client
+from gpustack_worker.simulate.apply import apply_scenario
+from gpustack_worker.simulate.load import packaged_scenario
+from tests.stack import eventually
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator
+
+pytestmark = pytest.mark.cluster
+
+_SUFFIX = uuid.uuid4().hex[:6]
+KUEUE_NS = kueue_config.KUEUE_NAMESPACE
+KUEUE_CM = "kueue-manager-config"
+
+
+def _cli(
+    *argv: str, kubeconfig: Path, stdin: str | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpustack_worker.cli.main", *argv],
+        env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _preflight(kubeconfig: Path, *extra: str) -> tuple[int, dict[str, dict[str, Any]], str]:
+    """Run preflight twice (JSON to judge, text to show); its exit code, checks by name and the table."""
+    out = _cli("preflight", "-o", "json", *extra, kubeconfig=kubeconfig)
+    assert out.stderr == "" or "Traceback" not in out.stderr, out.stderr
+    data = json.loads(out.stdout)
+    text = _cli("preflight", *extra, kubeconfig=kubeconfig).stdout
+    print(text)
+    return out.returncode, {c["check"]: c for c in data["checks"]}, text
+
+
+# --- a bare API server -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bare() -> Iterator[DevCluster]:
+    """etcd + kube-apiserver only, with every CRD and our ClusterRoleBindings deleted again."""
+    directory = Path(tempfile.mkdtemp(prefix="gpustack-preflight-bare-"))
+    cluster = DevCluster(
+        directory,
+        with_kueue=False,
+        with_nfd=False,
+        with_scheduler=False,
+        log=lambda msg: print(f"[bare devcluster] {msg}"),
+    )
+    cluster.start()
+    api = cluster.bootstrap()
+    try:
+        crds = api.request("GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions").json()["items"]
+        for crd in crds:
+            api.request(
+                "DELETE", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}"
+            )
+        for component in rbac.COMPONENTS:
+            api.request("DELETE", f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{component.name}")
+        for group in (kinds.KUEUE_GROUP, kinds.NODE_FEATURE.group, kinds.WORKER_GROUP):
+            # The API server stops serving a deleted CRD's group once its finalizer ran.
+            for _ in range(600):
+                if api.request("GET", f"/apis/{group}").status_code == 404:
+                    break
+                time.sleep(0.1)
+        yield cluster
+    finally:
+        api.close()
+        cluster.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_preflight_on_a_bare_api_server_names_every_missing_piece(bare: DevCluster) -> None:
+    code, checks, text = _preflight(bare.kubeconfig)
+    assert code == 1
+    outcomes = {name: c["outcome"] for name, c in checks.items()}
+    assert outcomes == {
+        "kubernetes": "ok",
+        "kubernetes-apis": "ok",
+        "kueue-api": "fail",
+        "kueue-config": "fail",
+        "nfd-api": "fail",
+        "nfd-master": "fail",
+        "crds": "fail",
+        "crd-schemas": "fail",
+        "devices-api": "fail",
+        "devices": "fail",
+        "webhook": "fail",
+        "rbac:agent": "fail",
+        "rbac:controller": "fail",
+        "clusterqueues": "fail",
+    }, text
+    assert checks["kueue-api"]["detail"] == "kueue.x-k8s.io/v1beta2 not served"
+    assert "helm install kueue" in checks["kueue-api"]["fix"]
+    assert checks["kueue-config"]["detail"] == f"no Kueue configuration at ConfigMap {KUEUE_NS}/{KUEUE_CM}"
+    assert checks["nfd-api"]["detail"] == "nfd.k8s-sigs.io/v1alpha1 not served"
+    assert "worker.gpustack.ai/v1alpha1 not served" in checks["crds"]["detail"]
+    for name in ("devices", "instancetypes", "modeldeployments", "nodemodelstores", "topologysources"):
+        assert f"{name}.worker.gpustack.ai: missing" in checks["crd-schemas"]["detail"]
+    assert "gpustack-worker-validating is not registered" in checks["webhook"]["detail"]
+    # The ClusterRoleBindings are gone: the cluster-scoped grants are missing (the Roles still bind).
+    assert "list nodes" in checks["rbac:agent"]["detail"]
+    assert "watch clusterqueues.kueue.x-k8s.io" in checks["rbac:controller"]["detail"]
+    assert "leases" not in checks["rbac:controller"]["detail"]
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        (("controller", "--webhook-bind="), ["crds", "devices-api", "kueue-api", "nfd-api"]),
+        (("agent", "--all-nodes"), ["devices-api", "nfd-api"]),
+    ],
+)
+def test_a_process_refuses_to_start_on_a_bare_api_server(
+    bare: DevCluster, command: tuple[str, ...], expected: list[str]
+) -> None:
+    out = _cli(*command, "--metrics-bind", "127.0.0.1:0", kubeconfig=bare.kubeconfig, timeout=60)
+    assert out.returncode == 1
+    lines = [line for line in out.stderr.splitlines() if not line.startswith("{")]
+    assert "Traceback" not in out.stderr
+    assert sorted(line.split(": ")[1] for line in lines) == expected, out.stderr
+    assert all(line.startswith(f"{command[0]}: ") and " — fix: " in line for line in lines)
+
+
+# --- the dev cluster ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+async def ready(devcluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Client]:
+    """The dev cluster with a scenario's Nodes, NodeFeatures and Devices, nfd-master's projection seen,
+    and our webhook served on 127.0.0.1 and registered (unregistered again afterwards)."""
+    assert devcluster.pki is not None
+    admin = await Client.connect(str(devcluster.kubeconfig))
+    await apply_scenario(admin, packaged_scenario("chain-4"))
+
+    async def projected() -> bool:
+        features, _ = await admin.list(kinds.NODE_FEATURE)
+        nodes, _ = await admin.list(kinds.NODE)
+        return preflighting.nfd_master(features, nodes).outcome is preflighting.Outcome.OK
+
+    await eventually(projected)
+    cert_dir = tmp_path_factory.mktemp("preflight-webhook-certs")
+    shutil.copyfile(devcluster.pki.serving_cert, cert_dir / "tls.crt")
+    shutil.copyfile(devcluster.pki.serving_key, cert_dir / "tls.key")
+    server = webhook_server("127.0.0.1:0", cert_dir, namespace=kinds.SYSTEM_NAMESPACE)
+    await server.start()
+    api = devcluster.bootstrap()
+    try:
+        ca = devcluster.pki.ca_cert.read_bytes()
+        await asyncio.to_thread(worker_webhooks.register, api, f"https://127.0.0.1:{server.port}", ca)
+        await asyncio.to_thread(worker_webhooks.wait_served, api, 60.0)
+        yield admin
+    finally:
+        try:
+            await asyncio.to_thread(worker_webhooks.unregister, api)
+        finally:
+            api.close()
+            await server.close()
+            await admin.close()
+
+
+async def _preflight_async(kubeconfig: Path, *extra: str) -> tuple[int, dict[str, dict[str, Any]], str]:
+    # In a thread: the API server calls the webhook served on this event loop meanwhile.
+    return await asyncio.to_thread(_preflight, kubeconfig, *extra)
+
+
+async def test_preflight_on_the_dev_cluster_is_all_green(devcluster: DevCluster, ready: Client) -> None:
+    code, checks, text = await _preflight_async(
+        devcluster.kubeconfig, "--kueue-config", str(devcluster.dir / "kueue-config.yaml")
+    )
+    assert {name: c["outcome"] for name, c in checks.items() if c["outcome"] != "ok"} == {}, text
+    assert code == 0
+    assert "projected onto Node" in checks["nfd-master"]["detail"]
+    assert checks["webhook"]["detail"].startswith("the API server calls topologysources.worker.gpustack.ai")
+
+
+async def test_the_start_up_checks_pass_as_each_service_account(
+    devcluster: DevCluster, ready: Client
+) -> None:
+    for component in rbac.COMPONENTS:
+        client = await Client.connect(str(devcluster.service_account_kubeconfig(component.name)))
+        try:
+            assert await startup_problems(client, component, prefix=component.key) == []
+        finally:
+            await client.close()
+
+
+def _config_map(text: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": KUEUE_CM, "namespace": KUEUE_NS},
+        "data": {"controller_manager_config.yaml": text},
+    }
+
+
+async def test_kueue_configuration_from_its_configmap_and_merged_into_a_teams(
+    devcluster: DevCluster, ready: Client
+) -> None:
+    admin = ready
+    running = (devcluster.dir / "kueue-config.yaml").read_text()
+    await admin.create(kinds.CONFIG_MAP, _config_map(running), namespace=KUEUE_NS)
+    try:
+        code, checks, text = await _preflight_async(devcluster.kubeconfig)
+        assert checks["kueue-config"]["outcome"] == "ok", text
+        assert checks["kueue-config"]["detail"].startswith(f"ConfigMap {KUEUE_NS}/{KUEUE_CM} key ")
+
+        team = {
+            "apiVersion": kueue_config.CONFIG_API_VERSION,
+            "kind": "Configuration",
+            "namespace": KUEUE_NS,
+            "integrations": {"frameworks": ["batch/job", "jobset.x-k8s.io/jobset"]},
+            "waitForPodsReady": {"timeout": "10m"},
+        }
+        await admin.replace(kinds.CONFIG_MAP, _config_map(yaml.safe_dump(team)))
+        code, checks, text = await _preflight_async(devcluster.kubeconfig)
+        assert code == 1
+        assert checks["kueue-config"]["outcome"] == "fail"
+        assert "integrations.frameworks" in checks["kueue-config"]["detail"]
+        assert "kueue-config --merge" in checks["kueue-config"]["fix"]
+
+        # The admin's path: read the ConfigMap, merge, put it back.
+        current = await admin.get(kinds.CONFIG_MAP, KUEUE_CM, KUEUE_NS)
+        merged = await asyncio.to_thread(
+            _cli,
+            "kueue-config",
+            "--merge",
+            "-",
+            kubeconfig=devcluster.kubeconfig,
+            stdin=yaml.safe_dump(current),
+        )
+        assert merged.returncode == 0, merged.stderr
+        assert "integrations.frameworks" in merged.stderr
+        doc = yaml.safe_load(merged.stdout)
+        inner = yaml.safe_load(doc["data"]["controller_manager_config.yaml"])
+        assert inner["waitForPodsReady"] == {"timeout": "10m"}
+        assert inner["integrations"]["frameworks"] == ["batch/job", "jobset.x-k8s.io/jobset", "pod"]
+        await admin.replace(kinds.CONFIG_MAP, _config_map(doc["data"]["controller_manager_config.yaml"]))
+        code, checks, text = await _preflight_async(devcluster.kubeconfig)
+        assert checks["kueue-config"]["outcome"] == "ok", text
+    finally:
+        await admin.delete(kinds.CONFIG_MAP, KUEUE_CM, KUEUE_NS)
+
+
+async def test_a_team_clusterqueue_counting_gpus_is_listed_with_its_credits_equivalent(
+    devcluster: DevCluster, ready: Client
+) -> None:
+    name = f"team-gpu-{_SUFFIX}"
+    queue = {
+        "apiVersion": kinds.CLUSTER_QUEUE.api_version,
+        "kind": "ClusterQueue",
+        "metadata": {"name": name},
+        "spec": {
+            "namespaceSelector": {"matchLabels": {"preflight-test.gpustack.ai/never": "true"}},
+            "resourceGroups": [
+                {
+                    "coveredResources": ["cpu", "nvidia.com/gpu"],
+                    "flavors": [
+                        {
+                            "name": f"team-flavor-{_SUFFIX}",
+                            "resources": [
+                                {"name": "cpu", "nominalQuota": "64"},
+                                {"name": "nvidia.com/gpu", "nominalQuota": "8"},
+                            ],
+                        }
+                    ],
+                }
+            ],
+        },
+    }
+    await ready.create(kinds.CLUSTER_QUEUE, queue)
+    try:
+        code, checks, text = await _preflight_async(
+            devcluster.kubeconfig, "--kueue-config", str(devcluster.dir / "kueue-config.yaml")
+        )
+        found = checks[f"clusterqueue:{name}"]
+        assert found["outcome"] == "warn", text
+        assert found["detail"] == (
+            f"flavor team-flavor-{_SUFFIX} nvidia.com/gpu=8 no longer counts: Workloads ask "
+            "credits.gpustack.ai/nvidia instead, which this queue does not declare "
+            "(credits.gpustack.ai/nvidia: 12800000 keeps the same limit (1600000 per nvidia.com/gpu))"
+        )
+        assert code == 0  # a warning, not a failure
+    finally:
+        await ready.delete(kinds.CLUSTER_QUEUE, name)
