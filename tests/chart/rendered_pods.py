@@ -218,7 +218,10 @@ def image_from_stages(instructions: list[tuple[str, str]]) -> Image:
     env: dict[str, str] = {}
     for keyword, args in instructions:
         if keyword in ("ENTRYPOINT", "CMD"):
-            value = json.loads(args)
+            try:
+                value = json.loads(args)
+            except json.JSONDecodeError:
+                value = None
             if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
                 raise Unmapped(f"Containerfile {keyword} {args}: only the exec form (a JSON list) is mapped")
             if keyword == "ENTRYPOINT":

@@ -356,6 +356,9 @@ async def chart_run(
             for n in (await admin.list(kinds.NAMESPACE))[0]
             if not localqueues.is_system_namespace(n["metadata"]["name"], NAMESPACE)
         )
+        for name, spec in pods.specs.items():
+            print(f"[chart-run] {name}: {' '.join(spec.argv)}")
+        print(f"[chart-run] expected: {len(exp.flavors)} flavors, {sorted(exp.types)}, {exp.namespaces}")
         yield ChartRun(docs, pods, admin, exp)
     finally:
         codes = pods.stop() if pods is not None else {}
