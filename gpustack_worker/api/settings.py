@@ -1,7 +1,8 @@
-"""The scheduling-chain settings (reference §4.2): read by the node agent and by the chain controllers.
+"""The scheduling-chain settings (GPUStack's online-adjustable settings): read by the node agent and by
+the chain controllers.
 
 They are live: every reconcile reads the snapshot in force, so a ConfigMap change applies from the
-next reconcile on. The names, environment seeds and defaults are the reference's; the ConfigMap key
+next reconcile on. The names, environment seeds and defaults are GPUStack's; the ConfigMap key
 of a field is its kebab-case name and the seed is ``GPUSTACK_<UPPER_SNAKE_NAME>``
 (:mod:`gpustack_worker.runtime.settings` has the mechanism).
 """
@@ -19,7 +20,7 @@ __all__ = ("ChainSettings", "ControllerSettings")
 
 
 class ChainSettings(SettingsModel):
-    """The settings of reference §4.2, with the reference's defaults. All live."""
+    """GPUStack's online-adjustable scheduling settings, with GPUStack's defaults. All live."""
 
     node_management_manual: bool = False
     """false: the worker stamps ``gpustack.ai/managed=true`` on every node; true: only an admin-set label
