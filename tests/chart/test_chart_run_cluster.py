@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import datetime
 import json
 import os
 import ssl
@@ -47,12 +48,17 @@ import subprocess
 import sys
 import urllib.request
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from bench import chain_bench
 from gpustack_worker.api import kinds, webhooks
@@ -102,15 +108,16 @@ CONVERGE_S = 240.0
 Doc = dict[str, Any]
 
 
-@pytest.fixture(scope="module")
-def devcluster() -> Iterator[DevCluster]:
-    """A control plane of this module's own (shadows the session's): the chain reads every Node, so
-    other modules' scenarios must not enter its pools, and the webhook configurations are the chart's."""
-    with module_cluster("chart-run") as cluster:
-        yield cluster
+#: How the webhook's certificate is made → the values that select it.
+MODES: dict[str, tuple[str, ...]] = {
+    "generated": (),
+    "cert-manager": ("--set", "webhook.certManager.enabled=true"),
+}
+#: Rendered kinds the dev cluster cannot serve (no cert-manager installed): the test plays their part.
+CERT_MANAGER = {"Certificate", "Issuer"}
 
 
-def _render() -> list[Doc]:
+def _render(*values: str) -> list[Doc]:
     binary = build.ensure_optional("helm")
     home = Path(os.environ.get("TMPDIR", "/tmp")) / f"helm-home-{uuid.uuid4().hex[:8]}"
     env = dict(os.environ)
@@ -121,7 +128,7 @@ def _render() -> list[Doc]:
     )
     proc = subprocess.run(
         [str(binary), "template", RELEASE, str(CHART), "--namespace", NAMESPACE,
-         "--kube-version", versions.KUBERNETES],
+         "--kube-version", versions.KUBERNETES, *values],
         env=env, capture_output=True, text=True, check=False, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, f"helm template failed:\n{proc.stderr}"
@@ -207,6 +214,68 @@ def _external_name(service: Doc) -> Doc:
     }
 
 
+def _as_cert_manager_would(docs: list[Doc]) -> list[Doc]:
+    """The rendered objects once cert-manager did its part (the dev cluster has none): each Certificate
+    issued by the self-signed Issuer the chart renders into its ``secretName`` (``tls.crt``, ``tls.key``,
+    ``ca.crt`` — a self-signed certificate is its own CA), and each webhook configuration annotated
+    ``cert-manager.io/inject-ca-from: <ns>/<certificate>`` given that CA as ``caBundle`` (the CA
+    injector). The Certificate and Issuer themselves are left out: ``cert-manager.io`` is not served."""
+    issuers = {(d["metadata"]["namespace"], d["metadata"]["name"]): d for d in docs if d["kind"] == "Issuer"}
+    cas: dict[str, bytes] = {}
+    out = [d for d in docs if d["kind"] not in CERT_MANAGER]
+    for cert in (d for d in docs if d["kind"] == "Certificate"):
+        meta, spec = cert["metadata"], cert["spec"]
+        ref = spec["issuerRef"]
+        issuer = issuers.get((meta["namespace"], ref.get("name")))
+        assert ref.get("kind", "Issuer") == "Issuer" and issuer is not None, (
+            f"Certificate {meta['name']}: issuer {ref} is not rendered; only the chart's own is played here"
+        )
+        assert issuer["spec"] == {"selfSigned": {}}, f"Issuer {issuer['metadata']['name']}: {issuer['spec']}"
+        key = ec.generate_private_key(ec.SECP256R1())
+        hours = int(str(spec["duration"]).removesuffix("h"))
+        now = datetime.datetime.now(datetime.UTC)
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, spec["commonName"])])
+        crt = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(hours=hours))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in spec["dnsNames"]]), False)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False)
+            .sign(key, hashes.SHA256())
+        )
+        pem = crt.public_bytes(serialization.Encoding.PEM)
+        key_pem = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        cas[f"{meta['namespace']}/{meta['name']}"] = pem
+        data = {"tls.crt": pem, "tls.key": key_pem, "ca.crt": pem}
+        out.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "type": "kubernetes.io/tls",
+                "metadata": {
+                    "name": spec["secretName"],
+                    "namespace": meta["namespace"],
+                    "annotations": {"cert-manager.io/certificate-name": meta["name"]},
+                },
+                "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
+            }
+        )
+    for doc in out:
+        source = (doc["metadata"].get("annotations") or {}).get("cert-manager.io/inject-ca-from")
+        if source is None:
+            continue
+        assert source in cas, f"{doc['kind']} {doc['metadata']['name']}: injects from {source}, not rendered"
+        for hook in doc["webhooks"]:
+            hook["clientConfig"]["caBundle"] = base64.b64encode(cas[source]).decode()
+    return out
+
+
 def _http_ok(probe: rp.HttpProbe) -> bool:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{probe.port}{probe.path}", timeout=2) as resp:
@@ -273,19 +342,43 @@ async def _ready(pods: _Pods, kind: str) -> None:
             await asyncio.sleep(0.3)
 
 
+@dataclass
 class ChartRun:
-    def __init__(self, docs: list[Doc], pods: _Pods, admin: Client, exp: chain_bench.Expected) -> None:
-        self.docs, self.pods, self.admin, self.exp = docs, pods, admin, exp
+    cluster: DevCluster
+    #: what was rendered, and what the API server holds for the applied objects
+    docs: list[Doc]
+    applied: dict[tuple[str, str], Doc]
+    pods: _Pods
+    admin: Client
+    exp: chain_bench.Expected
+
+
+@pytest.fixture(scope="module", params=list(MODES))
+def mode(request: pytest.FixtureRequest) -> str:
+    """How the webhook's certificate is made (:data:`MODES`)."""
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+def devcluster(mode: str) -> Iterator[DevCluster]:
+    """A control plane of each mode's own (shadows the session's): the chain reads every Node, so other
+    modules' scenarios must not enter its pools, and the webhook configurations are the chart's."""
+    with module_cluster(f"chart-run-{mode}") as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="module")
 async def chart_run(
-    devcluster: DevCluster, tmp_path_factory: pytest.TempPathFactory
+    devcluster: DevCluster, mode: str, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[ChartRun]:
-    docs = _render()
+    docs = _render(*MODES[mode])
     rendered_kinds = {d["kind"] for d in docs}
-    unrun = rendered_kinds - APPLIED - RUN
+    unrun = rendered_kinds - APPLIED - RUN - CERT_MANAGER
     assert not unrun, f"rendered kinds this test neither applies nor runs: {unrun}"
+    if mode == "cert-manager":
+        assert rendered_kinds >= CERT_MANAGER, rendered_kinds
+        assert not [d for d in docs if d["kind"] == "Secret"], "cert-manager writes the Secret, not the chart"
+        docs = _as_cert_manager_would(docs)
     api = _Api(devcluster)
     admin = await Client.connect(str(devcluster.kubeconfig))
     pods: _Pods | None = None
@@ -359,7 +452,7 @@ async def chart_run(
         for name, spec in pods.specs.items():
             print(f"[chart-run] {name}: {' '.join(spec.argv)}")
         print(f"[chart-run] expected: {len(exp.flavors)} flavors, {sorted(exp.types)}, {exp.namespaces}")
-        yield ChartRun(docs, pods, admin, exp)
+        yield ChartRun(devcluster, docs, applied, pods, admin, exp)
     finally:
         codes = pods.stop() if pods is not None else {}
         api.http.close()
@@ -387,7 +480,7 @@ async def test_the_rendered_pods_converge_the_chain(chart_run: ChartRun) -> None
     await _ready(run.pods, "livenessProbe")
 
 
-def test_the_webhook_serves_the_rendered_certificate(chart_run: ChartRun, devcluster: DevCluster) -> None:
+def test_the_webhook_serves_the_rendered_certificate(chart_run: ChartRun) -> None:
     secret = _one(chart_run.docs, "Secret", webhooks.CERT_SECRET)
     for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
         for hook in _one(chart_run.docs, kind)["webhooks"]:
@@ -397,7 +490,7 @@ def test_the_webhook_serves_the_rendered_certificate(chart_run: ChartRun, devclu
     cert_dir = next(a.split("=", 1)[1] for a in controller.argv if a.startswith("--webhook-cert-dir="))
     for key in ("tls.crt", "tls.key"):
         assert (Path(cert_dir) / key).read_bytes() == base64.b64decode(secret["data"][key]), key
-    api = devcluster.bootstrap()
+    api = chart_run.cluster.bootstrap()
     try:
         # refused by the webhook, naming the field: the API server called it and trusted its certificate
         worker_webhooks.wait_served(api, timeout=60)
