@@ -91,7 +91,9 @@ def render(obj: Any, fmt: str, text_renderer: Callable[[Any], str]) -> str:
         data = kube_list(data)
     if fmt == "json":
         return json.dumps(data, indent=2, sort_keys=True) + "\n"
-    return str(yaml.safe_dump(data, sort_keys=True, default_flow_style=False, allow_unicode=True))
+    # Non-ASCII is escaped: PyYAML writes U+0085 and U+2028/9 raw when allowed unicode, and reads them
+    # back as line breaks (found by the round-trip property test).
+    return str(yaml.safe_dump(data, sort_keys=True, default_flow_style=False, allow_unicode=False))
 
 
 def emit(obj: Any, fmt: str, text_renderer: Callable[[Any], str], *, stream: TextIO | None = None) -> None:

@@ -111,3 +111,9 @@ def test_every_list_of_objects_round_trips_as_a_list_in_both_formats(
     assert doc["kind"] == "List"
     assert doc["apiVersion"] == "v1"
     assert doc["items"] == items
+
+
+@pytest.mark.parametrize("value", ["\x85", "\u2028", "ünïcode", "a\nb"])
+def test_yaml_keeps_values_that_look_like_line_breaks(value: str) -> None:
+    node = {**NODE, "metadata": {"name": "n1", "labels": {"k": value}}}
+    assert yaml.safe_load(render([node], "yaml", _text))["items"] == [node]
