@@ -108,13 +108,23 @@ CONVERGE_S = 240.0
 Doc = dict[str, Any]
 
 
-#: How the webhook's certificate is made → the values that select it.
+#: The values each run renders with: the defaults (a generated webhook certificate), cert-manager issuing
+#: it, and the production values file.
 MODES: dict[str, tuple[str, ...]] = {
     "generated": (),
     "cert-manager": ("--set", "webhook.certManager.enabled=true"),
+    "production": ("--values", str(CHART / "values-production.yaml")),
 }
 #: Rendered kinds the dev cluster cannot serve (no cert-manager installed): the test plays their part.
 CERT_MANAGER = {"Certificate", "Issuer"}
+#: Rendered kinds the dev cluster cannot serve and nothing here stands in for, and why.
+NOT_SERVED = {
+    "ServiceMonitor": "the Prometheus Operator's (monitoring.coreos.com) — no Prometheus scrapes here",
+    "PrometheusRule": "the Prometheus Operator's (monitoring.coreos.com) — no Prometheus evaluates here",
+}
+#: Labels an admin puts on the accelerated Nodes: production's agent nodeSelector, and its manual node
+#: management (only Nodes labelled managed count). The defaults run on them just the same.
+GPU_NODE_LABELS = {"node-role.kubernetes.io/gpu": "", "gpustack.ai/managed": "true"}
 
 
 def _render(*values: str) -> list[Doc]:
@@ -373,8 +383,9 @@ async def chart_run(
 ) -> AsyncIterator[ChartRun]:
     docs = _render(*MODES[mode])
     rendered_kinds = {d["kind"] for d in docs}
-    unrun = rendered_kinds - APPLIED - RUN - CERT_MANAGER
+    unrun = rendered_kinds - APPLIED - RUN - CERT_MANAGER - set(NOT_SERVED)
     assert not unrun, f"rendered kinds this test neither applies nor runs: {unrun}"
+    docs = [d for d in docs if d["kind"] not in NOT_SERVED]
     if mode == "cert-manager":
         assert rendered_kinds >= CERT_MANAGER, rendered_kinds
         assert not [d for d in docs if d["kind"] == "Secret"], "cert-manager writes the Secret, not the chart"
@@ -385,7 +396,7 @@ async def chart_run(
     try:
         # 1. the fleet, as a user writes it
         chain4 = packaged_scenario("chain-4")
-        scenario = {"nodes": [n.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+        scenario = {"nodes": [_admin_labelled(n.model_dump(mode="json", by_alias=True, exclude_defaults=True))
                               for n in chain4.nodes if n.name in FLEET]}  # fmt: skip
         scenario_file = tmp_path_factory.mktemp("chart-run") / "fleet.yaml"
         scenario_file.write_text(yaml.safe_dump(scenario))
@@ -426,7 +437,8 @@ async def chart_run(
         agent = _one(docs, "DaemonSet")
         nodes = (await admin.list(kinds.NODE))[0]
         placed = rp.daemonset_nodes(agent, nodes)
-        assert set(FLEET) <= set(placed), f"the DaemonSet places no agent on {set(FLEET) - set(placed)}"
+        gpu_nodes = {n for n in FLEET if n != "cpu-a"}
+        assert gpu_nodes <= set(placed), f"the DaemonSet places no agent on {gpu_nodes - set(placed)}"
         for node in placed:
             pods.run(agent, f"{agent['metadata']['name']}-{node}", node)
         await _ready(pods, "readinessProbe")
@@ -441,7 +453,8 @@ async def chart_run(
             api.apply(_routed(_one(docs, kind), first.ports[webhooks.PORT_NAME]))
 
         # 5. what the chain should converge to, under the rendered settings
-        objs = [chain_bench.stage3(s) for s in load_scenario(scenario_file).nodes]
+        # the Nodes an agent serves (a Node without one never gets the labels the chain reads)
+        objs = [chain_bench.stage3(s) for s in load_scenario(scenario_file).nodes if s.name in placed]
         settings = _rendered_settings(docs, pods.specs[f"{controller['metadata']['name']}-0"])
         exp = chain_bench.expected_chain(objs, settings)
         exp.namespaces = sorted(
@@ -458,6 +471,12 @@ async def chart_run(
         api.http.close()
         await admin.close()
     assert all(code == 0 for code in codes.values()), f"exit codes after SIGTERM: {codes}"
+
+
+def _admin_labelled(node: Doc) -> Doc:
+    if node.get("accelerators"):
+        node["labels"] = {**node.get("labels", {}), **GPU_NODE_LABELS}
+    return node
 
 
 def _rendered_settings(docs: list[Doc], controller: rp.LocalProcess) -> WorkerSettings:
