@@ -42,7 +42,7 @@ from gpustack_worker.cli.controller_cmd import USER_AGENT as CONTROLLER_UA
 from gpustack_worker.cli.simulate_cmd import USER_AGENT as SIMULATE_UA
 from gpustack_worker.devcluster.audit import AuditEvent, AuditLog
 from gpustack_worker.devcluster.cluster import DevCluster
-from gpustack_worker.runtime.client import Client
+from gpustack_worker.runtime.client import Client, user_agent_of
 from gpustack_worker.simulate.load import packaged_scenario
 
 if TYPE_CHECKING:
@@ -360,9 +360,9 @@ async def test_roles_grant_exactly_what_the_processes_use(
 
     # Each process named itself on every request.
     agents = {e.user_agent for e in audit.events(username=agent_user, since=start)}
-    assert agents == {f"{AGENT_UA}/all-nodes", f"{AGENT_UA}/{fresh}"}
+    assert agents == {user_agent_of(f"{AGENT_UA}/all-nodes"), user_agent_of(f"{AGENT_UA}/{fresh}")}
     controllers = {e.user_agent for e in audit.events(username=controller_user, since=start)}
-    assert controllers == {f"{CONTROLLER_UA}/{identity}"}
+    assert controllers == {user_agent_of(f"{CONTROLLER_UA}/{identity}")}
 
 
 async def _poll(check: Any, within: float) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from gpustack_worker.api import kinds
 from gpustack_worker.devcluster.audit import AuditLog
-from gpustack_worker.runtime.client import DEFAULT_USER_AGENT, Client, Conflict
+from gpustack_worker.runtime.client import DEFAULT_USER_AGENT, Client, Conflict, user_agent_of
 from gpustack_worker.runtime.resources import CONFIG_MAP
 
 if TYPE_CHECKING:
@@ -66,12 +66,13 @@ async def test_audit_log_counts_each_write_by_user_agent_resource_and_verb(devcl
         await admin.close()
 
     # Blocking audit mode: every answered request is already in the file, no polling needed.
+    sent = user_agent_of(ua)  # the client adds the version: "audit-test/<run> gpustack-worker/<version>"
     assert log.counts(user_agent_prefix=ua) == collections.Counter(
         {
-            (ua, "configmaps", "create"): 4,
-            (ua, "configmaps", "patch"): 3,
-            (ua, "configmaps", "update"): 1,
-            (ua, "configmaps", "delete"): 2,
+            (sent, "configmaps", "create"): 4,
+            (sent, "configmaps", "patch"): 3,
+            (sent, "configmaps", "update"): 1,
+            (sent, "configmaps", "delete"): 2,
         }
     )
     writes = log.writes(user_agent_prefix=ua)
@@ -85,7 +86,11 @@ async def test_audit_log_counts_each_write_by_user_agent_resource_and_verb(devcl
     # ``since`` keeps the writes received at or after it.
     later = log.counts(ua, since=middle)
     assert later == collections.Counter(
-        {(ua, "configmaps", "patch"): 3, (ua, "configmaps", "update"): 1, (ua, "configmaps", "delete"): 2}
+        {
+            (sent, "configmaps", "patch"): 3,
+            (sent, "configmaps", "update"): 1,
+            (sent, "configmaps", "delete"): 2,
+        }
     )
     # The namespace create came from a client that did not name itself.
-    assert (DEFAULT_USER_AGENT, "namespaces", "create") in log.counts(DEFAULT_USER_AGENT, since=None)
+    assert (user_agent_of(None), "namespaces", "create") in log.counts(DEFAULT_USER_AGENT, since=None)
