@@ -10,7 +10,7 @@ runtime :class:`~gpustack_worker.runtime.manager.Manager` without leader electio
 own agent): ``/healthz``, ``/readyz`` (ready once the caches synced) and ``/metrics`` on
 ``--metrics-bind``; SIGTERM/SIGINT stop it gracefully (queues drain) and the exit code is the
 manager's. Logs are structlog JSON lines. Requests carry ``User-Agent:
-gpustack-worker-agent/<node name or 'all-nodes'>``.
+gpustack-worker-agent/<node name or 'all-nodes'> gpustack-worker/<version>``.
 """
 
 from __future__ import annotations

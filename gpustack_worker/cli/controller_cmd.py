@@ -12,7 +12,7 @@ standbys keep warm caches. The elector fences the process's client: every write
 its own, so a standby or a replica that lost the Lease writes nothing but its own Lease attempts.
 SIGTERM/SIGINT stop it gracefully: queues drain while the Lease is still renewed, then the Lease is
 released so a standby takes over at once; losing the Lease exits 1. Requests carry ``User-Agent:
-gpustack-worker-controller/<identity>``.
+gpustack-worker-controller/<identity> gpustack-worker/<version>``.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 __all__ = ("LEASE_NAME", "USER_AGENT", "default_identity", "run")
 
 LEASE_NAME: Final = kinds.WORKER_GROUP
-#: The controller's User-Agent is ``gpustack-worker-controller/<identity>``.
+#: The controller's User-Agent is ``gpustack-worker-controller/<identity>`` (the client adds the version).
 USER_AGENT: Final = "gpustack-worker-controller"
 _log = structlog.get_logger("gpustack_worker.cli.controller")
 
