@@ -1,12 +1,24 @@
 """The chart's configuration proven by running it: its rendered Pods, run as processes, converge the chain.
 
-``helm template`` renders ``chart/`` with its default values into the dev cluster's namespace. The
-non-workload objects are applied for real (server-side apply, ``fieldValidation=Strict``): the
-ServiceAccounts and RBAC, the settings ConfigMap, the Kueue configuration ConfigMap, the webhook
-certificate Secret, the webhook Service, the PodDisruptionBudget and both webhook configurations (their
-``caBundle`` as rendered). Not applied: the CRDs (``--include-crds`` is not passed; the dev cluster
-installed the same files, which ``test_chart_cluster.py`` compares byte for byte) and the Deployment and
-DaemonSet (no kube-controller-manager and no kubelet here: their Pods are run as processes instead).
+``helm template`` renders ``chart/`` into the dev cluster's namespace three ways (:data:`MODES`, each on a
+control plane of its own): the default values (the chart generates the webhook certificate), cert-manager
+enabled, and ``values-production.yaml``. The non-workload objects are applied for real (server-side
+apply, ``fieldValidation=Strict``, no ``Warning``): the ServiceAccounts and RBAC, the settings and Kueue
+ConfigMaps, the webhook certificate Secret, the Services, the PodDisruptionBudget and both webhook
+configurations (their ``caBundle`` as rendered). Not applied:
+
+- the CRDs (``--include-crds`` is not passed; the dev cluster installed the same files, which
+  ``test_chart_cluster.py`` compares byte for byte);
+- the Deployment and DaemonSet (no kube-controller-manager and no kubelet here): their Pods run as
+  processes instead;
+- cert-manager's Certificate and Issuer (``cert-manager.io`` is not installed): the test plays
+  cert-manager — the self-signed Issuer's certificate written into the Certificate's ``secretName`` in
+  the shape cert-manager writes (``tls.crt``, ``tls.key``, ``ca.crt``), and the CA injector's
+  ``caBundle`` put into the configurations annotated ``cert-manager.io/inject-ca-from``;
+- ServiceMonitor and PrometheusRule (production; no Prometheus Operator here; :data:`NOT_SERVED`).
+
+The fleet's accelerated Nodes carry what an admin labels (:data:`GPU_NODE_LABELS`): production's agent
+nodeSelector and its manual node management select them.
 
 For each Pod the controllers would make — ``replicas`` of the Deployment, one DaemonSet Pod per Node the
 DaemonSet's nodeSelector and tolerations admit, over a small fleet written by ``gpustack-worker simulate
@@ -33,7 +45,8 @@ its own pure functions plan for the fleet under the rendered settings (ResourceF
 InstanceTypes, ClusterQueues Active and TopologyReady with the planned quotas, a LocalQueue in every
 non-system namespace; ``bench/chain_bench.py``'s ``expected_chain``/``missing``); the rendered
 validating webhook, served from the rendered Secret's certificate, refuses an invalid TopologySource and
-admits a valid one; no process exited.
+admits a valid one; no process exited, and each exits 0 on SIGTERM within its
+``terminationGracePeriodSeconds`` (all at once, as in a rollout).
 """
 
 from __future__ import annotations
@@ -46,6 +59,7 @@ import os
 import ssl
 import subprocess
 import sys
+import time
 import urllib.request
 import uuid
 from dataclasses import dataclass
@@ -330,13 +344,21 @@ class _Pods:
         self.specs[pod_name], self.procs[pod_name] = spec, proc
         return spec
 
-    def stop(self) -> dict[str, int | None]:
-        codes = {}
-        for name, proc in self.procs.items():
+    async def stop(self) -> dict[str, int | None]:
+        """SIGTERM every Pod's process at once (as a rollout or drain would), SIGKILL after its grace;
+        the exit codes."""
+
+        def one(name: str) -> int | None:
+            began = time.monotonic()
+            proc = self.procs[name]
             proc.stop(grace=self.specs[name].grace_seconds)
-            codes[name] = proc.popen.returncode if proc.popen else None
+            print(f"[chart-run] {name} exited {time.monotonic() - began:.1f}s after SIGTERM")
             self.cluster.procs.pop(f"pod-{name}", None)
-        return codes
+            return proc.popen.returncode if proc.popen else None
+
+        names = list(self.procs)
+        codes = await asyncio.gather(*(asyncio.to_thread(one, n) for n in names))
+        return dict(zip(names, codes, strict=True))
 
     def dead(self) -> dict[str, str]:
         return {n: p.log_tail(40) for n, p in self.procs.items() if not p.alive()}
@@ -467,7 +489,7 @@ async def chart_run(
         print(f"[chart-run] expected: {len(exp.flavors)} flavors, {sorted(exp.types)}, {exp.namespaces}")
         yield ChartRun(devcluster, docs, applied, pods, admin, exp)
     finally:
-        codes = pods.stop() if pods is not None else {}
+        codes = await pods.stop() if pods is not None else {}
         api.http.close()
         await admin.close()
     assert all(code == 0 for code in codes.values()), f"exit codes after SIGTERM: {codes}"
