@@ -55,6 +55,7 @@ __all__ = (
     "local_process",
     "pod_spec",
     "service_account",
+    "service_links",
 )
 
 #: The image's console scripts as this checkout runs them (pyproject ``[project.scripts]``:
@@ -310,7 +311,7 @@ def _field_ref(path: str, pod: PodContext, template_meta: Doc, sa: str) -> str |
     return None
 
 
-def _service_links(services: tuple[Doc, ...], namespace: str) -> dict[str, str]:
+def service_links(services: tuple[Doc, ...], namespace: str) -> dict[str, str]:
     """The kubelet's docker-link variables for each Service with a ClusterIP in the Pod's namespace."""
     env: dict[str, str] = {}
     for svc in services:
@@ -494,7 +495,7 @@ def local_process(
     # --- environment (kubelet order: Service links, envFrom, env; then the image's ENV underneath) ----
     env: dict[str, str] = {}
     if ps.get("enableServiceLinks", True):
-        env.update(_service_links(refs.services, pod.namespace))
+        env.update(service_links(refs.services, pod.namespace))
     for i, src in enumerate(c.get("envFrom") or ()):
         epath = f"{cpath}.envFrom[{i}]"
         problems.check(src, epath, {"configMapRef", "secretRef", "prefix"}, ())

@@ -81,8 +81,9 @@ from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.devcluster import build, versions, worker_webhooks
 from gpustack_worker.devcluster.procs import ManagedProcess, free_port
 from gpustack_worker.runtime.client import Client
-from gpustack_worker.runtime.settings import settings_from
+from gpustack_worker.runtime.settings import env_name, settings_from
 from gpustack_worker.simulate.load import load_scenario, packaged_scenario
+from tests.chain.controller_procs import lease_holder
 from tests.chart import rendered_pods as rp
 from tests.stack import module_cluster
 from tests.test_containerfile import parse_containerfile
@@ -519,6 +520,23 @@ async def test_the_rendered_pods_converge_the_chain(chart_run: ChartRun) -> None
             left = await chain_bench.missing(run.admin, run.exp)
     assert left == {}
     await _ready(run.pods, "livenessProbe")
+    # one controller replica leads (the Lease names it: <hostname>_<pid>), the other stands by
+    holder = await lease_holder(run.admin)
+    deployment = _one(run.docs, "Deployment")
+    name, replicas = deployment["metadata"]["name"], int(deployment["spec"].get("replicas", 1))
+    controllers = {str(p.pid) for n, p in run.pods.procs.items() if n.startswith(name)}
+    assert len(controllers) == replicas and holder.rsplit("_", 1)[-1] in controllers, holder
+
+
+def test_service_links_seed_no_setting(chart_run: ChartRun) -> None:
+    """The kubelet puts ``<SERVICE>_…`` variables of every Service in the namespace into each Pod
+    (``enableServiceLinks`` is on): the chart's Services are named ``gpustack-worker-…``, so those
+    variables share the settings' ``GPUSTACK_`` prefix. None may be a setting's environment seed."""
+    services = tuple(d for (kind, _), d in chart_run.applied.items() if kind == "Service")
+    links = rp.service_links(services, NAMESPACE)
+    assert links, "no Service links: the check would prove nothing"
+    seeds = {env_name(f) for f in WorkerSettings.model_fields}
+    assert set(links) & seeds == set()
 
 
 def test_the_webhook_serves_the_rendered_certificate(chart_run: ChartRun) -> None:
