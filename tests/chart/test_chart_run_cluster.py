@@ -560,3 +560,32 @@ def test_the_webhook_serves_the_rendered_certificate(chart_run: ChartRun) -> Non
         assert resp.status_code == 201, resp.text[:600]
     finally:
         api.close()
+
+
+def test_a_rendered_field_the_mapping_does_not_know_fails(mode: str) -> None:
+    """The rendered workloads map as they are, and the same workload with one more container field is
+    refused naming it — so a chart option no process runs cannot slip in."""
+    docs = _render(*MODES[mode])
+    maps = {(NAMESPACE, d["metadata"]["name"]): d.get("data") or {} for d in docs if d["kind"] == "ConfigMap"}
+    certs = {(NAMESPACE, webhooks.CERT_SECRET): {"tls.crt": b"", "tls.key": b"", "ca.crt": b""}}
+    refs = rp.Referenced(config_maps=maps, secrets=certs)
+    for kind in RUN:
+        workload = _one(docs, kind)
+
+        def mapped(doc: Doc) -> rp.LocalProcess:
+            return rp.local_process(
+                doc,
+                pod=rp.PodContext("p", NAMESPACE, "u", "node-a"),
+                image=_image(),
+                refs=refs,
+                root="/pod",
+                kubeconfig="/kc",
+                local_ports={p: 1 for p in rp.container_ports(doc)},
+            )
+
+        mapped(workload)
+        grown = json.loads(json.dumps(workload))
+        container = grown["spec"]["template"]["spec"]["containers"][0]
+        container["lifecycle"] = {"preStop": {"sleep": {"seconds": 5}}}
+        with pytest.raises(rp.Unmapped, match=r"containers\[0\]\.lifecycle"):
+            mapped(grown)
