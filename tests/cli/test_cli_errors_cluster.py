@@ -8,6 +8,7 @@ Each command runs as a subprocess, as a user runs it (the central handler is ``m
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -201,3 +202,27 @@ def test_a_closed_pipe_exits_quietly(devcluster: DevCluster) -> None:
     assert result.stdout.startswith("NAME")
     assert len(result.stdout.splitlines()) == 1
     assert result.stderr.strip() in ("0", "141"), result.stderr  # nothing but the exit status
+
+
+def test_the_start_up_log_line_names_the_version_the_server_and_the_context(devcluster: DevCluster) -> None:
+    """An agent for a Node that does not exist (it watches that one Node and writes nothing)."""
+    argv = ["agent", "--node-name", "cli-errors-no-such-node", "--kubeconfig", str(devcluster.kubeconfig)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpustack_worker", *argv, "--metrics-bind", "127.0.0.1:0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        first = json.loads(proc.stderr.readline())
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+        if proc.stderr is not None:
+            proc.stderr.close()
+    assert first["event"] == "gpustack-worker starting"
+    assert first["version"] == VERSION
+    assert first["server"] == devcluster.server
+    assert first["context"] == "devcluster"
+    assert first["user_agent"] == f"gpustack-worker-agent/cli-errors-no-such-node gpustack-worker/{VERSION}"
