@@ -15,13 +15,14 @@ and waits (bounded by ``--timeout``) until the API server shows it done before t
 * finalizers — the compare-and-swap JSON patch of :mod:`gpustack_worker.runtime.finalizers`.
 
 Exit 0 when done (or listed with ``--dry-run``), 1 when a step failed or timed out, 3 when refused because
-the controller holds its Lease (``--force`` skips that check). ``-o json`` prints one document.
+the controller holds its Lease (``--force`` skips that check). ``-o json`` or ``-o yaml`` prints one document.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 import sys
 import time
 from typing import TYPE_CHECKING, Any, Final
@@ -83,11 +84,12 @@ def add_parser(sub: Any) -> None:
         default=300.0,
         help="seconds each step may wait for the API server / Kueue (default: %(default)s)",
     )
-    p.add_argument(
-        "--kubeconfig", default=None, help="kubeconfig path (default: $KUBECONFIG, else in-cluster)"
-    )
+    from gpustack_worker.cli.main import add_kubeconfig_flags
+    from gpustack_worker.cli.output import add_output_flag
+
+    add_kubeconfig_flags(p)
     p.add_argument("--namespace", default=SYSTEM_NAMESPACE, help="system namespace (default: %(default)s)")
-    p.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    add_output_flag(p)
 
 
 async def inventory(client: Client, namespace: str) -> cleaning.Inventory:
@@ -273,16 +275,28 @@ async def execute(client: Client, p: cleaning.Plan, *, wait_s: float, say: Any) 
     return {"done": run.done, "skipped": run.skipped, "stuck": stuck, "complete": not stuck}
 
 
+def _print_document(text: str, fmt: str) -> None:
+    """The JSON document ``text`` as it is (``-o json``) or as YAML (``-o yaml``, :mod:`.output`)."""
+    from gpustack_worker.cli.output import emit
+
+    if fmt == "json":
+        print(text, end="")
+    else:
+        emit(json.loads(text), fmt, str)
+
+
 async def run(args: argparse.Namespace) -> int:
     from gpustack_worker.cli import cleaning
     from gpustack_worker.runtime.client import ApiError, Client
 
-    json_out = args.output == "json"
+    json_out = args.output != "text"  # json or yaml: one document on stdout, progress on stderr
 
     def say(line: str) -> None:
         print(line, file=sys.stderr if json_out else sys.stdout, flush=True)
 
-    client = await Client.connect(args.kubeconfig, user_agent=USER_AGENT)
+    client = await Client.connect(
+        args.kubeconfig, context=getattr(args, "context", None), user_agent=USER_AGENT
+    )
     try:
         try:
             inv = await inventory(client, args.namespace)
@@ -292,7 +306,7 @@ async def run(args: argparse.Namespace) -> int:
         p = cleaning.plan(inv, now=datetime.datetime.now(datetime.UTC), namespace=args.namespace)
         if args.dry_run or (p.refusal and not args.force):
             if json_out:
-                print(cleaning.to_json(p, dry_run=args.dry_run), end="")
+                _print_document(cleaning.to_json(p, dry_run=args.dry_run), args.output)
             else:
                 print(cleaning.render_text(p, dry_run=True), end="")
             if p.refusal and not args.force:
@@ -309,7 +323,7 @@ async def run(args: argparse.Namespace) -> int:
     finally:
         await client.close()
     if json_out:
-        print(cleaning.to_json(p, dry_run=False, outcome=outcome), end="")
+        _print_document(cleaning.to_json(p, dry_run=False, outcome=outcome), args.output)
     else:
         print(
             "cleanup complete" if outcome["complete"] else f"cleanup stopped: {len(outcome['stuck'])} pending"

@@ -15,6 +15,7 @@ otherwise; ``-o json`` for machines.
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -60,9 +61,10 @@ def add_parser(sub: Any) -> None:
             "Exit 0 when nothing fails, 1 otherwise."
         ),
     )
-    p.add_argument(
-        "--kubeconfig", default=None, help="kubeconfig path (default: $KUBECONFIG, else in-cluster)"
-    )
+    from gpustack_worker.cli.main import add_kubeconfig_flags
+    from gpustack_worker.cli.output import add_output_flag
+
+    add_kubeconfig_flags(p)
     p.add_argument(
         "--namespace", default=kinds.SYSTEM_NAMESPACE, help="system namespace (default: %(default)s)"
     )
@@ -84,7 +86,7 @@ def add_parser(sub: Any) -> None:
         metavar="NAMESPACE/NAME",
         help="Kueue's Deployment, read for a --feature-gates flag (default: %(default)s)",
     )
-    p.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    add_output_flag(p)
 
 
 # --- reading --------------------------------------------------------------------------------------------
@@ -329,6 +331,7 @@ async def run(args: argparse.Namespace) -> int:
         return 1
     finally:
         await client.close()
-    out = preflighting.to_json(results) + "\n" if args.output == "json" else preflighting.render_text(results)
-    print(out, end="")
+    from gpustack_worker.cli.output import emit
+
+    emit(json.loads(preflighting.to_json(results)), args.output, lambda _: preflighting.render_text(results))
     return preflighting.exit_code(results)
