@@ -4,6 +4,7 @@ applied once in ``main``), a closed pipe that ends the command quietly."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import ssl
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 
 from gpustack_worker.api import kinds
 from gpustack_worker.cli import errors, main
+from gpustack_worker.cli.output import FORMATS
 from gpustack_worker.runtime.client import (
     DEFAULT_USER_AGENT,
     ApiError,
@@ -106,15 +108,37 @@ def test_the_kubeconfig_help_names_what_is_read(capsys: pytest.CaptureFixture[st
     assert "current-context" in help_text
 
 
-@pytest.mark.parametrize("argv", [["catalog"], ["explain", "node", "n1"], ["plan", "mixed-4"]])
-def test_every_printing_command_takes_the_same_three_formats(argv: list[str]) -> None:
+def _subcommands(parser: argparse.ArgumentParser, prefix: str = "") -> dict[str, argparse.ArgumentParser]:
+    found: dict[str, argparse.ArgumentParser] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found[f"{prefix}{name}"] = sub
+                found.update(_subcommands(sub, f"{prefix}{name} "))
+    return found
+
+
+def _options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    return {option: action for action in parser._actions for option in action.option_strings}
+
+
+def test_every_command_that_prints_takes_the_same_three_formats() -> None:
+    printing = {name: _options(sub)["--output"] for name, sub in _subcommands(main.build_parser()).items()
+                if "--output" in _options(sub)}  # fmt: skip
+    assert {"catalog", "explain", "plan", "preflight", "cleanup"} <= set(printing)
+    for name, action in printing.items():
+        assert (tuple(action.choices or ()), action.default) == (FORMATS, "text"), name
+        assert action.option_strings == ["-o", "--output"], name
+
+
+@pytest.mark.parametrize("command", ["catalog", "explain", "controller", "agent", "preflight", "cleanup"])
+def test_the_kubeconfig_flags_are_the_shared_ones(command: str) -> None:
     parser = main.build_parser()
-    assert [parser.parse_args([*argv, "-o", f]).output for f in ("text", "json", "yaml")] == [
-        "text",
-        "json",
-        "yaml",
-    ]
-    assert parser.parse_args(argv).output == "text"
+    options = _options(_subcommands(parser)[command])
+    reference = argparse.ArgumentParser()
+    main.add_kubeconfig_flags(reference)
+    for flag in ("--kubeconfig", "--context"):
+        assert options[flag].help == _options(reference)[flag].help, (command, flag)
 
 
 @pytest.mark.parametrize(
