@@ -432,7 +432,11 @@ def kubeconfig_source(
     ``:``-separated list whose files that do not exist are skipped, one file given as its path, several
     merged by :func:`merge_kubeconfigs` (kr8s' own merge takes ``current-context`` from the first file
     only and lets a later definition of a name win); else ``None``: kr8s reads
-    :data:`DEFAULT_KUBECONFIG`, else the in-cluster service account."""
+    :data:`DEFAULT_KUBECONFIG`, else the in-cluster service account.
+
+    One file is handed over as its path, so a re-authentication after a 401 reads it again (a rotated
+    token is picked up); several are merged once, here, so their tokens are the ones read at start-up
+    (an exec plugin still runs on every re-authentication)."""
     env = os.environ if env is None else env
     if flag:
         if not os.path.exists(os.path.expanduser(flag)):
