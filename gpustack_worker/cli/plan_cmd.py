@@ -56,6 +56,8 @@ class InputError(ValueError):
 
 def add_parser(sub: Any) -> None:
     """Add ``plan`` to the top-level subcommands."""
+    from gpustack_worker.cli.main import add_kubeconfig_flags
+
     plan = sub.add_parser(
         "plan",
         help="the chain a scenario yields under given settings with no cluster, or (--from-cluster) what "
@@ -69,11 +71,7 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="plan against the live cluster (only reads: list/get)",
     )
-    plan.add_argument(
-        "--kubeconfig",
-        default=None,
-        help="--from-cluster: kubeconfig path (default: $KUBECONFIG, else in-cluster)",
-    )
+    add_kubeconfig_flags(plan)  # --from-cluster only
     plan.add_argument(
         "--namespace",
         default=kinds.SYSTEM_NAMESPACE,

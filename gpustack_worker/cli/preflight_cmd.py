@@ -313,7 +313,7 @@ async def gather(client: Client, args: argparse.Namespace) -> list[preflighting.
 
 async def run(args: argparse.Namespace) -> int:
     from gpustack_worker.cli import preflighting
-    from gpustack_worker.runtime.client import ApiError, Client
+    from gpustack_worker.runtime.client import Client
 
     try:
         _split_ref(args.kueue_configmap)
@@ -325,10 +325,7 @@ async def run(args: argparse.Namespace) -> int:
         args.kubeconfig, context=getattr(args, "context", None), user_agent="gpustack-worker-preflight"
     )
     try:
-        results = await gather(client, args)
-    except ApiError as exc:
-        print(f"preflight: the API server refused a read: {exc}", file=sys.stderr)
-        return 1
+        results = await gather(client, args)  # a refused read: the CLI's one error line (cli/errors.py)
     finally:
         await client.close()
     from gpustack_worker.cli.output import emit

@@ -372,7 +372,8 @@ def test_the_command_says_why_it_cannot_plan(
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     assert main(["plan", "--from-cluster", "--kubeconfig", str(tmp_path / "absent")]) == 1
-    assert "cannot reach the cluster" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert error.startswith("gpustack-worker: error:") and error.count("\n") == 1, error
 
 
 def test_immutable_differences_are_classified_as_the_controller_acts_on_them() -> None:
