@@ -96,12 +96,20 @@ def bare() -> Iterator[DevCluster]:
             )
         for component in rbac.COMPONENTS:
             api.request("DELETE", f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{component.name}")
-        for group in (kinds.KUEUE_GROUP, kinds.NODE_FEATURE.group, kinds.WORKER_GROUP):
-            # The API server stops serving a deleted CRD's group once its finalizer ran.
-            for _ in range(600):
-                if api.request("GET", f"/apis/{group}").status_code == 404:
+        for group_version in (
+            kinds.CLUSTER_QUEUE.api_version,
+            kinds.NODE_FEATURE.api_version,
+            kinds.INSTANCE_TYPE.api_version,
+        ):
+            # The API server stops serving a deleted CRD's group version once every CRD of it is gone (the
+            # CRDs' finalizers run one by one: the version first lists fewer resources) — wait for the
+            # discovery document preflight reads to go, bounded, and say so if it does not.
+            for _ in range(3000):
+                if api.request("GET", f"/apis/{group_version}").status_code == 404:
                     break
                 time.sleep(0.1)
+            else:
+                raise AssertionError(f"{group_version} still served 300 s after its CRDs were deleted")
         yield cluster
     finally:
         api.close()
