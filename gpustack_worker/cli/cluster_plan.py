@@ -56,6 +56,7 @@ from gpustack_worker.cli.planning import (
     parsed_facts,
     project,
     set_own,
+    topology_ready_status,
 )
 from gpustack_worker.runtime.labelselector import parse_selector
 from gpustack_worker.runtime.prune import owner_of, stamp
@@ -425,17 +426,7 @@ def desired_chain(live: LiveCluster, settings: WorkerSettings, *, namespace: str
         elif decided.body is not None:
             body = dict(decided.body)
             if decided.condition is not None:
-                c = decided.condition
-                body["status"] = {
-                    "conditions": [
-                        {
-                            "type": keys.TOPOLOGY_READY,
-                            "status": c.status,
-                            "reason": c.reason,
-                            "message": c.message,
-                        }
-                    ]
-                }
+                body["status"] = topology_ready_status(decided.condition)
             cqs[name] = body
             after = {**body, "status": {**((queue or {}).get("status") or {}), **(body.get("status") or {})}}
         elif decided.condition is not None:

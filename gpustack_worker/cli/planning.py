@@ -457,17 +457,7 @@ def plan_chain(
                 ]
             }
         elif decision_q.condition is not None:
-            c = decision_q.condition
-            body["status"] = {
-                "conditions": [
-                    {
-                        "type": keys.TOPOLOGY_READY,
-                        "status": c.status,
-                        "reason": c.reason,
-                        "message": c.message,
-                    }
-                ]
-            }
+            body["status"] = topology_ready_status(decision_q.condition)
         cluster_queues[name] = body
         phase, message = instancetypes.phase_of(body, deleting=False)
         status: dict[str, Any] = {
@@ -492,3 +482,17 @@ def plan_chain(
         notes=notes,
         refused=refused,
     )
+
+
+def topology_ready_status(condition: queues.Condition) -> dict[str, Any]:
+    """A queue's ``status`` carrying the chain's ``TopologyReady`` condition as the plan shows it."""
+    return {
+        "conditions": [
+            {
+                "type": keys.TOPOLOGY_READY,
+                "status": condition.status,
+                "reason": condition.reason,
+                "message": condition.message,
+            }
+        ]
+    }
