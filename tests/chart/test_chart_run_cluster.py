@@ -1,8 +1,9 @@
 """The chart's configuration proven by running it: its rendered Pods, run as processes, converge the chain.
 
-``helm template`` renders ``chart/`` into the dev cluster's namespace three ways (:data:`MODES`, each on a
+``helm template`` renders ``chart/`` into the dev cluster's namespace four ways (:data:`MODES`, each on a
 control plane of its own): the default values (the chart generates the webhook certificate), cert-manager
-enabled, and ``values-production.yaml``. The non-workload objects are applied for real (server-side
+enabled, ``values-production.yaml``, and an admin's existing Secret (``webhook.existingSecret``; the test
+makes that Secret first, as the admin would, and passes its CA as ``webhook.caBundle``). The non-workload objects are applied for real (server-side
 apply, ``fieldValidation=Strict``, no ``Warning``): the ServiceAccounts and RBAC, the settings and Kueue
 ConfigMaps, the webhook certificate Secret, the Services, the PodDisruptionBudget and both webhook
 configurations (their ``caBundle`` as rendered). Not applied:
@@ -129,7 +130,11 @@ MODES: dict[str, tuple[str, ...]] = {
     "generated": (),
     "cert-manager": ("--set", "webhook.certManager.enabled=true"),
     "production": ("--values", str(CHART / "values-production.yaml")),
+    "existing-secret": ("--set", "webhook.existingSecret=webhook-tls-by-admin"),
 }
+#: The Secret an admin made before installing with ``webhook.existingSecret`` (its CA passed as
+#: ``webhook.caBundle``: ``helm template`` reads no cluster).
+ADMIN_SECRET = "webhook-tls-by-admin"
 #: Rendered kinds the dev cluster cannot serve (no cert-manager installed): the test plays their part.
 CERT_MANAGER = {"Certificate", "Issuer"}
 #: Rendered kinds the dev cluster cannot serve and nothing here stands in for, and why.
@@ -239,6 +244,43 @@ def _external_name(service: Doc) -> Doc:
     }
 
 
+def _self_signed(common_name: str, dns_names: list[str], hours: int) -> tuple[bytes, bytes]:
+    """A self-signed serving certificate (its own CA) and its key, PEM."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    crt = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=hours))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in dns_names]), False)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False)
+        .sign(key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return crt.public_bytes(serialization.Encoding.PEM), key_pem
+
+
+def _tls_secret(name: str, crt: bytes, key: bytes, annotations: dict[str, str] | None = None) -> Doc:
+    meta: Doc = {"name": name, "namespace": NAMESPACE}
+    if annotations:
+        meta["annotations"] = annotations
+    data = {"tls.crt": crt, "tls.key": key, "ca.crt": crt}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/tls",
+        "metadata": meta,
+        "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
+    }
+
+
 def _as_cert_manager_would(docs: list[Doc]) -> list[Doc]:
     """The rendered objects once cert-manager did its part (the dev cluster has none): each Certificate
     issued by the self-signed Issuer the chart renders into its ``secretName`` (``tls.crt``, ``tls.key``,
@@ -256,40 +298,11 @@ def _as_cert_manager_would(docs: list[Doc]) -> list[Doc]:
             f"Certificate {meta['name']}: issuer {ref} is not rendered; only the chart's own is played here"
         )
         assert issuer["spec"] == {"selfSigned": {}}, f"Issuer {issuer['metadata']['name']}: {issuer['spec']}"
-        key = ec.generate_private_key(ec.SECP256R1())
         hours = int(str(spec["duration"]).removesuffix("h"))
-        now = datetime.datetime.now(datetime.UTC)
-        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, spec["commonName"])])
-        crt = (
-            x509.CertificateBuilder()
-            .subject_name(name)
-            .issuer_name(name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(hours=hours))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in spec["dnsNames"]]), False)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False)
-            .sign(key, hashes.SHA256())
-        )
-        pem = crt.public_bytes(serialization.Encoding.PEM)
-        key_pem = key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
+        pem, key_pem = _self_signed(spec["commonName"], spec["dnsNames"], hours)
         cas[f"{meta['namespace']}/{meta['name']}"] = pem
-        data = {"tls.crt": pem, "tls.key": key_pem, "ca.crt": pem}
         out.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "type": "kubernetes.io/tls",
-                "metadata": {
-                    "name": spec["secretName"],
-                    "namespace": meta["namespace"],
-                    "annotations": {"cert-manager.io/certificate-name": meta["name"]},
-                },
-                "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
-            }
+            _tls_secret(spec["secretName"], pem, key_pem, {"cert-manager.io/certificate-name": meta["name"]})
         )
     for doc in out:
         source = (doc["metadata"].get("annotations") or {}).get("cert-manager.io/inject-ca-from")
@@ -299,6 +312,39 @@ def _as_cert_manager_would(docs: list[Doc]) -> list[Doc]:
         for hook in doc["webhooks"]:
             hook["clientConfig"]["caBundle"] = base64.b64encode(cas[source]).decode()
     return out
+
+
+def _installed(mode: str) -> list[Doc]:
+    """What the API server is given in ``mode``: the render, with what cert-manager or the admin provides
+    (module docstring), less the kinds nothing here serves."""
+    values = MODES[mode]
+    admin_secret = None
+    if mode == "existing-secret":
+        svc = webhooks.SERVICE_NAME
+        names = [svc, f"{svc}.{NAMESPACE}", f"{svc}.{NAMESPACE}.svc", f"{svc}.{NAMESPACE}.svc.cluster.local"]
+        crt, key = _self_signed(f"{svc}.{NAMESPACE}.svc", names, 24)
+        admin_secret = _tls_secret(ADMIN_SECRET, crt, key)
+        values = (*values, "--set", f"webhook.caBundle={base64.b64encode(crt).decode()}")
+    docs = _render(*values)
+    rendered_kinds = {d["kind"] for d in docs}
+    unrun = rendered_kinds - APPLIED - RUN - CERT_MANAGER - set(NOT_SERVED)
+    assert not unrun, f"rendered kinds this test neither applies nor runs: {unrun}"
+    docs = [d for d in docs if d["kind"] not in NOT_SERVED]
+    if mode in ("cert-manager", "existing-secret"):
+        assert not [d for d in docs if d["kind"] == "Secret"], f"{mode}: the chart renders a Secret"
+    if mode == "cert-manager":
+        assert rendered_kinds >= CERT_MANAGER, rendered_kinds
+        docs = _as_cert_manager_would(docs)
+    if admin_secret is not None:
+        docs = [admin_secret, *docs]
+    return docs
+
+
+def _cert_secret(docs: list[Doc]) -> str:
+    """The Secret the controller Pods mount."""
+    volumes = rp.pod_spec(_one(docs, "Deployment"))["volumes"]
+    (name,) = [v["secret"]["secretName"] for v in volumes if "secret" in v]
+    return str(name)
 
 
 def _http_ok(probe: rp.HttpProbe) -> bool:
@@ -404,15 +450,7 @@ def devcluster(mode: str) -> Iterator[DevCluster]:
 async def chart_run(
     devcluster: DevCluster, mode: str, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[ChartRun]:
-    docs = _render(*MODES[mode])
-    rendered_kinds = {d["kind"] for d in docs}
-    unrun = rendered_kinds - APPLIED - RUN - CERT_MANAGER - set(NOT_SERVED)
-    assert not unrun, f"rendered kinds this test neither applies nor runs: {unrun}"
-    docs = [d for d in docs if d["kind"] not in NOT_SERVED]
-    if mode == "cert-manager":
-        assert rendered_kinds >= CERT_MANAGER, rendered_kinds
-        assert not [d for d in docs if d["kind"] == "Secret"], "cert-manager writes the Secret, not the chart"
-        docs = _as_cert_manager_would(docs)
+    docs = _installed(mode)
     api = _Api(devcluster)
     admin = await Client.connect(str(devcluster.kubeconfig))
     pods: _Pods | None = None
@@ -540,7 +578,7 @@ def test_service_links_seed_no_setting(chart_run: ChartRun) -> None:
 
 
 def test_the_webhook_serves_the_rendered_certificate(chart_run: ChartRun) -> None:
-    secret = _one(chart_run.docs, "Secret", webhooks.CERT_SECRET)
+    secret = _one(chart_run.docs, "Secret", _cert_secret(chart_run.docs))
     for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
         for hook in _one(chart_run.docs, kind)["webhooks"]:
             assert hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"], kind
@@ -565,9 +603,9 @@ def test_the_webhook_serves_the_rendered_certificate(chart_run: ChartRun) -> Non
 def test_a_rendered_field_the_mapping_does_not_know_fails(mode: str) -> None:
     """The rendered workloads map as they are, and the same workload with one more container field is
     refused naming it — so a chart option no process runs cannot slip in."""
-    docs = _render(*MODES[mode])
+    docs = _installed(mode)
     maps = {(NAMESPACE, d["metadata"]["name"]): d.get("data") or {} for d in docs if d["kind"] == "ConfigMap"}
-    certs = {(NAMESPACE, webhooks.CERT_SECRET): {"tls.crt": b"", "tls.key": b"", "ca.crt": b""}}
+    certs = {(NAMESPACE, _cert_secret(docs)): {"tls.crt": b"", "tls.key": b"", "ca.crt": b""}}
     refs = rp.Referenced(config_maps=maps, secrets=certs)
     for kind in RUN:
         workload = _one(docs, kind)
