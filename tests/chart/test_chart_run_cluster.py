@@ -3,10 +3,11 @@
 ``helm template`` renders ``chart/`` into the dev cluster's namespace four ways (:data:`MODES`, each on a
 control plane of its own): the default values (the chart generates the webhook certificate), cert-manager
 enabled, ``values-production.yaml``, and an admin's existing Secret (``webhook.existingSecret``; the test
-makes that Secret first, as the admin would, and passes its CA as ``webhook.caBundle``). The non-workload objects are applied for real (server-side
-apply, ``fieldValidation=Strict``, no ``Warning``): the ServiceAccounts and RBAC, the settings and Kueue
-ConfigMaps, the webhook certificate Secret, the Services, the PodDisruptionBudget and both webhook
-configurations (their ``caBundle`` as rendered). Not applied:
+makes that Secret first, as the admin would, and passes its CA as ``webhook.caBundle``). The
+non-workload objects are applied for real (server-side apply, ``fieldValidation=Strict``, no
+``Warning``): the ServiceAccounts and RBAC, the settings and Kueue ConfigMaps, the webhook certificate
+Secret, the Services, the PodDisruptionBudget and both webhook configurations (their ``caBundle`` as
+rendered). Not applied:
 
 - the CRDs (``--include-crds`` is not passed; the dev cluster installed the same files, which
   ``test_chart_cluster.py`` compares byte for byte);
