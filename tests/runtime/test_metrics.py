@@ -5,8 +5,9 @@ counter moved by the controller step that writes a verdict."""
 from __future__ import annotations
 
 import gc
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
@@ -28,6 +29,9 @@ from gpustack_worker.runtime.store import Store
 from gpustack_worker.topology import sources
 from tests.placement.test_node_devices import pending
 from tests.placement.test_node_devices import setup as gate3_setup
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 
 def _store(objs: list[dict[str, Any]]) -> Store:
@@ -105,6 +109,23 @@ def test_cache_count_is_the_largest_count_per_state_over_live_stores(states: lis
     assert gauge.counts() == {}
 
 
+@pytest.fixture
+def registered_counts_alone() -> Iterator[None]:
+    """The registered cache counts see only this test's stores: any other test's caches still alive in
+    this process (an in-process controller's, or one a reference cycle keeps until the next collection)
+    are set aside and put back afterwards."""
+    counts = (TOPOLOGY_SOURCES_LAPSED, QUEUES_HELD_IN_MIGRATION, PARKED_SETS)
+    kept = [count._sources for count in counts]
+    for count in counts:
+        count._sources = []
+    try:
+        yield
+    finally:
+        for count, sources_kept in zip(counts, kept, strict=True):
+            count._sources = sources_kept
+
+
+@pytest.mark.usefixtures("registered_counts_alone")
 def test_registered_cache_counts_export_their_states() -> None:
     """The three cache counts are in the default registry and export what a watched store holds."""
     topology = _store([_ready("False", "Stale"), _ready("False", "Stale"), _ready("True", "Ready")])
