@@ -48,8 +48,11 @@ Interface (used by tests and benchmarks):
     ``request_uri``, ``received`` (``requestReceivedTimestamp`` as an aware ``datetime``); properties
     ``is_write`` and ``resource_path``.
 
-``audit_policy() -> dict``
-    The ``audit.k8s.io/v1`` Policy the dev cluster starts kube-apiserver with.
+``audit_policy(request_bodies=()) -> dict``
+    The ``audit.k8s.io/v1`` Policy the dev cluster starts kube-apiserver with. Writes to the API groups
+    named in ``request_bodies`` (``""`` for core) are recorded at ``Request`` level instead: the event's
+    ``request_object`` then holds the body that was sent (a test that counts writes shows what changed
+    between two writes of one object).
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from pathlib import Path
 
 __all__ = ("AUDITED_SA_GROUP", "WRITE_VERBS", "AuditEvent", "AuditLog", "audit_policy")
@@ -72,15 +76,19 @@ WRITE_VERBS: Final = frozenset({"create", "update", "patch", "delete", "deleteco
 AUDITED_SA_GROUP: Final = "system:serviceaccounts:gpustack-system"
 
 
-def audit_policy() -> dict[str, Any]:
-    """The audit Policy: Metadata for our ServiceAccounts' every request and for everyone's writes."""
+def audit_policy(request_bodies: Iterable[str] = ()) -> dict[str, Any]:
+    """The audit Policy: Metadata for our ServiceAccounts' every request and for everyone's writes;
+    the request body too for writes to the API groups in ``request_bodies``."""
+    groups = sorted(set(request_bodies))
+    bodies = [{"level": "Request", "verbs": sorted(WRITE_VERBS), "resources": [{"group": g} for g in groups]}]
     return {
         "apiVersion": "audit.k8s.io/v1",
         "kind": "Policy",
         # One line per request (ResponseComplete); watches add ResponseStarted, folded by AuditLog.
         "omitStages": ["RequestReceived"],
         "rules": [
-            # First match wins: our components' reads too, for the RBAC verbs test.
+            # First match wins: bodies where asked; our components' reads too, for the RBAC verbs test.
+            *(bodies if groups else []),
             {"level": "Metadata", "userGroups": [AUDITED_SA_GROUP]},
             {"level": "Metadata", "verbs": sorted(WRITE_VERBS)},
             {"level": "None"},
@@ -116,6 +124,8 @@ class AuditEvent:
     code: int | None
     request_uri: str
     received: datetime.datetime
+    #: The body sent (a policy rule at ``Request`` level), else None.
+    request_object: Any = None
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> AuditEvent:
@@ -138,6 +148,7 @@ class AuditEvent:
             code=int(code) if isinstance(code, int) else None,
             request_uri=str(raw.get("requestURI") or ""),
             received=_timestamp(raw.get("requestReceivedTimestamp")),
+            request_object=raw.get("requestObject"),
         )
 
     @property

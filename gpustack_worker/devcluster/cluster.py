@@ -94,6 +94,8 @@ class DevCluster:
     log: Any = print
     #: Keep a kube-apiserver audit log here (JSON lines; policy in :mod:`gpustack_worker.devcluster.audit`).
     audit_log: Path | None = None
+    #: API groups whose writes the audit log records with their request bodies (``""``: core).
+    audit_request_bodies: tuple[str, ...] = ()
     #: nfd-master's ``-nfd-api-parallelism`` (concurrent Node updaters); None leaves NFD's default (10),
     #: which is also the Helm chart's (``master.nfdApiParallelism`` unset). Benchmarks vary it to show
     #: which limit is nfd-master's own: each updater has its own client-go client at the default 5 QPS.
@@ -277,7 +279,7 @@ class DevCluster:
         if self.audit_log is None:
             return []
         policy = self.dir / "audit-policy.yaml"
-        policy.write_text(yaml.safe_dump(audit_policy(), sort_keys=True))
+        policy.write_text(yaml.safe_dump(audit_policy(self.audit_request_bodies), sort_keys=True))
         return [
             f"--audit-policy-file={policy}",
             f"--audit-log-path={self.audit_log}",

@@ -65,6 +65,24 @@ def test_policy_records_sa_requests_first_then_writes_then_nothing() -> None:
     assert rules[-1] == {"level": "None"}
 
 
+def test_policy_records_request_bodies_of_the_named_groups_first() -> None:
+    rules = audit_policy(["kueue.x-k8s.io", "", "kueue.x-k8s.io"])["rules"]
+    assert rules[0]["level"] == "Request"
+    assert rules[0]["resources"] == [{"group": ""}, {"group": "kueue.x-k8s.io"}]
+    assert set(rules[0]["verbs"]) == {"create", "update", "patch", "delete", "deletecollection"}
+    assert rules[1:] == audit_policy()["rules"]
+
+
+def test_request_body_is_kept(tmp_path: Path) -> None:
+    path = tmp_path / "audit.log"
+    raw = orjson.loads(line("p1", "patch", "clusterqueues", group="kueue.x-k8s.io"))
+    raw |= {"level": "Request", "requestObject": {"spec": {"cohort": "x"}}}
+    path.write_bytes(orjson.dumps(raw) + b"\n" + line("p2", "patch", "nodes"))
+    with_body, without = AuditLog(path).events()
+    assert with_body.request_object == {"spec": {"cohort": "x"}}
+    assert without.request_object is None
+
+
 def test_missing_file_reads_empty(tmp_path: Path) -> None:
     log = AuditLog(tmp_path / "absent.log")
     assert log.events() == []
