@@ -20,6 +20,11 @@
      them on the Node, so stage 3 is not done before them) — at the raw rate, divided by the time
      until the last of them;
    - **the agent alone** (``agent_ratio``): its writes at the raw rate / its time to its last write.
+   - **the agent against its own writes** (``replay_ratio``): the agent's applies are recorded and sent
+     again by a bare client, 8 in flight, to the same objects under another field manager
+     (``bench/replay.py``): the same NodeFeatures, Node status and Node labels, each a real write. Its
+     rate prices the agent's writes as the server takes them (a NodeFeature is not a one-label Node
+     apply); the agent's writes at that rate / its time to its last write.
 
    ``--nfd-api-parallelism N`` starts nfd-master with that many Node updaters (default: NFD's and the
    Helm chart's, 10; each has its own client-go client at the default 5 QPS, and a Node update is a
@@ -213,6 +218,7 @@ async def bench_cluster(
     profile: Path | None,
     nfd_api_parallelism: int | None,
 ) -> dict[str, Any]:
+    from replay import WriteRecorder, replay_rate
     from simulate_bench import RAW_CONCURRENCY, raw_node_label_rate
 
     from gpustack_worker.agent.controller import Agent
@@ -262,7 +268,8 @@ async def bench_cluster(
         agent_client = await Client.connect(str(cluster.kubeconfig), user_agent=AGENT_UA)
         settings = SettingsSource(agent_client, model=WorkerSettings, env=env)
         configure_logging(settings.current.log_level)  # as the agent process does (cli/process.py)
-        agent = Agent(agent_client, settings, node_name=None)
+        recorder = WriteRecorder(agent_client)  # keeps every apply for the replay below
+        agent = Agent(recorder, settings, node_name=None)  # type: ignore[arg-type]  # duck-typed Client
         controllers = (agent.nodefeature, agent.capacity, agent.fit)
         profiler = None
         if profile is not None:
@@ -305,6 +312,9 @@ async def bench_cluster(
         stop.set()
         await task
         requests = dict(agent_client.requests_by_method)
+        # The agent's own writes sent again by a bare client (bench/replay.py), before the raw label rate.
+        replayed, replay_s = await replay_rate(admin, recorder.applies, RAW_CONCURRENCY)
+        replay = replayed / replay_s
         # The raw rate again once the agent and nfd-master are done: the machine's load moves within a
         # run, and the ratios divide by the mean of the two.
         raw_writes_after, raw_s_after = await raw_node_label_rate(admin, names, "2")
@@ -369,6 +379,7 @@ async def bench_cluster(
             f"({raw_writes_after} in {raw_s_after:.1f} s), mean {raw_rate:.0f} /s"
         )
         agent_ratio = writes / raw_rate / last_write
+        replay_ratio = writes / replay / last_write
         ratio = needed / raw_rate / converged
         print(
             f"  ratio, stage 3 converged (the agent's writes + nfd-master's projection of its NodeFeatures, "
@@ -378,6 +389,14 @@ async def bench_cluster(
         print(
             f"  ratio, the agent's writes alone (at the raw rate / its time to the last write): "
             f"{writes / raw_rate:.1f} s / {last_write:.1f} s = {agent_ratio:.2f}"
+        )
+        print(
+            f"  the agent's applies by kind {recorder.by_kind()}; sent again by a bare client, "
+            f"{RAW_CONCURRENCY} in flight: {replay:.0f} /s ({replayed} in {replay_s:.1f} s)"
+        )
+        print(
+            f"  ratio, the agent's writes at the rate of the same writes from a bare client / its time to "
+            f"the last write: {writes / replay:.1f} s / {last_write:.1f} s = {replay_ratio:.2f}"
         )
         figures.update(
             {
@@ -400,6 +419,8 @@ async def bench_cluster(
                 "apiserver_cpu_s": round(cpu.get("kube-apiserver", 0.0), 1),
                 "ratio": round(ratio, 3),
                 "agent_ratio": round(agent_ratio, 3),
+                "replay_rate_per_s": round(replay, 1),
+                "replay_ratio": round(replay_ratio, 3),
             }
         )
         if profiler is not None and profile is not None:
