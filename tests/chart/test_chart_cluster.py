@@ -40,6 +40,7 @@ from cryptography import x509
 from prometheus_client import REGISTRY
 
 from gpustack_worker.api import kinds, kueue_config, rbac, webhooks
+from gpustack_worker.cli.controller_cmd import LEASE_NAME
 from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.devcluster import build, versions
 from gpustack_worker.devcluster.bootstrap import ApiBootstrap, load_yaml_documents
@@ -447,6 +448,49 @@ def test_helm_lint_strict_passes(helm: tuple[Path, dict[str, str]], case: str) -
     )
     assert proc.returncode == 0, f"helm lint --strict ({case}) failed:\n{proc.stdout}\n{proc.stderr}"
     assert "0 chart(s) failed" in proc.stdout, proc.stdout
+
+
+def _notes(helm: tuple[Path, dict[str, str]], case: str) -> str:
+    """NOTES.txt as ``helm install`` prints it (a client-side dry run: nothing is sent to a cluster)."""
+    proc = _helm(
+        helm,
+        "install",
+        RELEASE,
+        str(CHART),
+        "--dry-run=client",
+        "--namespace",
+        NAMESPACE,
+        "--kube-version",
+        versions.KUBERNETES,
+        *_values_args(case),
+    )
+    assert proc.returncode == 0, f"helm install --dry-run=client ({case}) failed:\n{proc.stderr}"
+    assert "NOTES:" in proc.stdout, proc.stdout[-2000:]
+    return proc.stdout.split("NOTES:", 1)[1]
+
+
+@pytest.mark.parametrize("case", ["default", "cert-manager"])
+def test_notes_point_to_the_safe_path_into_a_cluster(helm: tuple[Path, dict[str, str]], case: str) -> None:
+    """What helm prints after an install names the merge of the Kueue configuration (never its
+    replacement), preflight, the read-only plan, what is onboarded by default and the cleanup; and the
+    objects it tells the admin to check are the rendered ones."""
+    notes = _notes(helm, case)
+    for wanted in (
+        "gpustack-worker kueue-config --merge",
+        "gpustack-worker preflight",
+        "gpustack-worker plan --from-cluster",
+        "gpustack-worker cleanup",
+        "node-management-manual",
+        "local-queue-namespace-selector",
+        f"get lease {LEASE_NAME}",
+        f"-n {NAMESPACE}",
+        "do not\nreplace Kueue's own configuration",
+    ):
+        assert wanted in notes, f"NOTES.txt ({case}) lacks {wanted!r}:\n{notes}"
+    assert "docs/devcluster.md" not in notes
+    assert ("cert-manager has issued" in notes) == (case == "cert-manager"), notes
+    fullname = _one(_render(helm, case), "Deployment", f"{RELEASE}-controller")["metadata"]["name"]
+    assert f"controller Deployment {fullname}:" in notes
 
 
 def _rbac_view(doc: Doc) -> Doc:
