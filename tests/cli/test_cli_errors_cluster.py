@@ -35,6 +35,11 @@ pytestmark = pytest.mark.cluster
 PREFIX = "gpustack-worker: error: "
 #: The two read-only commands, with arguments that name something that exists in the dev cluster.
 COMMANDS = (("catalog",), ("explain", "node", NFD_MASTER_NODE))
+#: The two long-running processes, bound to ports that never collide.
+RUNNING = (
+    ("controller", "--metrics-bind", "127.0.0.1:0", "--webhook-bind", ""),
+    ("agent", "--all-nodes", "--metrics-bind", "127.0.0.1:0"),
+)
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -86,20 +91,44 @@ def _with_server(config: dict[str, Any], server: str) -> dict[str, Any]:
 def test_an_unreachable_server_is_named_in_one_line(devcluster: DevCluster, tmp_path: Path) -> None:
     server = f"https://127.0.0.1:{_closed_port()}"
     kubeconfig = _write(tmp_path / "kc", _with_server(_config(devcluster), server))
-    for command in COMMANDS:
+    for command in (*COMMANDS, *RUNNING):
         line = _one_error_line(_cli(*command, "--kubeconfig", kubeconfig))
-        assert line.startswith(f"{server}: cannot connect: "), line
+        assert line.startswith(f"{server}: cannot connect: "), (command, line)
+
+
+def test_no_credentials_anywhere_says_where_it_looked(tmp_path: Path) -> None:
+    """No --kubeconfig, no $KUBECONFIG, no ~/.kube/config and not in a Pod: one line naming the default
+    path and the service-account token it also looked for, for every command that talks to a cluster."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home)}
+    for command in (
+        *COMMANDS,
+        *RUNNING,
+        ("preflight",),
+        ("plan", "--from-cluster"),
+        ("cleanup", "--dry-run"),
+    ):
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_SERVICE")}
+        result = subprocess.run(
+            [sys.executable, "-m", "gpustack_worker", *command],
+            capture_output=True,
+            text=True,
+            env={**{k: v for k, v in environ.items() if k not in ("GPUSTACK_DEBUG", "KUBECONFIG")}, **env},
+            timeout=120,
+            check=False,
+        )
+        line = _one_error_line(result)
+        assert "no credentials: no kubeconfig at " in line, (command, line)
+        assert str(home / ".kube" / "config") in line or "~/.kube/config" in line, (command, line)
+        assert "/var/run/secrets/kubernetes.io/serviceaccount" in line, (command, line)
 
 
 def test_a_rejected_token_is_401_for_every_command(devcluster: DevCluster, tmp_path: Path) -> None:
     config = _config(devcluster)
     config["users"][0]["user"] = {"token": "not-a-valid-token"}
     kubeconfig = _write(tmp_path / "kc", config)
-    running = (
-        ("controller", "--metrics-bind", "127.0.0.1:0", "--webhook-bind", ""),
-        ("agent", "--all-nodes", "--metrics-bind", "127.0.0.1:0"),
-    )
-    for command in (*COMMANDS, *running):
+    for command in (*COMMANDS, *RUNNING):
         line = _one_error_line(_cli(*command, "--kubeconfig", kubeconfig))
         assert line.startswith(f"{devcluster.server}: Unauthorized (401): "), (command, line)
 
