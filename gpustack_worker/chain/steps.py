@@ -310,10 +310,14 @@ class Steps:
     #: Flavors this process wrote, by name → (the resourceVersion the server answered, when), until the
     #: flavor cache has reached it (the queue and status computed from the cache wait for them).
     _flavor_writes: dict[str, tuple[int, float]] = field(default_factory=dict)
-    #: A flavor pass has written and not finished yet.
+    #: A flavor pass is planning or writing (from its start: its first write, and the LIST of holders
+    #: before it, are awaited while no flavor of the pass is in the cache or in ``_flavor_writes`` yet).
     _flavor_pass_writing: bool = False
     #: When the last flavor pass started (a profile that arrived later is not planned yet).
     _flavor_pass_started: float | None = None
+    #: The families the last flavor pass left unwritten for their held pending Nodes: once one of them
+    #: is no longer held (its Nodes' hold ran out, or they were deleted) that pass is out of date.
+    _flavor_pass_blocked: frozenset[flavors.Family] = frozenset()
     #: (controller, key) → when the key first waited for the chain's own writes (the wait's bound).
     _waiting_since: dict[tuple[str, str], float] = field(default_factory=dict)
 
@@ -525,12 +529,15 @@ class Steps:
         )
 
     def _own_flavor_writes(self) -> bool:
-        """A profile arrived after the last flavor pass started (its flavor is not planned yet), a flavor
-        pass is writing, or a flavor it wrote is not in the cache yet. An entry is dropped once the cache
-        has reached it, or ``chain-settle-seconds`` after the write (a flavor deleted before the watch
-        brought it never arrives)."""
+        """A profile arrived after the last flavor pass started (its flavor is not planned yet), a family
+        that pass held back is free now (the next pass writes it), a flavor pass is running, or a flavor
+        it wrote is not in the cache yet. An entry is dropped once the cache has reached it, or
+        ``chain-settle-seconds`` after the write (a flavor deleted before the watch brought it never
+        arrives)."""
         arrived = self._last_arrival
         if arrived is not None and (self._flavor_pass_started is None or arrived > self._flavor_pass_started):
+            return True
+        if self._flavor_pass_blocked and not self._flavor_pass_blocked <= self._held_families(self.held()):
             return True
         now, limit = self.monotonic(), self.settings().chain_settle_seconds
         for name, (rv, at) in list(self._flavor_writes.items()):
@@ -582,7 +589,6 @@ class Steps:
         async def run() -> Any:
             written = await write()
             if written is not None:
-                self._flavor_pass_writing = True
                 rv = _rv(written)
                 if rv is not None and (_rv(self.flavor_cache.store.get(name)) or 0) < rv:
                     self._flavor_writes[name] = (rv, self.monotonic())
@@ -602,6 +608,7 @@ class Steps:
             # plan over every Node either — at 20,000 Nodes that was most of the controller's CPU.
             return Result.after(held.recheck_after) if held.recheck_after else Result.done()
         self._flavor_pass_started = self.monotonic()
+        self._flavor_pass_blocked = frozenset(blocked)
         s = self.settings()
         hardware = self.hardware()
         planned = flavors.plan_flavors(hardware, mixed_on_node=s.instance_type_mixed_on_node)
@@ -622,6 +629,9 @@ class Steps:
         by_name = {p.name: p for p in plans}
         batch = self._flavor_batch()
         batch.attempted |= {p.name for p in planned if p.family in blocked}  # their refusals stay known
+        # From here the pass awaits (a LIST of holders, each write): until it ends, a queue or a status
+        # computed from the flavor cache would see a partial set of this pass's flavors, and wait.
+        self._flavor_pass_writing = True
         try:
             for name, body in desired.items():
                 regarding = self._plan_regarding(
@@ -664,11 +674,11 @@ class Steps:
                     uncached=cached is None,
                     regarding=regarding,
                 )
+            if not held.nodes:
+                # Nothing is pruned while a held Node may still select a flavor (its profile is arriving).
+                await self.flavor_pruner.prune(self.flavor_cache.store.list(), {p.name for p in planned})
         finally:
             self._flavor_pass_writing = False
-        if not held.nodes:
-            # Nothing is pruned while a held Node may still select a flavor (its profile is arriving).
-            await self.flavor_pruner.prune(self.flavor_cache.store.list(), {p.name for p in planned})
         authored = None
         if s.instance_type_derived_from_node:
             authored = await self._author(plans, aware=s.instance_type_aware_cpu_manufacturer)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import orjson
 import pytest
 
 from bench import chain_bench
@@ -58,6 +59,8 @@ def cold_cluster() -> Iterator[DevCluster]:
         directory,
         with_nfd=False,
         audit_log=directory / "audit.log",
+        # The bodies of the chain's writes, so a repeated write shows what changed between the two.
+        audit_request_bodies=(kinds.CLUSTER_QUEUE.group, kinds.INSTANCE_TYPE.group),
         log=lambda msg: print(f"[cold-writes devcluster] {msg}"),
     )
     cluster.start()
@@ -83,10 +86,19 @@ class ColdRun:
             (e.namespace, e.name) for e in self.writes if e.resource_path == resource_path
         )
         return [
-            f"{e.received.time()} {e.verb} {e.namespace}/{e.name} code={e.code}"
+            f"{e.received.time()} {e.verb} {e.namespace}/{e.name} code={e.code} "
+            f"body={_compact(e.request_object)}"
             for e in self.writes
             if e.resource_path == resource_path and seen[e.namespace, e.name] > 1
         ]
+
+
+def _compact(body: object) -> str:
+    """A request body in one line, without the parts every write of an object shares verbatim."""
+    if not isinstance(body, dict):
+        return repr(body)
+    shown = {k: v for k, v in body.items() if k not in ("apiVersion", "kind")}
+    return orjson.dumps(shown, option=orjson.OPT_SORT_KEYS).decode()
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +162,9 @@ def test_one_write_per_node_profile_flavor_queue_and_status(cold_run: ColdRun) -
         "clusterqueues/status": types,
         "instancetypes/status": types,
     }
-    assert {path: by_path[path] for path in wanted} == wanted, [cold_run.repeated(p) for p in wanted]
+    assert {path: by_path[path] for path in wanted} == wanted, "\n".join(
+        line for p in wanted for line in cold_run.repeated(p)
+    )
 
 
 def test_one_write_per_topology(cold_run: ColdRun) -> None:
@@ -161,8 +175,8 @@ def test_one_write_per_topology(cold_run: ColdRun) -> None:
 def test_one_write_per_local_queue_check_and_authored_type(cold_run: ColdRun) -> None:
     exp, by_path = cold_run.expected, cold_run.by_path
     types = len(exp.types)
-    assert by_path["localqueues"] == len(exp.local_queues), cold_run.repeated("localqueues")
-    assert by_path["admissionchecks"] == 2, cold_run.repeated("admissionchecks")
+    assert by_path["localqueues"] == len(exp.local_queues), "\n".join(cold_run.repeated("localqueues"))
+    assert by_path["admissionchecks"] == 2, "\n".join(cold_run.repeated("admissionchecks"))
     # Each InstanceType once created by the author and once given its finalizer; nothing else.
     assert cold_run.by_verb["instancetypes", "create"] == types
     assert by_path["instancetypes"] == 2 * types

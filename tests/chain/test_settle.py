@@ -5,7 +5,9 @@ after the labelling stops; and a stop-policy change never waits."""
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import contextlib
 import copy
 from typing import TYPE_CHECKING, Any, cast
 
@@ -441,3 +443,73 @@ async def test_the_flavor_pass_plans_nothing_while_every_family_is_held(chain: t
     with pytest.raises(AttributeError):
         await steps.flavors("flavors")
     assert steps._flavor_pass_started is not None
+
+
+class _HeldWrite:
+    """The flavor applier and the chain's client as a cold pass meets them: no flavor exists yet (the
+    holders' LIST is empty), and the first apply waits on :attr:`release` — the moment a queue reconcile
+    runs in between on a loaded machine."""
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def list(self, _resource: Any, **_kw: Any) -> tuple[list[dict[str, Any]], str]:
+        return [], "1"
+
+    async def apply(self, _resource: Any, body: dict[str, Any], _cached: Any, **_kw: Any) -> dict[str, Any]:
+        self.entered.set()
+        await self.release.wait()
+        return _with_rv(copy.deepcopy(body), 7)
+
+
+async def test_a_queue_waits_while_a_flavor_pass_is_under_way(chain: tuple[Chain, _Clock]) -> None:
+    """Between a flavor pass's start and its first write's answer nothing of the pass is in the cache or
+    remembered as written; a queue planned then saw no flavor (CI: a CPU queue created empty, then
+    written again a second later). It waits while the pass runs, then for the pass's writes."""
+    c, _clock = chain
+    steps = c.steps
+    t4 = _with_rv(_node(9, 5, HOSTNAME_PROFILE), 1)
+    _feed(c.nodes, "ADDED", t4)
+    it = pools.derived_instance_type(_device_plan(t4), aware=False)
+    held_write = _HeldWrite()
+    steps.client = held_write  # type: ignore[assignment]  # only list() is asked of it before the write
+    steps.flavor_applier = held_write  # type: ignore[assignment]
+    assert steps._wait("queue", "t4", it) is None  # no pass has started: nothing planned to wait for
+    task = asyncio.create_task(steps.flavors("flavors"))
+    try:
+        await asyncio.wait_for(held_write.entered.wait(), 5)
+        assert steps._wait("queue", "t4", it) == settle.OWN_WRITES_POLL_S
+        held_write.release.set()
+        with contextlib.suppress(AttributeError):  # authoring the InstanceType needs a real client
+            await asyncio.wait_for(task, 5)
+        assert not steps._flavor_pass_writing
+        assert steps._flavor_writes  # written, the watch event not there yet: still waits
+        assert steps._wait("queue", "t4", it) == settle.OWN_WRITES_POLL_S
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, AttributeError):
+            await task
+
+
+def test_a_family_a_pass_held_back_makes_queues_wait_for_the_next_pass(chain: tuple[Chain, _Clock]) -> None:
+    """A pass that left a family for its held pending Node is out of date once that hold runs out with no
+    profile arriving (a refused label write): the next pass writes the family's flavor, so a queue of that
+    pool waits for it instead of being written without it and again after."""
+    c, clock = chain
+    steps = c.steps
+    _feed(c.nodes, "ADDED", _with_rv(_node(0, 3, HOSTNAME_PROFILE), 1))  # an A10G Node with its profile
+    _feed(c.nodes, "ADDED", _with_rv(_node(1, 3, None), 1))  # another, its profile never comes
+    a10g_type = pools.derived_instance_type(_device_plan(_node(0, 3, HOSTNAME_PROFILE)), aware=False)
+    held = steps.held()
+    assert held.nodes == {"n1"}
+    steps._flavor_pass_started = clock.t  # a pass (of other families) ran meanwhile
+    steps._flavor_pass_blocked = frozenset(steps._held_families(held))
+    assert steps._flavor_pass_blocked
+    assert steps._wait("queue", "a10g", a10g_type) == pytest.approx(10.0)  # the pool itself is held
+    clock.t += 10.0  # the hold ran out: the A10G family is free, its flavor not written yet
+    assert not steps.held().nodes
+    assert steps._wait("queue", "a10g", a10g_type) == settle.OWN_WRITES_POLL_S
+    steps._flavor_pass_started = clock.t  # the next pass plans it, nothing held back
+    steps._flavor_pass_blocked = frozenset()
+    assert steps._wait("queue", "a10g", a10g_type) is None
