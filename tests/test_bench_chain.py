@@ -6,6 +6,7 @@ directory on the import path).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 import pytest
@@ -102,3 +103,16 @@ def test_fleet_larger_than_one_scenario(monkeypatch: pytest.MonkeyPatch) -> None
     sliced = chain_bench.fleet(7, seed=3)
     assert sliced == whole
     assert [s.name for s in sliced] == [f"bench-{i:05d}" for i in range(7)]
+
+
+def test_repeated_writes_name_each_write_of_a_chain_object_written_twice_with_its_body() -> None:
+    first = _event(1, "clusterqueues", "q", subresource="status")
+    second = _event(2, "clusterqueues", "q", subresource="status")
+    second = dataclasses.replace(second, request_object={"status": {"conditions": []}})
+    once = _event(3, "clusterqueues", "q")  # the spec, not the status: another object path
+    nodes = [_event(4, "nodes", "n"), _event(5, "nodes", "n")]  # per-Node writes are not chain objects
+    lines = chain_bench.repeated_writes([first, once, second, *nodes])
+    assert len(lines) == 2
+    assert lines[0].endswith("patch clusterqueues/status /q code=200")
+    assert lines[1].endswith('code=200 body={"status": {"conditions": []}}')
+    assert chain_bench.repeated_writes([first, once]) == []
