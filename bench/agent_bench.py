@@ -28,7 +28,8 @@
 
    ``--nfd-api-parallelism N`` starts nfd-master with that many Node updaters (default: NFD's and the
    Helm chart's, 10; each has its own client-go client at the default 5 QPS, and a Node update is a
-   GET and a PATCH). ``--profile FILE`` runs the agent under cProfile.
+   GET and a PATCH). ``--profile FILE`` runs the agent under cProfile (CPU time, not wall: the API
+   server shares the cores).
 3. **Quiet per-node agent** (``--quiet S``, default 60; 0 skips) — ``gpustack-worker agent
    --node-name`` as a process on one node of the converged fleet: CPU seconds over S quiet seconds,
    RSS and its high-water mark.
@@ -275,7 +276,7 @@ async def bench_cluster(
         if profile is not None:
             import cProfile
 
-            profiler = cProfile.Profile()
+            profiler = cProfile.Profile(time.process_time)  # CPU time: the machine is shared
             profiler.enable()
         cpu0 = _process_cpu(cluster)
         started_at = datetime.datetime.now(datetime.UTC)

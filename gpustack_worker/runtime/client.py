@@ -46,6 +46,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop
 
 from gpustack_worker.runtime import wire
 from gpustack_worker.runtime.metrics import CLIENT_REAUTHENTICATIONS, FENCED_WRITES, REST_REQUESTS
+from gpustack_worker.runtime.pool import make_linear
 from gpustack_worker.runtime.version import VERSION
 
 if TYPE_CHECKING:
@@ -505,7 +506,9 @@ def keep_alive_all(session: httpx.AsyncClient) -> None:
     agent (24 workers, 3 watches) opened a new TLS connection for about two requests in three, which
     cost it and the API server more CPU than the writes themselves. With the two limits equal the
     condition can never hold before the pool is full; a pool at its limit still closes idle connections
-    for new ones, and httpx's keep-alive expiry (5 s) still closes connections left unused."""
+    for new ones, and httpx's keep-alive expiry (5 s) still closes connections left unused. Each pool
+    also gets :class:`~gpustack_worker.runtime.pool.LinearPool`'s bookkeeping pass (same decisions,
+    linear instead of quadratic in the number of connections)."""
     transports: list[Any] = [getattr(session, "_transport", None)]
     transports += [t for t in (getattr(session, "_mounts", None) or {}).values() if t is not None]
     for transport in transports:
@@ -513,6 +516,7 @@ def keep_alive_all(session: httpx.AsyncClient) -> None:
         if not isinstance(pool, httpcore.AsyncConnectionPool):
             raise TypeError(f"cannot set the keep-alive limit of {transport!r}: not an httpcore pool")
         pool._max_keepalive_connections = pool._max_connections
+        make_linear(pool)  # the same pool decisions without httpcore's O(connections²) pass
 
 
 class Client:
