@@ -1,0 +1,28 @@
+"""runtime/wire.py: what a stream answers httpcore's ``is_readable`` (asked of every idle pooled
+connection to tell whether the server dropped it) — over a real socket pair: nothing to read, data
+waiting, the peer gone; and nothing once the stream itself is closed."""
+
+from __future__ import annotations
+
+import socket
+
+from gpustack_worker.runtime import wire
+
+
+async def test_is_readable_follows_the_socket_and_stops_at_close() -> None:
+    ours, peer = socket.socketpair()
+    ours.setblocking(False)
+    stream = wire._Stream(ours)
+    try:
+        assert stream.get_extra_info("is_readable") is False  # idle, nothing sent
+        assert stream.get_extra_info("is_readable") is False  # asking again changes nothing
+        peer.sendall(b"x")
+        assert stream.get_extra_info("is_readable") is True  # data waiting
+        assert ours.recv(1) == b"x"
+        assert stream.get_extra_info("is_readable") is False
+        peer.close()
+        assert stream.get_extra_info("is_readable") is True  # the peer closed: a read returns at once
+    finally:
+        peer.close()
+        await stream.aclose()
+    assert stream.get_extra_info("is_readable") is None  # closed: never polled again
