@@ -16,8 +16,11 @@ price of its objects. This module prices the writes themselves:
   those very writes from a client that does nothing else.
 
 The ratio ``writer's writes / replay rate / writer's time`` is then 1.0 when the writer is as fast as the
-server takes its own writes from 8 concurrent requests. Non-apply writes are priced at the replay's rate
-(the benches print how many there are; a cold run has few or none).
+server takes those writes from 8 concurrent requests. Non-apply writes are priced at the replay's rate
+(the benches print how many there are; a cold run has few or none). The replay is an update by a second
+manager: where the writer's own write was a create or the first apply into its managedFields entry (a
+simulator filling an empty cluster) the server does more work for the replay, which then overprices
+the writes — the benches print it as context next to the one-label raw rate, their reference.
 """
 
 from __future__ import annotations
