@@ -116,3 +116,6 @@ def test_repeated_writes_name_each_write_of_a_chain_object_written_twice_with_it
     assert lines[0].endswith("patch clusterqueues/status /q code=200")
     assert lines[1].endswith('code=200 body={"status": {"conditions": []}}')
     assert chain_bench.repeated_writes([first, once]) == []
+    created = dataclasses.replace(_event(6, "instancetypes", "t"), verb="create")
+    finalizer = _event(7, "instancetypes", "t")  # the create, then the finalizer: two desired writes
+    assert chain_bench.repeated_writes([created, finalizer]) == []
