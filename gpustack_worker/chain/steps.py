@@ -528,16 +528,16 @@ class Steps:
             queues.pool_nodes(pool, views, mixed_on_node=s.instance_type_mixed_on_node, selector=selector)
         )
 
-    def _own_flavor_writes(self) -> bool:
+    def _own_flavor_writes(self, held: settle.Held) -> bool:
         """A profile arrived after the last flavor pass started (its flavor is not planned yet), a family
         that pass held back is free now (the next pass writes it), a flavor pass is running, or a flavor
         it wrote is not in the cache yet. An entry is dropped once the cache has reached it, or
         ``chain-settle-seconds`` after the write (a flavor deleted before the watch brought it never
-        arrives)."""
+        arrives). ``held``: :meth:`held` now (the caller has it)."""
         arrived = self._last_arrival
         if arrived is not None and (self._flavor_pass_started is None or arrived > self._flavor_pass_started):
             return True
-        if self._flavor_pass_blocked and not self._flavor_pass_blocked <= self._held_families(self.held()):
+        if self._flavor_pass_blocked and not self._flavor_pass_blocked <= self._held_families(held):
             return True
         now, limit = self.monotonic(), self.settings().chain_settle_seconds
         for name, (rv, at) in list(self._flavor_writes.items()):
@@ -562,7 +562,7 @@ class Steps:
         last three for at most ``chain-settle-seconds`` per key."""
         held = self.held()
         pool_held = self._pool_held(it, held)
-        own = also or self._own_flavor_writes() or self._topology_on_its_way()
+        own = also or self._own_flavor_writes(held) or self._topology_on_its_way()
         key = (controller, name)
         if pool_held or not own:
             # Held Nodes have their own bound; the key's own bound counts from its first wait on writes.
