@@ -49,18 +49,15 @@ class LinearPool(httpcore.AsyncConnectionPool):
             if reuse is not None:
                 waiting.assign_to_connection(reuse)
                 continue
-            if len(pool) < self._max_connections:
-                opened = self.create_connection(origin)
-                pool.append(opened)
-                waiting.assign_to_connection(opened)
-                continue
-            idle = next((c for c in pool if c.is_idle()), None)
-            if idle is not None:  # a full pool makes room: its first idle connection goes
-                pool.remove(idle)
+            if len(pool) >= self._max_connections:
+                idle = next((c for c in pool if c.is_idle()), None)
+                if idle is None:
+                    continue  # stays queued until a connection frees up
+                pool.remove(idle)  # a full pool makes room: its first idle connection goes
                 closing.append(idle)
-                opened = self.create_connection(origin)
-                pool.append(opened)
-                waiting.assign_to_connection(opened)
+            opened = self.create_connection(origin)
+            pool.append(opened)
+            waiting.assign_to_connection(opened)
         return closing
 
 
