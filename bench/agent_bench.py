@@ -22,9 +22,10 @@
    - **the agent alone** (``agent_ratio``): its writes at the raw rate / its time to its last write.
    - **the agent against its own writes** (``replay_ratio``): the agent's applies are recorded and sent
      again by a bare client, 8 in flight, to the same objects under another field manager
-     (``bench/replay.py``): the same NodeFeatures, Node status and Node labels, each a real write. Its
-     rate prices the agent's writes as the server takes them (a NodeFeature is not a one-label Node
-     apply); the agent's writes at that rate / its time to its last write.
+     (``bench/replay.py``): the same NodeFeatures, Node status and Node labels, each a real write (a
+     NodeFeature is not a one-label Node apply); the agent's writes at that rate / its time to its last
+     write. Context only: a second manager's update can cost the server more than the agent's own
+     first write (its NodeFeature creates), so ``agent_ratio`` stays the reference.
 
    ``--nfd-api-parallelism N`` starts nfd-master with that many Node updaters (default: NFD's and the
    Helm chart's, 10; each has its own client-go client at the default 5 QPS, and a Node update is a

@@ -11,8 +11,8 @@ server's raw server-side-apply rate measured in the same run.
    cold run and once after the warm one; the mean is the rate the ratio is taken against.
 3. **Replay** — the cold apply's own writes sent again by a bare client, 8 in flight, to the same objects
    under another field manager (``bench/replay.py``): whole Nodes and their status, `Devices` and their
-   status, NodeFeatures — each a real write of the same body. Its rate is what the server takes the
-   simulator's writes at.
+   status, NodeFeatures — each a real write of the same body, but an update by a second manager
+   (context for the ratio below, not its reference).
 4. **Warm** — the same file applied again: every apply a no-op on the server.
 
 The ratio is the simulator's writes per second over the one-label raw rate (1.0: as fast as the API
