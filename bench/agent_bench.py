@@ -63,6 +63,8 @@ from gpustack_worker.simulate import render
 from gpustack_worker.simulate.load import packaged_scenario
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from gpustack_worker.simulate.scenario import NodeSpec
 
 READY_SINCE = "2026-01-01T00:00:00Z"
@@ -159,11 +161,10 @@ NFD_MASTER_UA = "nfd-master/"
 
 
 def _process_cpu(cluster: Any) -> dict[str, float]:
-    """CPU seconds spent so far by this process (the in-process agent) and by the cluster's processes."""
+    """CPU seconds spent so far by this process (the in-process agent) and by each cluster process."""
     found = {"bench": time.process_time()}
-    for name in ("kube-apiserver", "etcd", "nfd-master"):
-        proc = cluster.procs.get(name)
-        if proc is not None and proc.pid is not None:
+    for name, proc in cluster.procs.items():
+        if proc.pid is not None:
             found[name] = _cpu_seconds(proc.pid)
     return found
 
@@ -289,17 +290,20 @@ async def bench_cluster(
         # Converged: no key queued or in progress and no write for longer than the fit window.
         writes, last_write = agent_client.writes, synced
         settle = settings.current.fit_label_coalesce_seconds + 3
+        cpu_at_last_write = cpu0
         while True:
             await asyncio.sleep(0.05)
             now = time.perf_counter() - start
             if agent_client.writes != writes:
                 writes, last_write = agent_client.writes, now
+                cpu_at_last_write = _process_cpu(cluster)
             elif _idle(*controllers) and now - last_write > settle:
                 break
             if now > 900:
                 print("  gave up after 900 s")
                 break
         cpu1 = _process_cpu(cluster)
+        reconciles = reconcile_counts(c.name for c in controllers)
         if profiler is not None:
             profiler.disable()
         # nfd-master's projection of the worker NodeFeatures (not the agent's writes; polled only now,
@@ -345,12 +349,19 @@ async def bench_cluster(
         needed = writes + len(nfd_writes)
         workers = {c.name: c.workers for c in controllers}
         cpu = {k: cpu1[k] - cpu0[k] for k in cpu1 if k in cpu0}
+        # The same until the agent's last write: how busy the machine's two cores were while it wrote.
+        cpu_window = {k: cpu_at_last_write[k] - cpu0[k] for k in cpu_at_last_write if k in cpu0}
+        busy_cores = sum(cpu_window.values()) / max(last_write, 1e-9)
         print(f"  agent --all-nodes, settings env {env or '{}'}: workers {workers}")
         print(f"  caches synced after {synced:.2f} s")
         print(f"  last write after {last_write:.2f} s ({writes} writes, {writes / count:.2f} per node)")
         print(f"  counting keys on {counted}/{len(accelerated)}, fit labels on {labelled}/{len(accelerated)}")
         print(f"  nfd-master projected managed=true on {managed}/{count} nodes by {projected_at:.1f} s")
         print(f"  agent requests: {requests}")
+        print(
+            f"  reconciles until the last write + settle: {reconciles} "
+            f"({sum(reconciles.values()) / max(1, writes):.2f} per write)"
+        )
         print(f"  writes by field manager: {dict(agent.steps.writes)}")
         print(f"  agent writes (audit log): {dict(by_resource(agent_writes))}")
         print(
@@ -362,6 +373,11 @@ async def bench_cluster(
         print(
             "  CPU seconds from start to the agent's last write + settle: "
             + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items())
+        )
+        print(
+            "  CPU seconds from start to the agent's last write: "
+            + ", ".join(f"{k} {v:.1f}" for k, v in cpu_window.items())
+            + f" ({busy_cores:.2f} cores busy on average; the machine has {os.cpu_count()})"
         )
         print(
             f"  client CPU per write: agent {cpu.get('bench', 0.0) / max(1, writes) * 1e3:.1f} ms "
@@ -408,6 +424,7 @@ async def bench_cluster(
                 "caches_synced_s": round(synced, 2),
                 "last_write_s": round(last_write, 2),
                 "agent_writes": writes,
+                "agent_reconciles": sum(reconciles.values()),
                 "nfd_master_writes": len(nfd_writes),
                 "nfd_master_last_write_s": round(nfd_done, 2),
                 "nfd_master_rate_per_s": round(len(nfd_writes) / nfd_span, 1),
@@ -419,6 +436,8 @@ async def bench_cluster(
                 "agent_cpu_ms_per_write": round(cpu.get("bench", 0.0) / max(1, writes) * 1e3, 2),
                 "raw_cpu_ms_per_write": round(raw_cpu / raw_writes * 1e3, 2),
                 "apiserver_cpu_s": round(cpu.get("kube-apiserver", 0.0), 1),
+                "agent_cpu_to_last_write_s": round(cpu_window.get("bench", 0.0), 2),
+                "cores_busy_to_last_write": round(busy_cores, 2),
                 "ratio": round(ratio, 3),
                 "agent_ratio": round(agent_ratio, 3),
                 "replay_rate_per_s": round(replay, 1),
@@ -438,6 +457,21 @@ async def bench_cluster(
     finally:
         cluster.stop()
     return figures
+
+
+def reconcile_counts(names: Iterable[str]) -> dict[str, int]:
+    """Reconciles run so far by each named controller of this process (``controller_runtime_reconcile_total``
+    over every result)."""
+    from gpustack_worker.runtime.metrics import RECONCILE_TOTAL
+
+    wanted = set(names)
+    found: collections.Counter[str] = collections.Counter()
+    for metric in RECONCILE_TOTAL.collect():
+        for sample in metric.samples:
+            ctl = sample.labels.get("controller", "")
+            if sample.name.endswith("_total") and ctl in wanted:
+                found[ctl] += int(sample.value)
+    return dict(found)
 
 
 def by_resource(events: list[Any]) -> collections.Counter[str]:

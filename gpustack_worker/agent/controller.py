@@ -9,8 +9,9 @@ reconcile, ``/healthz`` ``/readyz`` ``/metrics``, graceful shutdown — is the r
 this module only says which event enqueues which key. Keys are node names; reconciles are
 level-triggered.
 
-- Node (when what a reconciler reads changed) or Devices → ``agent-nodefeature`` and
-  ``agent-capacity`` at once, ``agent-fit`` after the coalescing window — except the objects of an
+- Node (when what the reconciler reads changed: :mod:`gpustack_worker.agent.reads`, so a sibling's
+  write does not wake the others) or Devices → ``agent-nodefeature`` and ``agent-capacity`` at once,
+  ``agent-fit`` after the coalescing window — except the objects of an
   informer's first LIST, which ``agent-fit`` takes at once too: they are the state as it stands, no
   burst is in flight to coalesce, and the window would only delay every node's first fit labels;
 - worker NodeFeature change (someone edited or deleted ours) → ``agent-nodefeature``;
@@ -34,10 +35,11 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import structlog
 
+from gpustack_worker.agent import capacity, fit, nodefeature, reads
 from gpustack_worker.agent.facts import node_facts
 from gpustack_worker.agent.steps import FIELD_MANAGERS, Steps
 from gpustack_worker.api import keys, kinds
-from gpustack_worker.runtime.controller import Controller, semantic_changed
+from gpustack_worker.runtime.controller import Controller
 from gpustack_worker.runtime.events import EventRecorder
 from gpustack_worker.runtime.informer import Informer
 from gpustack_worker.runtime.manager import Manager
@@ -54,7 +56,7 @@ if TYPE_CHECKING:
     from gpustack_worker.runtime.controller import Predicate, Result
     from gpustack_worker.runtime.settings import SettingsSource
 
-__all__ = ("Agent", "kept")
+__all__ = ("Agent", "kept", "kept_pair")
 
 #: ``reportingController`` of the agent's Events.
 EVENT_CONTROLLER: Final = "gpustack-worker-agent"
@@ -66,7 +68,7 @@ def kept(view: Callable[[Any], T]) -> Callable[[Any], T]:
     """``view`` remembering its answers for the last two objects it was asked about, by identity.
 
     An informer hands each event ``(old, new)`` to its handlers in turn, and four of the agent's watches
-    on Nodes ask the same predicate, so without this a Node event computed the Node's facts eight times
+    on Nodes ask about the same objects, so without this a Node event computed the Node's facts eight times
     (at 1,000 nodes: ~18,000 times for ~2,250 events, each event an echo of our own write or nfd-master's
     projection). Cached objects are immutable, replaced on every change, so identity is enough; the two
     objects kept are the last event's."""
@@ -82,6 +84,33 @@ def kept(view: Callable[[Any], T]) -> Callable[[Any], T]:
         return answer
 
     return view_kept
+
+
+def kept_pair(view: Callable[[Any, Any], T]) -> Callable[[Any, Any], T]:
+    """``view`` of an (old, new) pair remembering its answer for the last pair, by identity: the handlers
+    of one informer event ask it in turn."""
+    last: list[tuple[Any, Any, T]] = []
+
+    def view_kept(old: Any, new: Any) -> T:
+        if last and last[0][0] is old and last[0][1] is new:
+            return last[0][2]
+        answer = view(old, new)
+        last[:] = [(old, new, answer)]
+        return answer
+
+    return view_kept
+
+
+def _node_update(
+    change: Callable[[Any, Any], reads.NodeChange], wakes: Callable[[reads.NodeChange], bool]
+) -> Predicate:
+    """Pass Node creates and deletes, and updates whose :func:`~reads.node_change` ``wakes`` says the
+    reconciler reads."""
+
+    def predicate(_event: str, old: Any, new: Any) -> bool:
+        return old is None or new is None or wakes(change(old, new))
+
+    return predicate
 
 
 def _feature_node(obj: Any) -> Iterable[str]:
@@ -161,13 +190,23 @@ class Agent:
         self.nodefeature = self._controller("agent-nodefeature", self.steps.nodefeature, workers, boot)
         self.capacity = self._controller("agent-capacity", self.steps.capacity, workers, boot)
         self.fit = self._controller("agent-fit", self.steps.fit, workers, boot, fit_clock)
-        #: Node events pass only when something a reconciler reads (labels, annotations, capacity) changed.
-        node_read_changed = semantic_changed(kept(node_facts))
-        for ctl in (self.nodefeature, self.capacity):
-            ctl.watch(self.nodes, predicates=[node_read_changed])
+        # A Node update reaches a reconciler only when it changed something that reconciler reads
+        # (agent/reads.py): the echo of a sibling's write (counting keys, fit labels) wakes nobody else,
+        # and the echo of its own write (the watch event of exactly that write) wakes nobody at all.
+        facts = kept(node_facts)
+        change = kept_pair(lambda old, new: reads.node_change(facts(old), facts(new)))
+        woken = (
+            (self.nodefeature, reads.wakes_nodefeature, None),
+            (self.capacity, reads.wakes_capacity, self._echo(capacity.FIELD_MANAGER, self.nodes, "status")),
+        )
+        for ctl, wakes, echo in woken:
+            ctl.watch(self.nodes, predicates=[_node_update(change, wakes), *([echo] if echo else [])])
             ctl.watch(self.devices)
-        self.nodefeature.watch(self.features, mapper=_feature_node)
-        for informer, predicates in ((self.nodes, [node_read_changed]), (self.devices, [])):
+        feature_echo = self._echo(nodefeature.FIELD_MANAGER, self.features)
+        self.nodefeature.watch(self.features, mapper=_feature_node, predicates=[feature_echo])
+        fit_read_changed = _node_update(change, reads.wakes_fit)
+        fit_echo = self._echo(fit.FIELD_MANAGER, self.nodes)
+        for informer, predicates in ((self.nodes, [fit_read_changed, fit_echo]), (self.devices, [])):
             listing, live = _first_list(informer)
             self.fit.watch(informer, predicates=[*predicates, listing])
             self.fit.watch(informer, predicates=[*predicates, live], delay=self._window)
@@ -189,6 +228,19 @@ class Agent:
         clock: Clock | None = None,
     ) -> Controller:
         return Controller(name, reconcile, settings_queue(name, boot, clock), workers=workers)
+
+    def _echo(self, manager: str, informer: Informer, subresource: str | None = None) -> Predicate:
+        """Drop the watch event of ``manager``'s own last write of the object (:meth:`Applier.is_own_echo`:
+        exactly that write, nothing folded in); a LIST's updates always pass."""
+        applier = self.steps.applier(manager)
+        resource = informer.resource
+
+        def not_own_echo(_event: str, old: Any, new: Any) -> bool:
+            if new is None or informer.dispatching_list:
+                return True
+            return not applier.is_own_echo(resource, old, new, subresource)
+
+        return not_own_echo
 
     def _window(self) -> float:
         return self.settings.current.fit_label_coalesce_seconds

@@ -109,6 +109,10 @@ class Steps:
         }
         self.reporter = Reporter(self.events)
 
+    def applier(self, manager: str) -> Applier:
+        """The Applier writing as ``manager`` (one of :data:`FIELD_MANAGERS`)."""
+        return self._appliers[manager]
+
     def _devices(self, name: str) -> DevicesFacts | None:
         raw = self.devices.get(name)
         return devices_facts(raw) if raw is not None else None
@@ -146,15 +150,17 @@ class Steps:
         """Send an apply unless the API server already rejected this exact body as invalid (422); a new
         rejection is reported once on the Node and not retried (None is returned)."""
         key = (manager, name)
-        fingerprint = _fingerprint(body)
-        if self._rejected_bodies.get(key) == fingerprint:
+        # The fingerprint only where a rejection is on record: every other apply (all of them, mostly)
+        # skips hashing its body.
+        rejected = self._rejected_bodies.get(key)
+        if rejected is not None and rejected == _fingerprint(body):
             return None
         try:
             result = await send()
         except ApiError as exc:
             if exc.status != _INVALID:
                 raise
-            self._rejected_bodies[key] = fingerprint
+            self._rejected_bodies[key] = _fingerprint(body)
             self.rejected[manager] += 1
             self.reporter.warn(
                 reference(kinds.NODE.kind, name, uid),

@@ -135,6 +135,10 @@ def resource_version_number(value: Any) -> int | None:
         return None
 
 
+def _version_of(obj: Mapping[str, Any]) -> int | None:
+    return resource_version_number((obj.get("metadata") or {}).get("resourceVersion"))
+
+
 def _plain_value(value: Any) -> Any:
     """orjson's fallback for the read-only mappings and sequences cached objects are made of."""
     if isinstance(value, Mapping):
@@ -510,6 +514,9 @@ class Applier:
         self._recent: OrderedDict[tuple[str, str, str, str], tuple[str, int, str]] = OrderedDict()
         #: The same key → (uid, resourceVersion, body digest, when) of a create the cache has not shown yet.
         self._unseen: OrderedDict[tuple[str, str, str, str], tuple[str, int, str, float]] = OrderedDict()
+        #: The same key → (resourceVersion the write was computed from, None for a create; resourceVersion
+        #: the server answered it with): the watch event of that very write (:meth:`is_own_echo`).
+        self._echoes: OrderedDict[tuple[str, str, str, str], tuple[int | None, int]] = OrderedDict()
         #: kind → the bound informers of that kind (they say how far their watch has come).
         self._informers: dict[str, list[Any]] = {}
         self._skipped = APPLY_SKIPPED.labels(field_manager=field_manager)
@@ -575,6 +582,7 @@ class Applier:
             resource, dict(desired), field_manager=self.field_manager, force=force, subresource=subresource
         )
         self._remember(key, written, digest, created=cached is None)
+        self._expect_echo(key, cached, written)
         if taken and cached is not None:
             fields = tuple(sorted(dotted(p) for p in taken))
             _log.warning(
@@ -604,7 +612,61 @@ class Applier:
         digest = _digest(desired)
         written = await self.client.create(resource, dict(desired), field_manager=self.field_manager)
         self._remember(key, written, digest, created=True)
+        self._expect_echo(key, None, written)
         return written
+
+    def _expect_echo(
+        self, key: tuple[str, str, str, str], cached: Mapping[str, Any] | None, written: Any
+    ) -> None:
+        meta = written.get("metadata") if isinstance(written, Mapping) else None
+        version = resource_version_number((meta or {}).get("resourceVersion"))
+        if version is None:
+            self._echoes.pop(key, None)
+            return
+        base = None if cached is None else _version_of(cached)
+        if cached is not None and base is None:
+            self._echoes.pop(key, None)  # a base without a version cannot be matched
+            return
+        self._echoes[key] = (base, version)
+        self._echoes.move_to_end(key)
+        while len(self._echoes) > RECENT_WRITES_MAX:
+            self._echoes.popitem(last=False)
+
+    def is_own_echo(
+        self,
+        resource: Resource,
+        old: Mapping[str, Any] | None,
+        new: Mapping[str, Any],
+        subresource: str | None = None,
+    ) -> bool:
+        """Is the watch event ``old`` → ``new`` exactly this manager's last accepted write of the object:
+        ``new`` at the resourceVersion the server answered the write with, ``old`` at the one the write was
+        computed from (``old`` None: the write created the object)?
+
+        Then nothing changed between what the writing reconcile read and what it wrote, except what it
+        wrote: a reconcile woken by the event would find its desired state in place (a no-op), so a
+        controller may drop it. Any other event — someone else's change in between (``old`` is then a
+        later version than the write's base), a later version, a recreated object — is not an echo. Only
+        for events of a watch, in order: a relist compares the cached object with the listed one, which may
+        fold someone else's write into ours (the caller must not ask then). The record is dropped once a
+        later version is seen, or with the oldest of :data:`RECENT_WRITES_MAX`.
+        """
+        meta = new.get("metadata") or {}
+        ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        key = (resource.kind, ns, name, subresource or "")
+        entry = self._echoes.get(key)
+        if entry is None:
+            return False
+        base, written = entry
+        seen = resource_version_number(meta.get("resourceVersion"))
+        if seen is None or seen > written:
+            del self._echoes[key]
+            return False
+        if seen != written:
+            return False
+        if old is None or base is None:
+            return old is None and base is None
+        return _version_of(old) == base
 
     def _written_already(
         self, key: tuple[str, str, str, str], cached: Mapping[str, Any] | None, desired: Mapping[str, Any]

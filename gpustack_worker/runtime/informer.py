@@ -31,8 +31,10 @@ failed and no watch has been open for a second since; readiness reports it, so a
 stale is visible. Time (backoff sleeps, "very short" watches) comes from the injectable clock.
 
 Handlers receive ``(event, old, new)`` with ``event`` in ADDED/MODIFIED/DELETED; they must be quick
-and non-blocking (controllers only enqueue keys). Label and field selectors are per informer: a node
-agent watches only its own Node with ``field_selector="metadata.name=<node>"``.
+and non-blocking (controllers only enqueue keys). A watch event's ``old`` is the version right before
+``new``; a list's update (:attr:`Informer.dispatching_list`) may skip versions the watch never
+delivered. Label and field selectors are per informer: a node agent watches only its own Node with
+``field_selector="metadata.name=<node>"``.
 """
 
 from __future__ import annotations
@@ -194,6 +196,9 @@ class Informer:
         self.rv_unavailable = False
         #: Successful lists, in total and by reason (``initial``, ``gone``, ``error``).
         self.relists = 0
+        #: True while the diffs of a LIST are handed to the handlers: an update then compares the cached
+        #: object with the listed one, not two consecutive versions (a handler may need to tell).
+        self.dispatching_list = False
         self.relists_by_reason: collections.Counter[str] = collections.Counter()
         #: Failed list/watch attempts since the last success, and the last failure (for diagnostics).
         self.consecutive_failures = 0
@@ -345,12 +350,16 @@ class Informer:
         # between succeeding) still turn ``healthy`` false instead of hiding behind the lists.
         INFORMER_RELISTS.labels(resource=self.resource.plural, reason=reason).inc()
         self._gauge.set(len(self.store))
-        for obj in deleted:
-            self._dispatch(DELETED, obj, None)
-        for obj in added:
-            self._dispatch(ADDED, None, obj)
-        for old, new in updated:
-            self._dispatch(MODIFIED, old, new)
+        self.dispatching_list = True
+        try:
+            for obj in deleted:
+                self._dispatch(DELETED, obj, None)
+            for obj in added:
+                self._dispatch(ADDED, None, obj)
+            for old, new in updated:
+                self._dispatch(MODIFIED, old, new)
+        finally:
+            self.dispatching_list = False
         self._log.info(
             "listed",
             reason=reason,
