@@ -648,8 +648,12 @@ class Applier:
         controller may drop it. Any other event — someone else's change in between (``old`` is then a
         later version than the write's base), a later version, a recreated object — is not an echo. Only
         for events of a watch, in order: a relist compares the cached object with the listed one, which may
-        fold someone else's write into ours (the caller must not ask then). The record is dropped once a
-        later version is seen, or with the oldest of :data:`RECENT_WRITES_MAX`.
+        fold someone else's write into ours (the caller must not ask then). The version the server answered
+        is taken as our write's own: an apply the server found to be a no-op is answered with the current
+        version instead, which differs from the base only if our own entry's fields changed in between — a
+        write under this very field manager (another instance of this controller), whose version then
+        carries exactly what ours would have. The record is dropped once a later version is seen, or with
+        the oldest of :data:`RECENT_WRITES_MAX`.
         """
         meta = new.get("metadata") or {}
         ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")

@@ -298,7 +298,7 @@ class EventRecorder:
             return
         except Exception as exc:
             self.failed += 1
-            _log.warning("could not update event series", error=repr(exc), event=series.name)
+            _log.warning("could not update event series", error=repr(exc), series=series.name)
             return
         series.written_count = max(series.written_count, count)
         self.posted += 1

@@ -486,4 +486,4 @@ class Informer:
         try:
             handler(event, old, new)
         except Exception:
-            self._log.exception("event handler failed", event=event)
+            self._log.exception("event handler failed", watch_event=event)
