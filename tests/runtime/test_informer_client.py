@@ -4,6 +4,7 @@ reloads credentials without cutting the other open watches."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import threading
@@ -98,20 +99,29 @@ async def test_list_without_a_resource_version_sends_none() -> None:
     assert sent == [{"labelSelector": "a=b", "limit": "500"}]
 
 
-async def test_list_pages_converts_each_page_off_the_loop_before_fetching_the_next() -> None:
-    # issue 17 defects 2/3: decode + convert per page in a worker thread; never the whole list decoded
+async def test_list_pages_converts_each_page_off_the_loop_while_the_next_is_fetched() -> None:
+    # issue 17 defects 2/3: decode + convert per page in a worker thread; never the whole list decoded.
+    # issue 18: the next page is asked for once this one's continue token is decoded, so the server works
+    # on it while this one is converted.
     client = Client(FakeApi())
     pages = [
         {"items": [{"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}], "metadata": {"continue": "t"}},
         {"items": [{"metadata": {"name": "c"}}], "metadata": {"resourceVersion": "40"}},
     ]
     trace: list[str] = []
+    asked: list[dict[str, str]] = []
+    second_asked = threading.Event()
 
     async def get_page(path: str, params: dict[str, str]) -> bytes:
-        trace.append("fetch")
+        asked.append(dict(params))
+        if params.get("continue") == "t":
+            second_asked.set()
         return orjson.dumps(pages.pop(0))
 
     def convert(items: list[dict[str, Any]]) -> list[tuple[str, str]]:
+        if items[0]["metadata"]["name"] == "a":
+            # the loop, free while this runs, asks for the next page before this conversion ends
+            trace.append("next asked during convert" if second_asked.wait(10) else "next not asked")
         trace.append("convert on the loop thread" if threading.get_ident() == loop_thread else "convert")
         return [(i["kind"], i["metadata"]["name"]) for i in items]
 
@@ -119,7 +129,56 @@ async def test_list_pages_converts_each_page_off_the_loop_before_fetching_the_ne
     client._get_page = get_page  # type: ignore[method-assign]
     got = [page async for page in client.list_pages(CONFIG_MAP, convert=convert, limit=2)]
     assert got == [([("ConfigMap", "a"), ("ConfigMap", "b")], ""), ([("ConfigMap", "c")], "40")]
-    assert trace == ["fetch", "convert", "fetch", "convert"]
+    assert trace == ["next asked during convert", "convert", "convert"]
+    assert asked == [{"limit": "2"}, {"limit": "2", "continue": "t"}]
+
+
+@pytest.mark.parametrize("stop", ["consumer stops after the first page", "the first conversion raises"])
+async def test_a_list_that_ends_early_leaves_no_page_fetch_behind(stop: str) -> None:
+    """The page asked for ahead is cancelled when the list ends before it (the consumer closes the
+    generator, or a page's conversion raises): no request is left running for nobody."""
+    client = Client(FakeApi())
+    bodies = [
+        orjson.dumps({"items": [{"metadata": {"name": "a"}}], "metadata": {"continue": "t"}}),
+        orjson.dumps({"items": [{"metadata": {"name": "b"}}], "metadata": {"resourceVersion": "9"}}),
+    ]
+    ahead = asyncio.Event()
+    running: list[str] = []
+    cancelled: list[str] = []
+
+    async def get_page(path: str, params: dict[str, str]) -> bytes:
+        if params.get("continue") != "t":
+            return bodies[0]
+        ahead.set()
+        running.append("t")
+        try:
+            await asyncio.sleep(30)  # the server is slow with the next page
+        except asyncio.CancelledError:
+            cancelled.append("t")
+            raise
+        finally:
+            running.remove("t")
+        return bodies[1]
+
+    def convert(items: list[dict[str, Any]]) -> int:
+        if stop == "the first conversion raises":
+            raise ValueError("a bad page")
+        return len(items)
+
+    client._get_page = get_page  # type: ignore[method-assign]
+    pages = client.list_pages(CONFIG_MAP, convert=convert, limit=1)
+    if stop == "the first conversion raises":
+        with pytest.raises(ValueError, match="a bad page"):
+            await anext(pages)
+    else:
+        assert await anext(pages) == (1, "")
+        await asyncio.wait_for(ahead.wait(), 5)  # the next page is on its way
+        await pages.aclose()
+        assert running == ["t"] or cancelled == ["t"]
+    for _ in range(100):
+        await asyncio.sleep(0)
+    assert running == []
+    assert cancelled == (["t"] if ahead.is_set() else [])
 
 
 async def test_watch_calls_on_open_once_accepted_and_raises_error_events() -> None:
