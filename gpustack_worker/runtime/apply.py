@@ -149,7 +149,22 @@ def _plain_value(value: Any) -> Any:
 
 
 def _digest(body: Mapping[str, Any]) -> str:
-    """A canonical spelling of an apply body (to tell "the body we already sent" from a new one)."""
+    """A canonical spelling of an apply body's intent (to tell "the body we already sent" from a new
+    one). A status condition's ``lastTransitionTime`` is left out: it is not intent but derived from the
+    clock and the condition the reconcile found, so a reconcile that runs before our own write reached the
+    cache (finding no condition, or the old one) derives the same condition with a later time — the same
+    state, which must not be written twice (issue 18: a ClusterQueue's ``TopologyReady`` written again 77 ms
+    after the first, the two bodies a second apart)."""
+    status = body.get("status")
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    if isinstance(conditions, list | tuple) and any(
+        isinstance(c, Mapping) and "lastTransitionTime" in c for c in conditions
+    ):
+        timeless = [
+            {k: v for k, v in c.items() if k != "lastTransitionTime"} if isinstance(c, Mapping) else c
+            for c in conditions
+        ]
+        body = {**body, "status": {**cast("Mapping[str, Any]", status), "conditions": timeless}}
     return orjson.dumps(dict(body), option=orjson.OPT_SORT_KEYS, default=_plain_value).decode()
 
 
