@@ -10,10 +10,11 @@
    again after the agent and nfd-master are done, the ratios use the mean); then one
    ``--all-nodes`` agent started in this process with the default settings (``--set GPUSTACK_X=V``
    seeds others) and the process's log level: seconds until its caches synced and until its last
-   write (nothing queued or in progress, no write for longer than the fit window), its writes and
-   requests, CPU seconds of the agent and of the API server, and the writes per 5 s of the agent and of
-   nfd-master from the API server's audit log. Two ratios (1.0: as fast as the API server accepts
-   writes from 8 concurrent clients):
+   write (nothing queued or in progress, no write for longer than the fit window), its writes,
+   requests and reconciles per controller, CPU seconds of the agent and of every cluster process (until
+   its last write, with how many of the machine's cores were busy meanwhile, and until it settled), and
+   the writes per 5 s of the agent and of nfd-master from the API server's audit log. Two ratios
+   (1.0: as fast as the API server accepts writes from 8 concurrent clients):
 
    - **stage 3 converged** (``ratio``): the needed writes — the agent's, plus nfd-master's Node
      updates that project its NodeFeatures (``managed=true``, the capacity labels: the chain reads
