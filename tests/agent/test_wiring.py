@@ -254,12 +254,17 @@ async def test_the_echo_of_the_capacity_write_wakes_nobody_but_a_list_update_sti
     agent.nodes._dispatch(MODIFIED, cached, echo)
     assert _woken(agent) == (0, 0, 0, 0), "our own write's event: the capacity reconcile would be a no-op"
     # The same pair from a relist (the listed object may fold in writes the watch never delivered).
+    _dispatch_from_a_list(agent, cached, echo)
+    assert _woken(agent) == (0, 1, 0, 0)
+
+
+def _dispatch_from_a_list(agent: Agent, old: Any, new: Any) -> None:
+    """The Node update ``old`` → ``new`` handed out as one of a LIST's diffs."""
     agent.nodes.dispatching_list = True
     try:
-        agent.nodes._dispatch(MODIFIED, cached, echo)
+        agent.nodes._dispatch(MODIFIED, old, new)
     finally:
         agent.nodes.dispatching_list = False
-    assert _woken(agent) == (0, 1, 0, 0)
 
 
 async def test_the_same_update_without_our_write_on_record_wakes_the_capacity_controller() -> None:
@@ -313,11 +318,7 @@ async def test_the_echo_of_the_fit_write_wakes_nobody() -> None:
     echo = _echo(written, cached, labels=labels)
     agent.nodes._dispatch(MODIFIED, cached, echo)
     assert _woken(agent) == (0, 0, 0, 0)
-    agent.nodes.dispatching_list = True
-    try:
-        agent.nodes._dispatch(MODIFIED, cached, echo)
-    finally:
-        agent.nodes.dispatching_list = False
+    _dispatch_from_a_list(agent, cached, echo)
     assert _woken(agent) == (0, 0, 0, 1)
 
 
