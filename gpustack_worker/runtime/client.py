@@ -851,6 +851,14 @@ class Client:
                 params["resourceVersionMatch"] = resource_version_match
         loop = asyncio.get_running_loop()
         fetching: asyncio.Task[bytes] | None = None
+        decoding: asyncio.Future[tuple[_T, str, str]] | None = None
+
+        def ask_for(token: str) -> asyncio.Task[bytes]:
+            params.pop("resourceVersion", None)  # a continued list carries neither (the server refuses)
+            params.pop("resourceVersionMatch", None)
+            params["continue"] = token
+            return asyncio.ensure_future(self._get_page(path, dict(params)))
+
         try:
             body = await self._get_page(path, params)
             while True:
@@ -865,22 +873,23 @@ class Client:
                 del body
                 await asyncio.wait((token_read, decoding), return_when=asyncio.FIRST_COMPLETED)
                 if token_read.done() and token_read.result():
-                    params.pop("resourceVersion", None)
-                    params.pop("resourceVersionMatch", None)
-                    params["continue"] = token_read.result()
-                    fetching = asyncio.ensure_future(self._get_page(path, dict(params)))
+                    fetching = ask_for(token_read.result())
                 converted, rv, token = await decoding
+                decoding = None
                 yield converted, rv
                 if not token:
                     return
                 if fetching is None:  # the token's hand-over came after the decode's end
-                    params["continue"] = token
-                    fetching = asyncio.ensure_future(self._get_page(path, dict(params)))
+                    fetching = ask_for(token)
                 body, fetching = await fetching, None
         finally:
-            if fetching is not None:  # the consumer stopped early, or the decode raised
-                fetching.cancel()
-                fetching.add_done_callback(_retrieved)
+            # The consumer stopped early, a decode raised, or this task was cancelled: nothing is left
+            # running for nobody, and no error is left unretrieved.
+            for pending in (fetching, decoding):
+                if pending is not None and not pending.done():
+                    pending.cancel()
+                if pending is not None:
+                    pending.add_done_callback(_retrieved)
 
     async def _get_page(self, path: str, params: dict[str, str]) -> bytes:
         """One page's raw body (decoded by the caller, off the loop)."""
