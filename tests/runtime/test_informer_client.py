@@ -275,3 +275,33 @@ def test_gc_pause_is_counted_across_holders_and_restores_what_it_found(
             assert gc.isenabled() == (was_enabled and not inside)
     finally:
         gc.enable()
+
+
+async def test_a_continued_page_request_carries_no_resource_version() -> None:
+    """The resourceVersion (and its match) go on the first page only: the API server refuses them next
+    to a continue token, whichever way the next page is asked for."""
+    client = Client(FakeApi())
+    bodies = [
+        orjson.dumps({"items": [{"metadata": {"name": "a"}}], "metadata": {"continue": "t1"}}),
+        orjson.dumps({"items": [{"metadata": {"name": "b"}}], "metadata": {"continue": "t2"}}),
+        orjson.dumps({"items": [{"metadata": {"name": "c"}}], "metadata": {"resourceVersion": "30"}}),
+    ]
+    asked: list[dict[str, str]] = []
+
+    async def get_page(path: str, params: dict[str, str]) -> bytes:
+        asked.append(dict(params))
+        return bodies[len(asked) - 1]
+
+    client._get_page = get_page  # type: ignore[method-assign]
+    got = [
+        page
+        async for page in client.list_pages(
+            CONFIG_MAP, convert=len, limit=1, resource_version="12", resource_version_match="NotOlderThan"
+        )
+    ]
+    assert got == [(1, ""), (1, ""), (1, "30")]
+    assert asked == [
+        {"limit": "1", "resourceVersion": "12", "resourceVersionMatch": "NotOlderThan"},
+        {"limit": "1", "continue": "t1"},
+        {"limit": "1", "continue": "t2"},
+    ]
