@@ -195,12 +195,12 @@ class Agent:
         # and the echo of its own write (the watch event of exactly that write) wakes nobody at all.
         facts = kept(node_facts)
         change = kept_pair(lambda old, new: reads.node_change(facts(old), facts(new)))
-        woken = (
-            (self.nodefeature, reads.wakes_nodefeature, None),
-            (self.capacity, reads.wakes_capacity, self._echo(capacity.FIELD_MANAGER, self.nodes, "status")),
-        )
-        for ctl, wakes, echo in woken:
-            ctl.watch(self.nodes, predicates=[_node_update(change, wakes), *([echo] if echo else [])])
+        # The NodeFeature reconciler writes no Node: its own echo comes on the NodeFeature watch below.
+        self.nodefeature.watch(self.nodes, predicates=[_node_update(change, reads.wakes_nodefeature)])
+        capacity_read = _node_update(change, reads.wakes_capacity)
+        capacity_echo = self._echo(capacity.FIELD_MANAGER, self.nodes, "status")
+        self.capacity.watch(self.nodes, predicates=[capacity_read, capacity_echo])
+        for ctl in (self.nodefeature, self.capacity):
             ctl.watch(self.devices)
         feature_echo = self._echo(nodefeature.FIELD_MANAGER, self.features)
         self.nodefeature.watch(self.features, mapper=_feature_node, predicates=[feature_echo])

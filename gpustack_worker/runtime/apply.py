@@ -596,8 +596,7 @@ class Applier:
         written = await self.client.apply(
             resource, dict(desired), field_manager=self.field_manager, force=force, subresource=subresource
         )
-        self._remember(key, written, digest, created=cached is None)
-        self._expect_echo(key, cached, written)
+        self._remember(key, written, digest, cached)
         if taken and cached is not None:
             fields = tuple(sorted(dotted(p) for p in taken))
             _log.warning(
@@ -626,21 +625,16 @@ class Applier:
             return None
         digest = _digest(desired)
         written = await self.client.create(resource, dict(desired), field_manager=self.field_manager)
-        self._remember(key, written, digest, created=True)
-        self._expect_echo(key, None, written)
+        self._remember(key, written, digest, None)
         return written
 
     def _expect_echo(
-        self, key: tuple[str, str, str, str], cached: Mapping[str, Any] | None, written: Any
+        self, key: tuple[str, str, str, str], cached: Mapping[str, Any] | None, version: int | None
     ) -> None:
-        meta = written.get("metadata") if isinstance(written, Mapping) else None
-        version = resource_version_number((meta or {}).get("resourceVersion"))
-        if version is None:
-            self._echoes.pop(key, None)
-            return
+        """Record a write computed from ``cached`` and answered at ``version`` for :meth:`is_own_echo`."""
         base = None if cached is None else _version_of(cached)
-        if cached is not None and base is None:
-            self._echoes.pop(key, None)  # a base without a version cannot be matched
+        if version is None or (cached is not None and base is None):
+            self._echoes.pop(key, None)  # a version missing on either side cannot be matched
             return
         self._echoes[key] = (base, version)
         self._echoes.move_to_end(key)
@@ -745,11 +739,17 @@ class Applier:
             return None
         return min(v for v in reached if v is not None)
 
-    def _remember(self, key: tuple[str, str, str, str], written: Any, digest: str, *, created: bool) -> None:
+    def _remember(
+        self, key: tuple[str, str, str, str], written: Any, digest: str, cached: Mapping[str, Any] | None
+    ) -> None:
+        """Our accepted write of ``key``, computed from ``cached`` (None: the object was not cached, a
+        create): for the own-write guards and for :meth:`is_own_echo`."""
         meta = written.get("metadata") if isinstance(written, Mapping) else None
         version = resource_version_number((meta or {}).get("resourceVersion"))
         uid = (meta or {}).get("uid")
+        created = cached is None
         self._unseen.pop(key, None)
+        self._expect_echo(key, cached, version)
         if version is None or not uid:
             self._recent.pop(key, None)
             return
