@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from gpustack_worker.agent.settings import AgentSettings
     from gpustack_worker.runtime.client import Client
     from gpustack_worker.runtime.clock import Clock
-    from gpustack_worker.runtime.controller import Predicate, Result
+    from gpustack_worker.runtime.controller import Hold, Predicate, Result
     from gpustack_worker.runtime.settings import SettingsSource
 
 __all__ = ("Agent", "kept", "kept_pair")
@@ -199,17 +199,17 @@ class Agent:
         self.nodefeature.watch(self.nodes, predicates=[_node_update(change, reads.wakes_nodefeature)])
         capacity_read = _node_update(change, reads.wakes_capacity)
         capacity_echo = self._echo(capacity.FIELD_MANAGER, self.nodes, "status")
-        self.capacity.watch(self.nodes, predicates=[capacity_read, capacity_echo])
+        self.capacity.watch(self.nodes, predicates=[capacity_read], hold=capacity_echo)
         for ctl in (self.nodefeature, self.capacity):
             ctl.watch(self.devices)
         feature_echo = self._echo(nodefeature.FIELD_MANAGER, self.features)
-        self.nodefeature.watch(self.features, mapper=_feature_node, predicates=[feature_echo])
-        fit_read_changed = _node_update(change, reads.wakes_fit)
+        self.nodefeature.watch(self.features, mapper=_feature_node, hold=feature_echo)
+        fit_read = _node_update(change, reads.wakes_fit)
         fit_echo = self._echo(fit.FIELD_MANAGER, self.nodes)
-        for informer, predicates in ((self.nodes, [fit_read_changed, fit_echo]), (self.devices, [])):
+        for informer, predicates, hold in ((self.nodes, [fit_read], fit_echo), (self.devices, [], None)):
             listing, live = _first_list(informer)
-            self.fit.watch(informer, predicates=[*predicates, listing])
-            self.fit.watch(informer, predicates=[*predicates, live], delay=self._window)
+            self.fit.watch(informer, predicates=[*predicates, listing], hold=hold)
+            self.fit.watch(informer, predicates=[*predicates, live], delay=self._window, hold=hold)
         settings.subscribe(self._settings_changed)
         self.manager = Manager(
             settings=settings, health_bind=health_bind, cache_sync_timeout=boot.cache_sync_timeout_seconds
@@ -229,18 +229,19 @@ class Agent:
     ) -> Controller:
         return Controller(name, reconcile, settings_queue(name, boot, clock), workers=workers)
 
-    def _echo(self, manager: str, informer: Informer, subresource: str | None = None) -> Predicate:
-        """Drop the watch event of ``manager``'s own last write of the object (:meth:`Applier.is_own_echo`:
-        exactly that write, nothing folded in); a LIST's updates always pass."""
+    def _echo(self, manager: str, informer: Informer, subresource: str | None = None) -> Hold:
+        """Drop the watch event of ``manager``'s own write of the object (:meth:`Applier.hold_own_echo`:
+        exactly that write, nothing folded in — held until the write's answer when it comes first); a
+        LIST's updates always pass."""
         applier = self.steps.applier(manager)
         resource = informer.resource
 
-        def not_own_echo(_event: str, old: Any, new: Any) -> bool:
-            if new is None or informer.dispatching_list:
-                return True
-            return not applier.is_own_echo(resource, old, new, subresource)
+        def own_echo(_event: str, old: Any, new: Any, release: Callable[[], None]) -> bool:
+            if informer.dispatching_list:
+                return False
+            return applier.hold_own_echo(resource, old, new, subresource, release)
 
-        return not_own_echo
+        return own_echo
 
     def _window(self) -> float:
         return self.settings.current.fit_label_coalesce_seconds

@@ -490,6 +490,24 @@ class ManagedFieldsCache(Protocol):
         ...
 
 
+def _write_key(
+    resource: Resource, meta: Mapping[str, Any], subresource: str | None
+) -> tuple[str, str, str, str]:
+    """(kind, namespace, name, subresource) of a write: the key of the Applier's records."""
+    return (resource.kind, str(meta.get("namespace") or ""), str(meta.get("name") or ""), subresource or "")
+
+
+class _InFlight:
+    """One write on its way: the version it was computed from (None: a create) and the watch events held
+    until its answer, each ``(its new version, release)`` (held only when its old version is ``base``)."""
+
+    __slots__ = ("base", "held")
+
+    def __init__(self, base: int | None) -> None:
+        self.base = base
+        self.held: list[tuple[int | None, Callable[[], None]]] = []
+
+
 class ApplierConfigError(ValueError):
     """An :class:`Applier` bound to a cache that drops its field manager's managedFields."""
 
@@ -532,6 +550,9 @@ class Applier:
         #: The same key → (resourceVersion the write was computed from, None for a create; resourceVersion
         #: the server answered it with): the watch event of that very write (:meth:`is_own_echo`).
         self._echoes: OrderedDict[tuple[str, str, str, str], tuple[int | None, int]] = OrderedDict()
+        #: The same key → our write on its way (sent, not yet answered) and the watch events held until its
+        #: answer says whether they are its echo (:meth:`hold_own_echo`).
+        self._in_flight: dict[tuple[str, str, str, str], _InFlight] = {}
         #: kind → the bound informers of that kind (they say how far their watch has come).
         self._informers: dict[str, list[Any]] = {}
         self._skipped = APPLY_SKIPPED.labels(field_manager=field_manager)
@@ -593,10 +614,19 @@ class Applier:
         )
         taken = taken_fields(desired, cached, self.field_manager, subresource, hints=resource.hints)
         digest = _digest(desired)  # only for a write: a no-op pass never serialises its body
-        written = await self.client.apply(
-            resource, dict(desired), field_manager=self.field_manager, force=force, subresource=subresource
-        )
-        self._remember(key, written, digest, cached)
+        flight = self._take_off(key, cached)
+        answered = None
+        try:
+            written = await self.client.apply(
+                resource,
+                dict(desired),
+                field_manager=self.field_manager,
+                force=force,
+                subresource=subresource,
+            )
+            answered = self._remember(key, written, digest, cached)
+        finally:
+            self._land(key, flight, answered)
         if taken and cached is not None:
             fields = tuple(sorted(dotted(p) for p in taken))
             _log.warning(
@@ -624,9 +654,35 @@ class Applier:
             self._skipped.inc()
             return None
         digest = _digest(desired)
-        written = await self.client.create(resource, dict(desired), field_manager=self.field_manager)
-        self._remember(key, written, digest, None)
+        flight = self._take_off(key, None)
+        answered = None
+        try:
+            written = await self.client.create(resource, dict(desired), field_manager=self.field_manager)
+            answered = self._remember(key, written, digest, None)
+        finally:
+            self._land(key, flight, answered)
         return written
+
+    def _take_off(self, key: tuple[str, str, str, str], cached: Mapping[str, Any] | None) -> _InFlight | None:
+        """Record our write of ``key``, computed from ``cached``, as on its way (None: not recorded — the
+        base version is unknown, or another write of ours to the key is already on its way)."""
+        base = None if cached is None else _version_of(cached)
+        if (cached is not None and base is None) or key in self._in_flight:
+            return None
+        flight = _InFlight(base)
+        self._in_flight[key] = flight
+        return flight
+
+    def _land(self, key: tuple[str, str, str, str], flight: _InFlight | None, answered: int | None) -> None:
+        """The write ``flight`` was answered at version ``answered`` (None: failed, cancelled or answered
+        without a version): drop the held events that were its echo, release the others."""
+        if flight is None:
+            return
+        if self._in_flight.get(key) is flight:
+            del self._in_flight[key]
+        for seen, release in flight.held:
+            if answered is None or seen != answered:
+                release()
 
     def _expect_echo(
         self, key: tuple[str, str, str, str], cached: Mapping[str, Any] | None, version: int | None
@@ -665,8 +721,7 @@ class Applier:
         the oldest of :data:`RECENT_WRITES_MAX`.
         """
         meta = new.get("metadata") or {}
-        ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
-        key = (resource.kind, ns, name, subresource or "")
+        key = _write_key(resource, meta, subresource)
         entry = self._echoes.get(key)
         if entry is None:
             return False
@@ -680,6 +735,37 @@ class Applier:
         if old is None or base is None:
             return old is None and base is None
         return _version_of(old) == base
+
+    def hold_own_echo(
+        self,
+        resource: Resource,
+        old: Mapping[str, Any] | None,
+        new: Mapping[str, Any] | None,
+        subresource: str | None,
+        release: Callable[[], None],
+    ) -> bool:
+        """:meth:`is_own_echo`, also for the watch event that arrives before our write's answer: True when
+        the event is our last write's echo (drop it), or when it may be the echo of the write still on its
+        way — ``old`` is the version that write was computed from — and is held until the answer: dropped
+        if it is exactly that write, else ``release()`` is called then (also when the write fails). False:
+        not ours, pass it on now. For a watch's events only, like :meth:`is_own_echo`; ``new`` None (a
+        deletion) is never held.
+
+        About half of a busy controller's own echoes come before the answer is read (the server sends the
+        watch event and the response at once), and each would wake a no-op reconcile of its key."""
+        if new is None:
+            return False
+        if self.is_own_echo(resource, old, new, subresource):
+            return True
+        meta = new.get("metadata") or {}
+        flight = self._in_flight.get(_write_key(resource, meta, subresource))
+        if flight is None:
+            return False
+        old_version = None if old is None else _version_of(old)
+        if (old is None) != (flight.base is None) or old_version != flight.base:
+            return False  # computed from another version than our write's: someone else's change
+        flight.held.append((resource_version_number(meta.get("resourceVersion")), release))
+        return True
 
     def _written_already(
         self, key: tuple[str, str, str, str], cached: Mapping[str, Any] | None, desired: Mapping[str, Any]
@@ -741,9 +827,10 @@ class Applier:
 
     def _remember(
         self, key: tuple[str, str, str, str], written: Any, digest: str, cached: Mapping[str, Any] | None
-    ) -> None:
+    ) -> int | None:
         """Our accepted write of ``key``, computed from ``cached`` (None: the object was not cached, a
-        create): for the own-write guards and for :meth:`is_own_echo`."""
+        create): for the own-write guards and for :meth:`is_own_echo`. Returns the version the server
+        answered (None: none readable)."""
         meta = written.get("metadata") if isinstance(written, Mapping) else None
         version = resource_version_number((meta or {}).get("resourceVersion"))
         uid = (meta or {}).get("uid")
@@ -752,7 +839,7 @@ class Applier:
         self._expect_echo(key, cached, version)
         if version is None or not uid:
             self._recent.pop(key, None)
-            return
+            return version
         self._recent[key] = (str(uid), version, digest)
         self._recent.move_to_end(key)
         while len(self._recent) > RECENT_WRITES_MAX:
@@ -761,6 +848,7 @@ class Applier:
             self._unseen[key] = (str(uid), version, digest, self.monotonic())
             while len(self._unseen) > RECENT_WRITES_MAX:
                 self._unseen.popitem(last=False)
+        return version
 
     def _forget(self, resource: Resource, namespace: str | None, name: str) -> None:
         for key in [k for k in self._recent if k[:3] == (resource.kind, namespace or "", name)]:

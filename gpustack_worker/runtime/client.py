@@ -45,6 +45,7 @@ from opentelemetry import trace
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop_after_delay
 
 from gpustack_worker.runtime import wire
+from gpustack_worker.runtime.lines import byte_lines
 from gpustack_worker.runtime.metrics import CLIENT_REAUTHENTICATIONS, FENCED_WRITES, REST_REQUESTS
 from gpustack_worker.runtime.pool import make_linear
 from gpustack_worker.runtime.version import VERSION
@@ -944,9 +945,7 @@ class Client:
                     raise err
                 if on_open is not None:
                     on_open()
-                async for line in response.aiter_lines():
-                    if not line:
-                        continue
+                async for line in byte_lines(response.aiter_bytes()):
                     event = orjson.loads(line)
                     if event.get("type") == "ERROR":
                         status = event.get("object") or {}

@@ -10,7 +10,9 @@ someone else cancelled is an error like any other. A worker pool that ends anywa
 notice (it exits non-zero). Event sources are informers, wired with
 :meth:`Controller.watch`: a mapper turns an object into the keys to enqueue (directly, or through a
 cache index for secondary objects) and a predicate drops events that cannot matter — in particular
-the echo of our own writes (status-only or managedFields-only changes).
+the echo of our own writes (status-only or managedFields-only changes). A hold (:data:`Hold`) may keep
+an event back until something it waits for is known — the answer to our own write whose watch event
+came first — and then drop it or let it through as if it had just arrived.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
 
 __all__ = (
     "Controller",
+    "Hold",
     "Predicate",
     "Result",
     "generation_changed",
@@ -53,6 +56,9 @@ _TRACER = trace.get_tracer(__name__)
 _log = structlog.get_logger("gpustack_worker.runtime.controller")
 
 Predicate = Callable[[str, Any | None, Any | None], bool]
+#: ``hold(event, old, new, release)`` → True: the event is held — dropped, unless the hold calls
+#: ``release()`` later (at most once), which enqueues it then exactly as it would have been now.
+Hold = Callable[[str, Any | None, Any | None, Callable[[], None]], bool]
 Mapper = Callable[[Any], Iterable[str]]
 Reconcile = Callable[[str], Awaitable["Result"]]
 #: Errors that are "the world said no" rather than a bug; any other exception also counts as a panic.
@@ -163,8 +169,12 @@ class Controller:
         mapper: Mapper | None = None,
         predicates: Iterable[Predicate] = (),
         delay: Callable[[], float] | None = None,
+        hold: Hold | None = None,
     ) -> None:
         """Enqueue ``mapper(obj)`` (default: the object's own key) for events passing all predicates.
+
+        ``hold`` is asked last, for an event every predicate passed: when it holds the event, the keys are
+        enqueued only if and when it calls ``release`` (see :data:`Hold`).
 
         With ``delay``, keys are added with ``queue.add_after(key, delay())`` instead (``delay`` is read
         per event, so a settings change applies from the next event on). A pending deadline is never
@@ -174,15 +184,20 @@ class Controller:
         to_keys = mapper or _own_key
         preds = tuple(predicates)
 
-        def handler(event: str, old: Any | None, new: Any | None) -> None:
-            if not all(p(event, old, new) for p in preds):
-                return
+        def enqueue(old: Any | None, new: Any | None) -> None:
             for obj in (new, old) if new is not None and old is not None else (new or old,):
                 for key in to_keys(obj):
                     if delay is None:
                         self.queue.add(key)
                     else:
                         self.queue.add_after(key, delay())
+
+        def handler(event: str, old: Any | None, new: Any | None) -> None:
+            if not all(p(event, old, new) for p in preds):
+                return
+            if hold is not None and hold(event, old, new, lambda: enqueue(old, new)):
+                return
+            enqueue(old, new)
 
         informer.add_handler(handler)
 

@@ -336,3 +336,57 @@ async def test_the_echo_of_the_nodefeature_write_wakes_nobody() -> None:
     finally:
         agent.features.dispatching_list = False
     assert _woken(agent) == (1, 0, 0, 0)
+
+
+class _EventFirst:
+    """The agent's client, but the watch event of each apply is handed to the informer before the apply's
+    answer is returned (the server sends both at once; the agent often reads the event first).
+    ``folded`` makes the event carry another version than the answer (someone else's write came first)."""
+
+    def __init__(self, client: Client, informer: Any, change: dict[str, dict[str, str]]) -> None:
+        self.client = client
+        self.informer = informer
+        self.change = change
+        self.folded = False
+        self.cached: Any = None
+
+    async def apply(self, resource: Any, body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        written = await self.client.apply(resource, body, **kwargs)
+        version = int(written["metadata"]["resourceVersion"]) + (1 if self.folded else 0)
+        event = _echo({"metadata": {"resourceVersion": str(version)}}, self.cached, **self.change)
+        self.informer._dispatch(MODIFIED, self.cached, event)
+        return written
+
+
+@pytest.mark.parametrize("folded", [False, True], ids=["exactly our write", "not our write"])
+async def test_the_echo_read_before_the_answer_wakes_nobody_and_any_other_event_is_released(
+    folded: bool,
+) -> None:
+    agent = _synced_agent(FakeServer(FakeClock()))
+    cached = await _cached_node(agent, "a")
+    counted = {UNITS: "6400000"}
+    applier = agent.steps.applier(capacity.FIELD_MANAGER)
+    gate = _EventFirst(applier.client, agent.nodes, {"capacity": counted, "allocatable": counted})
+    gate.cached, gate.folded = cached, folded
+    applier.client = gate  # type: ignore[assignment]
+    written = await applier.apply_status(kinds.NODE, capacity.apply_body("a", {UNITS: 6_400_000}), cached)
+    assert written is not None
+    assert _woken(agent) == ((0, 1, 0, 0) if folded else (0, 0, 0, 0))
+
+
+async def test_the_nodefeature_create_read_before_its_answer_wakes_nobody() -> None:
+    agent = _synced_agent(FakeServer(FakeClock()))
+    applier = agent.steps.applier(nodefeature.FIELD_MANAGER)
+    real = applier.client
+
+    class AddedFirst:
+        async def apply(self, resource: Any, body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+            written = await real.apply(resource, body, **kwargs)
+            agent.features._dispatch(ADDED, None, freeze(written))
+            assert _woken(agent) == (0, 0, 0, 0), "held while the create is on its way"
+            return written
+
+    applier.client = AddedFirst()  # type: ignore[assignment]
+    wanted = nodefeature.desired(node_facts(_node("a")), None, manual=False, mixed_on_node=True)
+    assert await applier.apply(kinds.NODE_FEATURE, wanted, None) is not None
+    assert _woken(agent) == (0, 0, 0, 0)

@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from echo_objects import MANAGER, NS, THING, Cache, StubClient
 
 from gpustack_worker.runtime import conditions
 from gpustack_worker.runtime.apply import Applier
-from tests.runtime.test_apply_echo import MANAGER, NS, THING, Cache, StubClient
 
 
 def status_body(

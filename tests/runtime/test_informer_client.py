@@ -34,9 +34,11 @@ class FakeResponse:
     async def aread(self) -> bytes:
         return self.content
 
-    async def aiter_lines(self) -> AsyncIterator[str]:
-        for line in self._lines:
-            yield orjson.dumps(line).decode()
+    async def aiter_bytes(self) -> AsyncIterator[bytes]:
+        for line in self._lines:  # each event cut in two chunks, as a read may deliver it
+            data = orjson.dumps(line) + b"\n"
+            yield data[:7]
+            yield data[7:]
 
 
 class FakeApi:
