@@ -7,14 +7,14 @@
 2. **Cluster** (unless ``--no-cluster``) — a fresh dev cluster, N simulated nodes applied and their
    Device Manager labels projected by nfd-master; then the API server's raw server-side-apply rate
    (a bare client, 8 in flight, a label on each Node; ``simulate_bench.raw_node_label_rate``; measured
-   again after the agent and nfd-master are done, the ratios use the mean); then one
-   ``--all-nodes`` agent started in this process with the default settings (``--set GPUSTACK_X=V``
-   seeds others) and the process's log level: seconds until its caches synced and until its last
-   write (nothing queued or in progress, no write for longer than the fit window), its writes,
-   requests and reconciles per controller, CPU seconds of the agent and of every cluster process (until
-   its last write, with how many of the machine's cores were busy meanwhile, and until it settled), and
-   the writes per 5 s of the agent and of nfd-master from the API server's audit log. Two ratios
-   (1.0: as fast as the API server accepts writes from 8 concurrent clients):
+   again after the agent and nfd-master are done and before the replay below, the ratios use the
+   mean); then one ``--all-nodes`` agent started in this process with the default settings
+   (``--set GPUSTACK_X=V`` seeds others) and the process's log level: seconds until its caches synced
+   and until its last write (nothing queued or in progress, no write for longer than the fit window),
+   its writes, requests and reconciles per controller, CPU seconds of the agent and of every cluster
+   process (until its last write, with how many of the machine's cores were busy meanwhile, and until it
+   settled), and the writes per 5 s of the agent and of nfd-master from the API server's audit log.
+   Two ratios (1.0: as fast as the API server accepts writes from 8 concurrent clients):
 
    - **stage 3 converged** (``ratio``): the needed writes — the agent's, plus nfd-master's Node
      updates that project its NodeFeatures (``managed=true``, the capacity labels: the chain reads
@@ -319,14 +319,15 @@ async def bench_cluster(
         stop.set()
         await task
         requests = dict(agent_client.requests_by_method)
-        # The agent's own writes sent again by a bare client (bench/replay.py), before the raw label rate.
-        replayed, replay_s = await replay_rate(admin, recorder.applies, RAW_CONCURRENCY)
-        replay = replayed / replay_s
-        # The raw rate again once the agent and nfd-master are done: the machine's load moves within a
-        # run, and the ratios divide by the mean of the two.
+        # The raw rate again once the agent and nfd-master are done — on the Nodes as they left them,
+        # before the replay below adds its own field manager to every one: the machine's load moves within
+        # a run, and the ratios divide by the mean of the two.
         raw_writes_after, raw_s_after = await raw_node_label_rate(admin, names, "2")
         raw_after = raw_writes_after / raw_s_after
         raw_rate = (raw_before + raw_after) / 2
+        # The agent's own writes sent again by a bare client (bench/replay.py).
+        replayed, replay_s = await replay_rate(admin, recorder.applies, RAW_CONCURRENCY)
+        replay = replayed / replay_s
         nodes, _ = await admin.list(kinds.NODE)
         by_name = {n["metadata"]["name"]: n for n in nodes}
         counted = sum(

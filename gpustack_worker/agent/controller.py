@@ -194,7 +194,11 @@ class Agent:
         # (agent/reads.py): the echo of a sibling's write (counting keys, fit labels) wakes nobody else,
         # and the echo of its own write (the watch event of exactly that write) wakes nobody at all.
         facts = kept(node_facts)
-        change = kept_pair(lambda old, new: reads.node_change(facts(old), facts(new)))
+        change = kept_pair(
+            lambda old, new: reads.node_change(
+                facts(old), facts(new), manual=self.settings.current.node_management_manual
+            )
+        )
         # The NodeFeature reconciler writes no Node: its own echo comes on the NodeFeature watch below.
         self.nodefeature.watch(self.nodes, predicates=[_node_update(change, reads.wakes_nodefeature)])
         capacity_read = _node_update(change, reads.wakes_capacity)

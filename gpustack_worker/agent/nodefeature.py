@@ -37,10 +37,23 @@ if TYPE_CHECKING:
 
     from gpustack_worker.agent.facts import DevicesFacts, NodeFacts
 
-__all__ = ("FIELD_MANAGER", "desired", "desired_labels")
+__all__ = ("FIELD_MANAGER", "desired", "desired_labels", "is_published_label")
 
 #: Server-side apply field manager of the worker NodeFeature.
 FIELD_MANAGER = "gpustack-worker-nodefeature"
+
+
+#: The label keys only the worker NodeFeature publishes (besides ``gpustack.ai/managed``, which is also an
+#: admin's switch): the CPU keys, ``cpu-only`` and the RDMA labels.
+_PUBLISHED_KEYS: frozenset[str] = frozenset(
+    {keys.CPU_ONLY, keys.RDMA_CAPABLE, keys.RDMA_DISTANCE, keys.RDMA_NUMA}
+)
+
+
+def is_published_label(key: str) -> bool:
+    """A key of the worker NodeFeature's own (nfd-master projects it onto the Node), other than
+    ``gpustack.ai/managed``: no reconciler of the agent reads it back from the Node."""
+    return key in _PUBLISHED_KEYS or key.startswith(keys.GENERAL_PREFIX)
 
 
 def _read_published(key: str, raw: str) -> str | None:

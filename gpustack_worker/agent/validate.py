@@ -130,7 +130,7 @@ def _cpu_path(node: NodeFacts) -> str:
     return f"metadata.labels[{keys.NFD_CPU_VENDOR}, {keys.NFD_CPU_FAMILY}, {keys.NFD_CPU_ID}]"
 
 
-def _check_managed(label: node_class.ManagedLabel) -> list[Finding]:
+def check_managed(label: node_class.ManagedLabel) -> list[Finding]:
     """``gpustack.ai/managed``: a value the agent, the chain and ``plan`` all read as unmanaged although
     someone probably meant otherwise — whoever wrote it."""
     path = f"metadata.labels[{keys.MANAGED}]"
@@ -166,7 +166,7 @@ def _check_managed(label: node_class.ManagedLabel) -> list[Finding]:
 
 def check_node(node: NodeFacts) -> list[Finding]:
     """The agent's rules on the Node itself."""
-    findings = _check_managed(managed_label(node))
+    findings = check_managed(managed_label(node))
     g_key = identity.general_key(node.labels, node.annotations)
     count_key = keys.count_key(keys.general_key(g_key))
     for key in (keys.general_key(identity.cpu_manufacturer(node.labels)), keys.general_key(g_key), count_key):

@@ -92,6 +92,22 @@ class Row:
     change: tuple[bool, set[str], set[str], set[str]]
     #: Which reconcilers wake: (nodefeature, capacity, fit).
     wakes: tuple[bool, bool, bool]
+    #: The managed reading differs (NodeChange.managed).
+    managed: bool = False
+    #: ``node-management-manual``.
+    manual: bool = False
+
+
+#: nfd-master's first projection of the worker NodeFeature onto the base node: its keys, ``managed=true``
+#: and the ``feature-labels`` annotation listing them (default namespace stripped, as nfd-master writes it).
+PROJECTED = {
+    keys.MANAGED: "true",
+    keys.general_key("amd"): "true",
+    keys.general_key("amd-epyc-7763"): "true",
+    keys.count_key(keys.general_key("amd-epyc-7763")): "128",
+    keys.RDMA_CAPABLE: "true",
+}
+FEATURE_LABELS = {keys.NFD_FEATURE_LABELS_ANNOTATION: ",".join(sorted(PROJECTED))}
 
 
 B = _base()
@@ -188,10 +204,48 @@ ROWS = [
         (False, True, True),
     ),
     Row(
-        "a counting key and a label that is read",
+        "a counting key and an admin's managed=true (the agent no longer stamps it)",
         _with(B, labels={keys.MANAGED: "true"}, capacity={SLICED_UNITS: "0"}),
         (False, {keys.MANAGED}, set(), {SLICED_UNITS}),
         (True, True, True),
+        managed=True,
+    ),
+    Row(
+        "nfd-master's first projection (the agent already treated the node as managed)",
+        _with(B, labels=dict(PROJECTED), annotations=dict(FEATURE_LABELS)),
+        (False, set(PROJECTED), set(FEATURE_LABELS), set()),
+        (False, False, False),
+    ),
+    Row(
+        "the same projection under node-management-manual (now counted: managed by an admin's stamp)",
+        _with(B, labels=dict(PROJECTED), annotations=dict(FEATURE_LABELS)),
+        (False, set(PROJECTED), set(FEATURE_LABELS), set()),
+        (True, True, True),
+        managed=True,
+        manual=True,
+    ),
+    Row(
+        "a worker NodeFeature key alone",
+        _with(B, labels={keys.RDMA_NUMA: "0_1", keys.CPU_ONLY: "true"}),
+        (False, {keys.RDMA_NUMA, keys.CPU_ONLY}, set(), set()),
+        (False, False, False),
+    ),
+    Row(
+        "the feature-labels annotation alone, managed listed neither way",
+        _with(B, annotations={keys.NFD_FEATURE_LABELS_ANNOTATION: "cpu-model.vendor_id"}),
+        (False, set(), {keys.NFD_FEATURE_LABELS_ANNOTATION}, set()),
+        (False, False, False),
+    ),
+    Row(
+        "an admin's managed=false becomes nfd-master's (the agent stamps it again)",
+        _with(
+            B,
+            labels={keys.MANAGED: "false"},
+            annotations={keys.NFD_FEATURE_LABELS_ANNOTATION: keys.MANAGED},
+        ),
+        (False, {keys.MANAGED}, {keys.NFD_FEATURE_LABELS_ANNOTATION}, set()),
+        (True, True, True),
+        managed=True,
     ),
     Row(
         "a fit label and a bare pool",
@@ -204,12 +258,13 @@ ROWS = [
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
 def test_node_change_and_who_wakes(row: Row) -> None:
-    change = reads.node_change(B, row.new)
+    change = reads.node_change(B, row.new, manual=row.manual)
     identity, labels, annotations, resources = row.change
     assert change == reads.NodeChange(
-        identity, frozenset(labels), frozenset(annotations), frozenset(resources)
+        identity, frozenset(labels), frozenset(annotations), frozenset(resources), row.managed
     )
-    assert reads.node_change(row.new, B) == change, "the change of an update is the change of its reverse"
+    reverse = reads.node_change(row.new, B, manual=row.manual)
+    assert reverse == change, "the change of an update is the change of its reverse"
     woken = (reads.wakes_nodefeature(change), reads.wakes_capacity(change), reads.wakes_fit(change))
     assert woken == row.wakes
 
@@ -238,8 +293,8 @@ def test_node_change_is_exactly_the_keys_whose_value_differs(
     def differ(a: dict[str, str], b: dict[str, str]) -> set[str]:
         return {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
 
-    change = reads.node_change(facts(old), facts(new))
-    assert not change.identity
+    change = reads.node_change(facts(old), facts(new), manual=False)
+    assert not change.identity and not change.managed
     assert change.labels == differ(old[0], new[0])
     assert change.annotations == differ(old[1], new[1])
     assert change.resources == differ(old[2], new[2]) | differ(old[3], new[3])
@@ -388,6 +443,22 @@ def fit_edits(draw: st.DrawFn, world: World) -> list[Edit]:
     return _edits(draw, key, st.just("labels"))
 
 
+PUBLISHED_KEYS = st.one_of(
+    st.sampled_from([keys.CPU_ONLY, keys.RDMA_CAPABLE, keys.RDMA_DISTANCE, keys.RDMA_NUMA]),
+    st.builds(keys.general_key, A_KEYS),
+    st.builds(lambda g: keys.count_key(keys.general_key(g)), A_KEYS),
+)
+
+
+def published_edits(draw: st.DrawFn, world: World) -> list[Edit]:
+    """The worker NodeFeature's keys (other than ``managed``) added, removed or rewritten on the Node, as
+    nfd-master's projection or anyone's edit leaves them (the node's own and new ones)."""
+    present = sorted(k for k in world.node["metadata"]["labels"] if nodefeature.is_published_label(k))
+    present += sorted(k for k in world.feature_labels if k != keys.MANAGED)
+    key = st.one_of(PUBLISHED_KEYS, st.sampled_from(present)) if present else PUBLISHED_KEYS
+    return _edits(draw, key, st.just("labels"))
+
+
 def edited(node_obj: dict[str, Any], edits: list[Edit]) -> dict[str, Any]:
     """A copy of ``node_obj`` with ``edits`` made."""
     out = copy.deepcopy(node_obj)
@@ -409,7 +480,8 @@ def edited(node_obj: dict[str, Any], edits: list[Edit]) -> dict[str, Any]:
 
 def _before_after(world: World, edits: list[Edit]) -> tuple[reads.NodeChange, Outputs, Outputs]:
     before, after = node_facts(world.node), node_facts(edited(world.node, edits))
-    return reads.node_change(before, after), outputs(world, before), outputs(world, after)
+    change = reads.node_change(before, after, manual=world.manual)
+    return change, outputs(world, before), outputs(world, after)
 
 
 @st.composite
@@ -434,6 +506,12 @@ def only_fit_edits(draw: st.DrawFn) -> tuple[World, list[Edit]]:
 def only_counting_edits(draw: st.DrawFn) -> tuple[World, list[Edit]]:
     world = draw(worlds())
     return world, counting_edits(draw, world)
+
+
+@st.composite
+def only_published_edits(draw: st.DrawFn) -> tuple[World, list[Edit]]:
+    world = draw(worlds())
+    return world, published_edits(draw, world)
 
 
 def _classified(edits: list[Edit]) -> None:
@@ -477,6 +555,52 @@ def test_counting_keys_do_not_change_the_fit_labels(case: tuple[World, list[Edit
     assert after.findings == before.findings
 
 
+@settings(max_examples=60)
+@given(case=only_published_edits())
+def test_the_worker_nodefeature_keys_on_the_node_change_no_output_nor_finding(
+    case: tuple[World, list[Edit]],
+) -> None:
+    world, edits = case
+    for _where, key, _value in edits:
+        assert nodefeature.is_published_label(key), key
+    change, before, after = _before_after(world, edits)
+    assert not (reads.wakes_nodefeature(change) or reads.wakes_capacity(change) or reads.wakes_fit(change))
+    assert after == before
+
+
+def test_every_key_the_worker_nodefeature_publishes_is_classified_as_its_own() -> None:
+    """The predicates skip exactly these keys: a key the NodeFeature gains later must be classified too
+    (else its projection would wake every reconciler, or — if read — be skipped wrongly: see above)."""
+    published = {
+        key
+        for _n, spec in SPECS
+        for mixed in (False, True)
+        for key in world_of(spec, "none", manual=False, mixed_on_node=mixed).feature_labels
+    }
+    assert keys.MANAGED in published and keys.CPU_ONLY in published and keys.RDMA_CAPABLE in published
+    assert {k for k in published if not nodefeature.is_published_label(k)} == {keys.MANAGED}
+
+
+@settings(max_examples=60)
+@given(world=worlds())
+def test_nfd_masters_projection_of_the_nodefeature_wakes_nobody(world: World) -> None:
+    """The worker NodeFeature's labels projected onto a node that did not carry them yet (nor
+    ``managed``): the agent already stamped and counted the node, so nothing it computes changes. Under
+    node-management-manual the NodeFeature carries no ``managed`` and the projection adds none."""
+    start = copy.deepcopy(world.node)
+    start["metadata"]["labels"].pop(keys.MANAGED, None)
+    start["metadata"]["annotations"].pop(keys.NFD_FEATURE_LABELS_ANNOTATION, None)
+    for key in world.feature_labels:
+        start["metadata"]["labels"].pop(key, None)
+    unprojected = dataclasses.replace(world, node=start)
+    edits: list[Edit] = [("labels", k, v) for k, v in world.feature_labels.items()]
+    edits.append(("annotations", keys.NFD_FEATURE_LABELS_ANNOTATION, ",".join(sorted(world.feature_labels))))
+    change, before, after = _before_after(unprojected, edits)
+    assert change.labels, "the projection changed the node"
+    assert not (reads.wakes_nodefeature(change) or reads.wakes_capacity(change) or reads.wakes_fit(change))
+    assert after == before
+
+
 #: Keys the reconcilers do read, and values that matter for them (any other value too).
 READ_LABELS = st.tuples(
     st.just("labels"),
@@ -488,7 +612,11 @@ READ_LABELS = st.tuples(
 READ_ANNOTATIONS = st.tuples(
     st.just("annotations"),
     st.sampled_from([keys.CPU_NAME_ANNOTATION, keys.NFD_FEATURE_LABELS_ANNOTATION]),
-    st.one_of(st.none(), st.sampled_from(["Intel(R) Xeon(R) Gold 6348", keys.MANAGED]), VALUES),
+    st.one_of(
+        st.none(),
+        st.sampled_from(["Intel(R) Xeon(R) Gold 6348", keys.MANAGED, f"{keys.MANAGED},{keys.RDMA_CAPABLE}"]),
+        VALUES,
+    ),
 )
 
 
@@ -508,6 +636,8 @@ def any_edits(draw: st.DrawFn) -> tuple[World, list[Edit]]:
     edits: list[Edit] = [draw(st.one_of(READ_LABELS, READ_ANNOTATIONS, read_capacity(world)))]
     if draw(st.booleans()):
         edits += counting_edits(draw, world)
+    if draw(st.booleans()):
+        edits += published_edits(draw, world)
     if draw(st.booleans()):
         edits += fit_edits(draw, world)
     return world, draw(st.permutations(edits))
@@ -594,6 +724,7 @@ def test_a_key_that_is_read_wakes_the_reconciler_and_changes_its_output(
         labels=change.labels - {key},
         annotations=change.annotations - {key},
         resources=change.resources - {key},
+        managed=change.managed and key not in (keys.MANAGED, keys.NFD_FEATURE_LABELS_ANNOTATION),
     )
     for name in differs:
         for wakes in predicates.values() if name == "findings" else (predicates[name],):
