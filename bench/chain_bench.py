@@ -529,7 +529,8 @@ def log_field(path: Path, event: str, key: str) -> str | None:
 
 
 def reconcile_stats(address: str) -> dict[str, tuple[float, float]]:
-    """Per chain controller: (reconciles, seconds spent in reconciles), from the process's /metrics."""
+    """Per chain and topology controller: (reconciles, seconds spent in reconciles), from the process's
+    /metrics."""
     import urllib.request
 
     with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as resp:
@@ -551,7 +552,7 @@ def reconcile_stats(address: str) -> dict[str, tuple[float, float]]:
             count[ctl] += float(value)
         else:
             busy[ctl] += float(value)
-    return {c: (count[c], busy[c]) for c in sorted(count) if c.startswith("chain-")}
+    return {c: (count[c], busy[c]) for c in sorted(count) if c.startswith(("chain-", "topology-"))}
 
 
 def start_controller(cluster: DevCluster, kubeconfig: Path) -> ManagedProcess:

@@ -234,18 +234,8 @@ class Agent:
         return Controller(name, reconcile, settings_queue(name, boot, clock), workers=workers)
 
     def _echo(self, manager: str, informer: Informer, subresource: str | None = None) -> Hold:
-        """Drop the watch event of ``manager``'s own write of the object (:meth:`Applier.hold_own_echo`:
-        exactly that write, nothing folded in — held until the write's answer when it comes first); a
-        LIST's updates always pass."""
-        applier = self.steps.applier(manager)
-        resource = informer.resource
-
-        def own_echo(_event: str, old: Any, new: Any, release: Callable[[], None]) -> bool:
-            if informer.dispatching_list:
-                return False
-            return applier.hold_own_echo(resource, old, new, subresource, release)
-
-        return own_echo
+        """Drop the watch event of ``manager``'s own write of the object (:meth:`Applier.echo_hold`)."""
+        return self.steps.applier(manager).echo_hold(informer, subresource)
 
     def _window(self) -> float:
         return self.settings.current.fit_label_coalesce_seconds

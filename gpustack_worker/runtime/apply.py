@@ -73,7 +73,7 @@ from gpustack_worker.runtime.quantity import parse
 from gpustack_worker.runtime.resources import ITEM, NO_HINTS, FieldHints, Pattern
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
     from gpustack_worker.runtime.client import Client
     from gpustack_worker.runtime.resources import Resource
@@ -614,19 +614,15 @@ class Applier:
         )
         taken = taken_fields(desired, cached, self.field_manager, subresource, hints=resource.hints)
         digest = _digest(desired)  # only for a write: a no-op pass never serialises its body
-        flight = self._take_off(key, cached)
-        answered = None
-        try:
-            written = await self.client.apply(
-                resource,
-                dict(desired),
-                field_manager=self.field_manager,
-                force=force,
-                subresource=subresource,
-            )
-            answered = self._remember(key, written, digest, cached)
-        finally:
-            self._land(key, flight, answered)
+        manager = self.field_manager
+        written = await self._write(
+            key,
+            cached,
+            digest,
+            lambda: self.client.apply(
+                resource, dict(desired), field_manager=manager, force=force, subresource=subresource
+            ),
+        )
         if taken and cached is not None:
             fields = tuple(sorted(dotted(p) for p in taken))
             _log.warning(
@@ -654,11 +650,25 @@ class Applier:
             self._skipped.inc()
             return None
         digest = _digest(desired)
-        flight = self._take_off(key, None)
+        manager = self.field_manager
+        return await self._write(
+            key, None, digest, lambda: self.client.create(resource, dict(desired), field_manager=manager)
+        )
+
+    async def _write(
+        self,
+        key: tuple[str, str, str, str],
+        cached: Mapping[str, Any] | None,
+        digest: str,
+        send: Callable[[], Awaitable[dict[str, Any]]],
+    ) -> dict[str, Any]:
+        """``send()`` our write of ``key`` computed from ``cached``: on its way meanwhile (watch events that
+        may be its echo are held), remembered once answered, the held events decided on the answer."""
+        flight = self._take_off(key, cached)
         answered = None
         try:
-            written = await self.client.create(resource, dict(desired), field_manager=self.field_manager)
-            answered = self._remember(key, written, digest, None)
+            written = await send()
+            answered = self._remember(key, written, digest, cached)
         finally:
             self._land(key, flight, answered)
         return written
@@ -766,6 +776,21 @@ class Applier:
             return False  # computed from another version than our write's: someone else's change
         flight.held.append((resource_version_number(meta.get("resourceVersion")), release))
         return True
+
+    def echo_hold(
+        self, informer: Any, subresource: str | None = None
+    ) -> Callable[[str, Any, Any, Callable[[], None]], bool]:
+        """A hold for ``Controller.watch(informer, hold=...)`` of the controller writing through this
+        Applier: the watch event of its own write wakes it not (:meth:`hold_own_echo`, held until the
+        write's answer when it comes first); a LIST's updates always pass (``informer.dispatching_list``)."""
+        resource = informer.resource
+
+        def own_echo(_event: str, old: Any, new: Any, release: Callable[[], None]) -> bool:
+            if informer.dispatching_list:
+                return False
+            return self.hold_own_echo(resource, old, new, subresource, release)
+
+        return own_echo
 
     def _written_already(
         self, key: tuple[str, str, str, str], cached: Mapping[str, Any] | None, desired: Mapping[str, Any]

@@ -145,8 +145,14 @@ class Topology:
         )
 
         every_node = all_keys(self.nodes.store)
-        self.node_ctl.watch(self.nodes, predicates=[labels_changed])
-        self.node_ctl.watch(self.devices, predicates=[labels_changed])
+        # The echo of the controller's own profile write (the Node's label, its Devices' mirror) wakes it
+        # not: on a cold fleet that was one no-op reconcile per write, 8,625 at 5,000 Nodes.
+        self.node_ctl.watch(
+            self.nodes, predicates=[labels_changed], hold=self.steps.node_applier.echo_hold(self.nodes)
+        )
+        self.node_ctl.watch(
+            self.devices, predicates=[labels_changed], hold=self.steps.devices_applier.echo_hold(self.devices)
+        )
         self.node_ctl.watch(
             self.sources, mapper=every_node, predicates=[profiles.wakes_profiles], delay=_window
         )
