@@ -5,27 +5,15 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, cast
 
+from handler_source import HandlerSource
+
 from gpustack_worker.runtime import ratelimit
 from gpustack_worker.runtime.clock import FakeClock
 from gpustack_worker.runtime.controller import Controller, Result, labels_changed
 from gpustack_worker.runtime.queue import WorkQueue
 
 if TYPE_CHECKING:
-    from gpustack_worker.runtime.informer import Handler, Informer
-
-
-class _Source:
-    """Stands in for an informer: records the handler a controller registers."""
-
-    def __init__(self) -> None:
-        self.handlers: list[Handler] = []
-
-    def add_handler(self, handler: Handler) -> None:
-        self.handlers.append(handler)
-
-    def emit(self, event: str, old: Any | None, new: Any | None) -> None:
-        for handler in self.handlers:
-            handler(event, old, new)
+    from gpustack_worker.runtime.informer import Informer
 
 
 def _node(name: str, **labels: str) -> dict[str, Any]:
@@ -36,10 +24,10 @@ async def _noop(key: str) -> Result:
     return Result.done()
 
 
-def _controller(clock: FakeClock, delay: list[float], **kwargs: Any) -> tuple[Controller, _Source]:
+def _controller(clock: FakeClock, delay: list[float], **kwargs: Any) -> tuple[Controller, HandlerSource]:
     queue = WorkQueue("agent-support-test", clock=clock, rate_limiter=ratelimit.default(clock))
     ctl = Controller("agent-support-test", _noop, queue)
-    source = _Source()
+    source = HandlerSource()
     ctl.watch(cast("Informer", source), delay=lambda: delay[0], **kwargs)
     return ctl, source
 
@@ -84,7 +72,7 @@ async def test_watch_without_delay_still_adds_immediately() -> None:
     clock = FakeClock()
     queue = WorkQueue("agent-support-plain", clock=clock, rate_limiter=ratelimit.default(clock))
     ctl = Controller("agent-support-plain", _noop, queue)
-    source = _Source()
+    source = HandlerSource()
     ctl.watch(cast("Informer", source))
     source.emit("ADDED", None, _node("n1"))
     assert len(queue) == 1

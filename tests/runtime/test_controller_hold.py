@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, cast
 
+from handler_source import HandlerSource
+
 from gpustack_worker.runtime import ratelimit
 from gpustack_worker.runtime.clock import FakeClock
 from gpustack_worker.runtime.controller import Controller, Result, labels_changed
@@ -15,21 +17,7 @@ from gpustack_worker.runtime.queue import WorkQueue
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from gpustack_worker.runtime.informer import Handler, Informer
-
-
-class _Source:
-    """Stands in for an informer: records the handler a controller registers."""
-
-    def __init__(self) -> None:
-        self.handlers: list[Handler] = []
-
-    def add_handler(self, handler: Handler) -> None:
-        self.handlers.append(handler)
-
-    def emit(self, event: str, old: Any | None, new: Any | None) -> None:
-        for handler in self.handlers:
-            handler(event, old, new)
+    from gpustack_worker.runtime.informer import Informer
 
 
 class _Hold:
@@ -56,10 +44,10 @@ async def _noop(key: str) -> Result:
     return Result.done()
 
 
-def _controller(clock: FakeClock, **kwargs: Any) -> tuple[Controller, _Source]:
+def _controller(clock: FakeClock, **kwargs: Any) -> tuple[Controller, HandlerSource]:
     queue = WorkQueue("hold-test", clock=clock, rate_limiter=ratelimit.default(clock))
     ctl = Controller("hold-test", _noop, queue)
-    source = _Source()
+    source = HandlerSource()
     ctl.watch(cast("Informer", source), **kwargs)
     return ctl, source
 

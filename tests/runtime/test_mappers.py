@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, cast
 
 import pytest
+from handler_source import HandlerSource
 
 from gpustack_worker.runtime.clock import FakeClock
 from gpustack_worker.runtime.controller import Controller, Result, labels_changed
@@ -16,7 +17,7 @@ from gpustack_worker.runtime.resources import Resource
 from gpustack_worker.runtime.store import Store
 
 if TYPE_CHECKING:
-    from gpustack_worker.runtime.informer import Handler, Informer
+    from gpustack_worker.runtime.informer import Informer
 
 CQ = Resource("kueue.x-k8s.io", "v1beta2", "ClusterQueue", "clusterqueues", namespaced=False)
 LQ = Resource("kueue.x-k8s.io", "v1beta2", "LocalQueue", "localqueues", namespaced=True)
@@ -138,20 +139,6 @@ def test_all_keys_and_merge() -> None:
     assert merge()(obj("n1")) == []
 
 
-class _Source:
-    """Stands in for an informer: records the handler a controller registers."""
-
-    def __init__(self) -> None:
-        self.handlers: list[Handler] = []
-
-    def add_handler(self, handler: Handler) -> None:
-        self.handlers.append(handler)
-
-    def emit(self, event: str, old: Any | None, new: Any | None) -> None:
-        for handler in self.handlers:
-            handler(event, old, new)
-
-
 async def _noop(key: str) -> Result:
     return Result.done()
 
@@ -171,7 +158,7 @@ async def test_controller_watch_maps_old_and_new_object_of_an_update() -> None:
     flavors = _flavors()
     queue = WorkQueue("mappers-test", clock=FakeClock())
     ctl = Controller("mappers-test", _noop, queue)
-    source = _Source()
+    source = HandlerSource()
     ctl.watch(
         cast("Informer", source),
         mapper=by_index(flavors, FLAVOR_OF, by_label(POOL)),
@@ -191,7 +178,7 @@ async def test_controller_watch_maps_old_and_new_object_of_an_update() -> None:
 async def test_controller_watch_by_owner_maps_both_owners_when_the_owner_reference_changes() -> None:
     queue = WorkQueue("mappers-owner-test", clock=FakeClock())
     ctl = Controller("mappers-owner-test", _noop, queue)
-    source = _Source()
+    source = HandlerSource()
     ctl.watch(cast("Informer", source), mapper=by_owner(CQ))
     old = obj("lq", "team-a", ownerReferences=[ref("ClusterQueue", "cq-old", "kueue.x-k8s.io/v1beta2")])
     new = obj("lq", "team-a", ownerReferences=[ref("ClusterQueue", "cq-new", "kueue.x-k8s.io/v1beta2")])
