@@ -60,16 +60,19 @@ MODES = [int(m) for m in AllocationMode]
 # --- one node's Devices, as the API serves it ---------------------------------------------------------
 @st.composite
 def card_status(draw: st.DrawFn, mfr: manufacturers.Manufacturer) -> dict[str, Any]:
-    kinds = ["sliceable", "whole", "partitioned"] if mfr.partition_kind else ["sliceable", "whole"]
+    """A card's capability: sliceable (``logicalSliced.count`` the manufacturer's, or 1, 2, 4, 16),
+    whole-only (count 0, no profiles), or — for a manufacturer that partitions — partitioned (count 0 with
+    profiles) or pending-enable (a soft count *and* profiles: not partitioned yet, reference §2.2)."""
+    kinds = ["sliceable", "whole"] + (["partitioned", "pending"] if mfr.partition_kind else [])
     kind = draw(st.sampled_from(kinds))
     logical = 0
-    if kind == "sliceable":
+    if kind in ("sliceable", "pending"):
         logical = draw(st.sampled_from([mfr.logical_slices or 4, 1, 2, 4, 16]))
     status: dict[str, Any] = {
         "unhealthy": draw(st.booleans()),
         "logicalSliced": {"count": logical, "coresPercentageOvercommit": mfr.overcommittable},
     }
-    if kind == "partitioned":
+    if kind in ("partitioned", "pending"):
         status["physicalSliced"] = {"profiles": list(PROFILES), "count": 7}
     return status
 
@@ -85,6 +88,13 @@ def remaining_units(draw: st.DrawFn) -> int:
     )
 
 
+def slice_counts(count: int) -> st.SearchStrategy[int]:
+    """``allocatedSlices`` at and around the card's ``logicalSliced.count`` (the edges a slot check can be
+    off by one at), and anywhere in ``0..count``."""
+    edges = sorted({0, 1, count - 1, count} & set(range(count + 1)))
+    return st.one_of(st.sampled_from(edges), st.integers(0, count))
+
+
 @st.composite
 def ledger_entry(draw: st.DrawFn, card: dict[str, Any]) -> dict[str, Any]:
     status = card["status"]
@@ -95,9 +105,9 @@ def ledger_entry(draw: st.DrawFn, card: dict[str, Any]) -> dict[str, Any]:
         "mode": draw(st.sampled_from(MODES)),
         "remaining": remaining,
         "allocated": M - remaining,
-        "allocatedSlices": draw(st.integers(0, status["logicalSliced"]["count"])),
+        "allocatedSlices": draw(slice_counts(status["logicalSliced"]["count"])),
     }
-    if "physicalSliced" in status:
+    if "physicalSliced" in status and draw(st.integers(0, 9)) > 0:
         left = {p["name"]: draw(st.integers(0, p["count"])) for p in PROFILES}
         entry["remainingProfiles"] = [{"name": n, "count": c} for n, c in left.items()]
         entry["allocatedProfiles"] = [
@@ -119,7 +129,7 @@ def devices_object(draw: st.DrawFn) -> dict[str, Any]:
     groups = []
     for mfr_name, group_id in models:
         mfr = manufacturers.MANUFACTURERS[mfr_name]
-        n = draw(st.integers(1, 4))
+        n = draw(st.sampled_from([1, 1, 2, 3, 4]))  # one-card models often: no second card to fall back on
         cards = [
             {"id": f"{mfr_name}-{group_id}-{i}", "index": i, "status": draw(card_status(mfr))}
             for i in range(n)
