@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Final
 from pydantic import ValidationError
 
 from gpustack_worker.api.crds.instance_type import InstanceTypeSpec
+from gpustack_worker.api.topology_limits import KUEUE_LEVEL_LABEL_MAX, KUEUE_TOPOLOGY_LEVELS_MAX
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -203,8 +204,6 @@ KUEUE_NODE_LABELS_MAX: Final = 8
 KUEUE_TOLERATIONS_MAX: Final = 8
 KUEUE_RESOURCE_GROUPS_MAX: Final = 16
 KUEUE_GROUP_ITEMS_MAX: Final = 64
-KUEUE_TOPOLOGY_LEVELS_MAX: Final = 16
-KUEUE_LEVEL_LABEL_MAX: Final = 316
 #: InstanceType ``spec.displayName`` (runes).
 DISPLAY_NAME_MAX: Final = 64
 

@@ -39,6 +39,7 @@ from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP, SettingsError, s
 from gpustack_worker.simulate.load import load_scenario, packaged_scenario, packaged_scenario_names
 from gpustack_worker.simulate.scenario import Scenario, ScenarioError
 from gpustack_worker.topology.snapshot import MAX_SNAPSHOT_BYTES
+from gpustack_worker.topology.spec_check import format_errors, level_limit_errors
 
 if TYPE_CHECKING:
     import argparse
@@ -152,6 +153,8 @@ def _topology_source(path: str) -> dict[str, Any]:
             f"--topology-source {path}: expected apiVersion {kinds.TOPOLOGY_SOURCE.api_version} kind "
             f"{kinds.TOPOLOGY_SOURCE.kind}, found {api_version!r} {kind!r}"
         )
+    if limits := level_limit_errors(doc.get("spec")):  # named with Kueue's limit, not pydantic's words
+        raise InputError(f"--topology-source {path}: {format_errors(limits)}")
     try:
         TopologySource.model_validate(doc)
     except ValidationError as exc:

@@ -25,11 +25,12 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from gpustack_worker.api import keys, kinds, node_class
+from gpustack_worker.api import keys, kinds, node_class, validation
 from gpustack_worker.runtime import conditions
 from gpustack_worker.topology import levels as lv
 from gpustack_worker.topology import sources as src
 from gpustack_worker.topology.selector import compile_selector
+from gpustack_worker.topology.spec_check import level_limit_errors
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -46,6 +47,7 @@ __all__ = (
     "source_input",
     "topology_body",
     "topology_drift",
+    "topology_problems",
     "wakes_profiles",
 )
 
@@ -82,6 +84,10 @@ def source_input(source: Mapping[str, Any] | None) -> SourceInput:
     if ready is None or not ready_in_effect(ready.get("status"), ready.get("reason")):
         return OUT_OF_EFFECT
     spec = source.get("spec") or {}
+    if level_limit_errors(spec):
+        # Levels no Kueue Topology could hold are never used, whatever Ready says: a status written by a
+        # release before the limit (or not yet rewritten) must not give a Node a profile without a Topology.
+        return OUT_OF_EFFECT
     levels = spec.get("levels")
     return SourceInput(
         True,
@@ -164,6 +170,15 @@ def topology_body(levels: Sequence[str]) -> dict[str, Any]:
         },
         "spec": {"levels": [{"nodeLabel": level} for level in levels]},
     }
+
+
+def topology_problems(body: Mapping[str, Any]) -> list[str]:
+    """Why Kueue's API server would refuse this generated Topology (its CRD's limits: at most
+    ``KUEUE_TOPOLOGY_LEVELS_MAX`` levels, each ``nodeLabel`` a qualified key of at most
+    ``KUEUE_LEVEL_LABEL_MAX`` characters, and the name and labels), as ``path: rule``; empty when
+    accepted. The sources' level limit keeps this empty; the create path checks it anyway, so a body
+    that slipped through is reported once and never sent to loop on a 422."""
+    return [f"{path}: {rule}" for path, rule in validation.object_problems(body)]
 
 
 def topology_drift(desired: Mapping[str, Any], cached: Mapping[str, Any] | None) -> str | None:

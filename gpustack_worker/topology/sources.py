@@ -33,10 +33,12 @@ from gpustack_worker.runtime.conditions import Condition, find
 from gpustack_worker.topology import hierarchy, snapshot
 from gpustack_worker.topology import levels as lv
 from gpustack_worker.topology.nodefeatures import nodefeature_body
-from gpustack_worker.topology.spec_check import parse_duration, spec_errors
+from gpustack_worker.topology.spec_check import level_limit_errors, parse_duration, spec_errors
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+
+    from gpustack_worker.topology.field_error import FieldError
 
 __all__ = (
     "CONFLICT_RETRY_S",
@@ -64,6 +66,11 @@ CONFLICT_RETRY_S: Final = 60.0
 #: The reason for a spec the admission webhook would have refused (it was created while the webhook was
 #: not registered, or predates a rule): the same checks run here, reported like any other failure.
 INVALID_SPEC: Final = "InvalidSpec"
+#: The reason for levels no Kueue Topology could hold (more than ``SOURCE_LEVELS_MAX``, or a key longer
+#: than Kueue's ``nodeLabel``): a source stored before the limit, or while the webhook was not registered.
+#: Unlike any other failure it never leaves a snapshot in effect (``Stale``): no Node may get a profile
+#: whose Topology cannot be created, so the source owns nothing until its levels are fixed.
+LEVEL_LIMIT_EXCEEDED: Final = "LevelLimitExceeded"
 
 Arm = Literal["", "NodeLabels", "ConfigMap", "Webhook"]
 _Status = Literal["True", "False", "Unknown"]
@@ -201,6 +208,8 @@ def decide(inp: SourceInputs) -> SourceDecision:
             base[key] = status[key]
     errors = spec_errors(spec, namespace=inp.namespace)
 
+    if kind != "" and (limits := level_limit_errors(spec)):
+        return _level_limit(kind, gen, base, limits, errors, owned)
     if kind == "":
         msg = "no inventory arm is set: exactly one of nodeLabels, configMap and webhook is required"
         return SourceDecision(
@@ -240,6 +249,28 @@ def _read_only(
         msg = f"{len(inp.selected)} selected node(s) form a valid hierarchy"
         conditions = _three(gen, ("True", "Observed", msg), ("True", "Observed", msg), read_only)
     return SourceDecision(kind, delete=owned, status=base, conditions=conditions)
+
+
+def _level_limit(
+    kind: Arm,
+    gen: int | None,
+    base: dict[str, Any],
+    limits: Sequence[FieldError],
+    errors: Sequence[FieldError],
+    owned: list[str],
+) -> SourceDecision:
+    """Levels no Kueue Topology could hold: not Ready, owning nothing (never ``Stale``), whatever else."""
+    first = [str(e) for e in limits]
+    msg = _summary([*first, *(str(e) for e in errors if str(e) not in first)])
+    failed: _Cond = ("False", LEVEL_LIMIT_EXCEEDED, msg)
+    if kind == "NodeLabels":
+        conflict: _Cond = ("False", "ReadOnly", "a nodeLabels source only reads Node labels")
+        return SourceDecision(
+            kind, delete=owned, status=base, conditions=_three(gen, failed, failed, conflict)
+        )
+    conflict = ("False", "NoConflict", "no snapshot is applied")
+    conditions = _three(gen, failed, failed, conflict)
+    return SourceDecision(kind, delete=owned, status=base, conditions=conditions, finalizer=True)
 
 
 def _summary(errors: Sequence[str]) -> str:

@@ -21,7 +21,8 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from gpustack_worker.api import keys, validation
-from gpustack_worker.api.crds.topology_source import FORBIDDEN_WRITE_PREFIXES
+from gpustack_worker.api.crds.topology_source import FORBIDDEN_WRITE_PREFIXES, LEVELS_LIMIT_REASON
+from gpustack_worker.api.topology_limits import KUEUE_LEVEL_LABEL_MAX, SOURCE_LEVELS_MAX
 from gpustack_worker.topology.field_error import FieldError, child, index
 from gpustack_worker.topology.selector import selector_errors
 
@@ -30,6 +31,7 @@ __all__ = (
     "MAX_LEVELS",
     "FieldError",
     "format_errors",
+    "level_limit_errors",
     "parse_duration",
     "parse_duration_ns",
     "spec_errors",
@@ -37,8 +39,8 @@ __all__ = (
 
 #: The inventory arms; exactly one must be set.
 ARMS: Final = ("nodeLabels", "configMap", "webhook")
-#: ``spec.levels`` holds 1..16 keys.
-MAX_LEVELS: Final = 16
+#: ``spec.levels`` holds 1..15 keys: Kueue's 16 less the implicit hostname (api/topology_limits.py).
+MAX_LEVELS: Final = SOURCE_LEVELS_MAX
 #: The CRD's bound on ``webhook.url``.
 URL_MAX: Final = 2048
 #: apimachinery ``IsConfigMapKey``: at most 253 characters of this alphabet.
@@ -219,6 +221,40 @@ def _node_selector(spec: Mapping[str, Any], errors: list[FieldError]) -> None:
     errors.extend(selector_errors(sel, path))
 
 
+def _too_many(levels: Sequence[Any]) -> FieldError | None:
+    if len(levels) <= MAX_LEVELS:
+        return None
+    return FieldError(
+        "spec.levels", f"must list at most {MAX_LEVELS} levels (lists {len(levels)}): {LEVELS_LIMIT_REASON}"
+    )
+
+
+def _too_long(level: str, at: str) -> FieldError | None:
+    if len(level) <= KUEUE_LEVEL_LABEL_MAX:
+        return None
+    return FieldError(
+        at,
+        f"{level[:40]}... is {len(level)} characters: a Kueue Topology level's nodeLabel holds at most "
+        f"{KUEUE_LEVEL_LABEL_MAX}",
+    )
+
+
+def level_limit_errors(spec: Mapping[str, Any] | None) -> list[FieldError]:
+    """The problems of ``spec.levels`` that no Kueue Topology could hold: more levels than
+    :data:`MAX_LEVELS` (the hostname is appended), a key longer than Kueue's ``nodeLabel`` allows. A
+    subset of :func:`spec_errors`; the reconciler reports them as their own reason."""
+    levels = spec.get("levels") if isinstance(spec, Mapping) else None
+    if levels is None or not _is_list(levels):
+        return []
+    found = [_too_many(levels)]
+    found += [
+        _too_long(level, index("spec.levels", i))
+        for i, level in enumerate(levels)
+        if isinstance(level, str) and not validation.qualified_name(level)
+    ]
+    return [e for e in found if e is not None]
+
+
 def _levels(spec: Mapping[str, Any], errors: list[FieldError]) -> None:
     path = "spec.levels"
     levels = spec.get("levels")
@@ -230,8 +266,8 @@ def _levels(spec: Mapping[str, Any], errors: list[FieldError]) -> None:
         return
     if not levels:
         errors.append(FieldError(path, "must list at least one level"))
-    elif len(levels) > MAX_LEVELS:
-        errors.append(FieldError(path, f"must list at most {MAX_LEVELS} levels (lists {len(levels)})"))
+    elif (too_many := _too_many(levels)) is not None:
+        errors.append(too_many)
     first: dict[str, int] = {}
     for i, level in enumerate(levels):
         at = index(path, i)
@@ -240,6 +276,8 @@ def _levels(spec: Mapping[str, Any], errors: list[FieldError]) -> None:
             continue
         problems = validation.qualified_name(level)
         errors.extend(FieldError(at, f"{level!r} is not a valid label key: {m}") for m in problems)
+        if not problems and (too_long := _too_long(level, at)) is not None:
+            errors.append(too_long)
         if level == keys.HOSTNAME:
             errors.append(
                 FieldError(

@@ -115,6 +115,9 @@ class TopologySteps:
         )
         #: Generated Topologies found with other levels than their profile needs (drift, never patched).
         self.drift: dict[str, str] = {}
+        #: Generated Topologies Kueue's API server refuses (or would): name → why. Never sent again (the
+        #: name is the hash of the levels, so the same name is the same body).
+        self.refused: dict[str, str] = {}
 
     # -- shared reads ------------------------------------------------------------------------------
 
@@ -313,8 +316,9 @@ class TopologySteps:
             return Result.done()
         assignment = profiles.node_assignment(_labels(node), self.ready_sources())
         labels: dict[str, str] = {}
+        if assignment is not None and not await self._ensure_topology(assignment.levels):
+            return Result.done()  # reported; the Node keeps what it carries (never that profile)
         if assignment is not None:
-            await self._ensure_topology(assignment.levels)
             labels[keys.TOPOLOGY_PROFILE] = assignment.profile
         # The UID is a precondition: a Node deleted meanwhile answers 409 instead of being re-created by
         # the apply (which RBAC would refuse as a create anyway).
@@ -336,18 +340,34 @@ class TopologySteps:
                 raise outcome
         return Result.done()
 
-    async def _ensure_topology(self, levels: tuple[str, ...]) -> None:
+    async def _ensure_topology(self, levels: tuple[str, ...]) -> bool:
         """The Topology of a profile exists. Every Node of the profile asks, ``node-profile-workers`` at
         once on a cold fleet: the first creates it, the others wait for that apply (a per-name lock) and
         write nothing while the informer has not reached the create yet (the Applier's own-create memory;
-        a Topology deleted meanwhile is created again) — 8 workers wrote it 8 times otherwise."""
+        a Topology deleted meanwhile is created again) — 8 workers wrote it 8 times otherwise.
+
+        False when the Topology can never exist: Kueue's API server would refuse it (checked before
+        sending, :func:`profiles.topology_problems`) or did (a 422). It is reported once and never sent
+        again, and the caller does not give a Node that profile."""
         body = stamp(profiles.topology_body(levels), managers.OWNER_TOPOLOGIES)
         topo_name = body["metadata"]["name"]
+        if topo_name in self.refused:
+            return False
+        problems = profiles.topology_problems(body)
+        if problems:
+            self._refuse(topo_name, "; ".join(problems))
+            return False
         lock = self._topology_locks.setdefault(topo_name, asyncio.Lock())
         async with lock:
-            await self._ensure_topology_locked(topo_name, body)
+            return await self._ensure_topology_locked(topo_name, body)
 
-    async def _ensure_topology_locked(self, topo_name: str, body: dict[str, Any]) -> None:
+    def _refuse(self, topo_name: str, why: str) -> None:
+        self.refused[topo_name] = why
+        _log.error(
+            "generated Topology cannot be created; no Node gets its profile", topology=topo_name, error=why
+        )
+
+    async def _ensure_topology_locked(self, topo_name: str, body: dict[str, Any]) -> bool:
         cached = self.topologies.store.get(topo_name)
         drift = profiles.topology_drift(body, cached)
         if drift is not None:
@@ -356,14 +376,16 @@ class TopologySteps:
                     "generated Topology drifted; not patched (immutable)", topology=topo_name, drift=drift
                 )
             self.drift[topo_name] = drift
-            return
+            return True
         self.drift.pop(topo_name, None)
         try:
             await self.topology_applier.apply(kinds.TOPOLOGY, body, cached)
         except ApiError as exc:
             if exc.status != 422:
                 raise
-            _log.error("generated Topology refused", topology=topo_name, error=str(exc))
+            self._refuse(topo_name, str(exc))
+            return False
+        return True
 
     async def _mirror(self, name: str, labels: Mapping[str, str]) -> None:
         """The profile on the Node's Devices too (never creates a Devices: the UID is a precondition)."""

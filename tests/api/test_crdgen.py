@@ -199,7 +199,7 @@ def test_list_maps_of_the_reference(kind: str, path: str, keys: list[str]) -> No
 
 def test_topology_source_levels_are_atomic_and_bounded() -> None:
     levels = _at("TopologySource", "spec.levels")
-    assert (levels["x-kubernetes-list-type"], levels["minItems"], levels["maxItems"]) == ("atomic", 1, 16)
+    assert (levels["x-kubernetes-list-type"], levels["minItems"], levels["maxItems"]) == ("atomic", 1, 15)
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,6 @@ import pytest
 
 from gpustack_worker.api.crds.topology_source import FORBIDDEN_WRITE_PREFIXES, TopologySourceSpec
 from gpustack_worker.topology.spec_check import (
-    MAX_LEVELS,
     FieldError,
     format_errors,
     parse_duration,
@@ -94,7 +93,7 @@ def with_(base: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
         with_(WEBHOOK, "webhook.url", "https://10.0.0.7:8443/v1/snapshot?cluster=a&x=1"),
         with_(WEBHOOK, "webhook.url", "https://[fd00::1]/snapshot"),
         with_(WEBHOOK, "webhook.url", "https://inventory.example.com"),
-        with_(NODE_LABELS, "levels", [f"example.com/l{i}" for i in range(MAX_LEVELS)]),
+        with_(NODE_LABELS, "levels", [f"example.com/l{i}" for i in range(15)]),  # 15 + hostname = Kueue's 16
         with_(NODE_LABELS, "levels", ["rack"]),  # an unprefixed key is a qualified name too
         with_(CONFIG_MAP, "configMap.maxStaleness", "1h30m"),
         with_(CONFIG_MAP, "configMap.maxStaleness", "500ms"),
@@ -202,10 +201,10 @@ REJECTED: list[tuple[str, Any, str, str]] = [
     ("levels-missing", with_(NODE_LABELS, "levels", ...), "spec.levels", "required"),
     ("levels-empty", with_(NODE_LABELS, "levels", []), "spec.levels", "at least one level"),
     (
-        "levels-17",
-        with_(NODE_LABELS, "levels", [f"example.com/l{i}" for i in range(MAX_LEVELS + 1)]),
+        "levels-16",
+        with_(NODE_LABELS, "levels", [f"example.com/l{i}" for i in range(16)]),
         "spec.levels",
-        "at most 16 levels (lists 17)",
+        "at most 15 levels (lists 16): kubernetes.io/hostname is always appended",
     ),
     (
         "levels-string",

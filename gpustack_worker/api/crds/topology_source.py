@@ -9,7 +9,7 @@ and docs/topology.md.
 """
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field
 
@@ -18,6 +18,7 @@ from gpustack_worker.api.crds.common import (
     AGE_COLUMN,
     CONDITIONS,
     DNS1123_SUBDOMAIN,
+    QUALIFIED_NAME,
     READY_COLUMN,
     Condition,
     CrdModel,
@@ -25,16 +26,21 @@ from gpustack_worker.api.crds.common import (
     Int32,
     Int64,
     KubeObject,
-    LabelKey,
     LabelSelector,
     NamespacedName,
     PositiveDuration,
     PrinterColumn,
     cel,
 )
+from gpustack_worker.api.topology_limits import (
+    KUEUE_LEVEL_LABEL_MAX,
+    KUEUE_TOPOLOGY_LEVELS_MAX,
+    SOURCE_LEVELS_MAX,
+)
 
 __all__ = (
     "FORBIDDEN_WRITE_PREFIXES",
+    "LEVELS_LIMIT_REASON",
     "TopologySource",
     "TopologySourceConfigMap",
     "TopologySourceNodeLabels",
@@ -53,6 +59,14 @@ FORBIDDEN_WRITE_PREFIXES = (
     "accelerator.topograph.run",
 )
 _FORBIDDEN_LIST = "[" + ", ".join(f"'{d}'" for d in FORBIDDEN_WRITE_PREFIXES) + "]"
+#: Why a source holds at most ``SOURCE_LEVELS_MAX`` levels (the CRD's CEL message; the webhook and the
+#: reconciler say the same).
+LEVELS_LIMIT_REASON = (
+    f"{keys.HOSTNAME} is always appended as the finest level and a Kueue Topology holds at most "
+    f"{KUEUE_TOPOLOGY_LEVELS_MAX} levels"
+)
+#: A level key: a qualified label key that also fits Kueue's ``Topology.spec.levels[].nodeLabel``.
+LevelKey = Annotated[str, Field(max_length=KUEUE_LEVEL_LABEL_MAX, pattern=QUALIFIED_NAME)]
 #: Exactly one DNS-1123 subdomain followed by a single ``/``.
 WRITE_PREFIX_PATTERN = DNS1123_SUBDOMAIN.removesuffix("$") + "/$"
 
@@ -128,12 +142,20 @@ class TopologySourceSpec(CrdModel):
 
     node_selector: LabelSelector
     """Nodes this source may describe; {} selects all."""
-    levels: list[LabelKey] = Field(
+    levels: list[LevelKey] = Field(
         min_length=1,
-        max_length=16,
+        max_length=SOURCE_LEVELS_MAX,
+        description=(
+            f"Ordered label keys, coarsest first, at most {SOURCE_LEVELS_MAX} ({keys.HOSTNAME} is appended "
+            f"implicitly and a Kueue Topology holds at most {KUEUE_TOPOLOGY_LEVELS_MAX} levels)."
+        ),
         json_schema_extra={
             "x-kubernetes-list-type": "atomic",
             "x-kubernetes-validations": [
+                cel(
+                    f"self.size() <= {SOURCE_LEVELS_MAX}",
+                    f"levels must list at most {SOURCE_LEVELS_MAX}: {LEVELS_LIMIT_REASON}",
+                ),
                 cel("self.all(l, self.filter(m, m == l).size() == 1)", "levels must not repeat"),
                 cel(
                     f"!self.exists(l, l == '{keys.HOSTNAME}')",
@@ -142,7 +164,6 @@ class TopologySourceSpec(CrdModel):
             ],
         },
     )
-    """Ordered label keys, coarsest first (kubernetes.io/hostname is appended implicitly)."""
     additional_write_prefix: str | None = Field(
         default=None,
         max_length=254,
