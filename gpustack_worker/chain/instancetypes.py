@@ -15,7 +15,10 @@ chain "The InstanceType lifecycle", reference §2.3, §5.4). It:
   on someone else's stop does not make it the chain's;
 - keeps ``status`` fresh: the entrance LocalQueue, the phase (``Active``; ``Inactive`` for ``Hold`` or a
   drained ``HoldAndDrain``; ``Draining`` while Kueue still reports reservations) with a message saying
-  why, and the capacity views (:mod:`gpustack_worker.chain.views`).
+  why, and the capacity views (:mod:`gpustack_worker.chain.views`). A type whose queue the queue
+  controller marked out of scope (``schedule.gpustack.ai/other-grouping=true``: its name is not the one
+  the grouping gives its identity, :meth:`pools.PoolIdentity.out_of_scope`) says so first, naming the pool
+  name of each grouping (:func:`pools.scope_reason`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from gpustack_worker.api import keys
+from gpustack_worker.chain import pools
 from gpustack_worker.chain.queues import unsupported
 
 if TYPE_CHECKING:
@@ -54,8 +58,20 @@ def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return (obj or {}).get("metadata") or {}
 
 
-def phase_of(queue: Mapping[str, Any] | None, *, deleting: bool) -> tuple[str, str]:
-    """``(phase, message)`` from the backing queue's stop policy and Kueue's reservation counts."""
+def phase_of(
+    queue: Mapping[str, Any] | None, *, deleting: bool, instance_type: Mapping[str, Any] | None = None
+) -> tuple[str, str]:
+    """``(phase, message)`` from the backing queue's stop policy and Kueue's reservation counts; with
+    ``instance_type``, a queue marked out of scope puts :func:`pools.scope_reason` first."""
+    phase, message = _queue_phase(queue, deleting=deleting)
+    marked = queue is not None and (_meta(queue).get("labels") or {}).get(keys.OTHER_GROUPING) == "true"
+    if deleting or instance_type is None or not marked:
+        return phase, message
+    reason = pools.scope_reason(pools.identity_of(instance_type))
+    return phase, f"{reason}; {message}" if message else reason
+
+
+def _queue_phase(queue: Mapping[str, Any] | None, *, deleting: bool) -> tuple[str, str]:
     if deleting:
         return "Inactive", "being deleted: the queue is drained and removed"
     if queue is None:
@@ -104,7 +120,7 @@ def decide_type(
             phase_message=message,
             requeue_after=TEARDOWN_POLL_S,
         )
-    phase, message = phase_of(queue, deleting=False)
+    phase, message = phase_of(queue, deleting=False, instance_type=instance_type)
     inactive = bool((instance_type.get("spec") or {}).get("inactive", False))
     backfill = False
     if (

@@ -8,16 +8,22 @@ Flavors are setting-independent; pools are grouped by ``instance-type-aware-cpu-
   gKey — ``generic`` (a CPU of unknown manufacturer) included.
 
 The setting, never the gKey's value, decides a pool's name and selector: under awareness ``generic`` is
-a CPU key like any other (selector ``general.…/generic=true``), not the collapsed sentinel. A derived
-InstanceType of the *other* grouping (``schedule.gpustack.ai/derived-from-node=true`` but named
-differently from what the current setting calls its identity) stays — types are create-only and never
-garbage-collected — but its queue selects no flavor (label ``schedule.gpustack.ai/other-grouping=true``),
-so no flavor's capacity is promised by two chain-derived queues; an admin-authored type is served by its
-identity under the current setting.
+a CPU key like any other (selector ``general.…/generic=true``), not the collapsed sentinel.
+
+**The name is the identity** (one rule for every InstanceType, authored or derived): a type serves a pool
+only when its name is the name the current grouping gives its spec identity
+(:meth:`PoolIdentity.name_under`; InstanceType name == ClusterQueue name, reference §2.3). Any other type
+— one of the other grouping, derived or authored, a custom name, or an identity that names no pool
+(acceleratable without an ``acceleratorGroup``) — is :meth:`PoolIdentity.out_of_scope`: it stays (types
+are create-only and never garbage-collected) but its queue gets ``schedule.gpustack.ai/other-grouping=true``,
+which no flavor carries, so it selects no flavor, has no member Node and drains like any queue whose
+flavors went away; :func:`scope_reason` says why on the InstanceType's status. Since a name is one object
+and the selector of an in-scope type matches exactly the flavors whose pool carries its name, no flavor's
+capacity is promised to two queues, whatever set of InstanceTypes exists.
 
 A pool's *schedule labels* come from the InstanceType spec identity; the queue's flavors are the operator
-flavors whose labels contain the selector built from them, so an admin-authored InstanceType is served
-exactly like a derived one.
+flavors whose labels contain the selector built from them, so an admin-authored InstanceType of the
+setting-correct name is served exactly like a derived one.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ __all__ = (
     "in_scope",
     "pool_of",
     "schedule_labels",
+    "scope_reason",
 )
 
 #: The CPU key of a collapsed (awareness off) pool.
@@ -79,10 +86,17 @@ class PoolIdentity:
         """The InstanceType / ClusterQueue name of this identity under its grouping."""
         return self.name_under(aware=self.aware)
 
-    def other_grouping(self, *, aware: bool) -> bool:
-        """A chain-derived type the *other* grouping named: its name is not what ``aware`` calls it."""
+    def out_of_scope(self, *, aware: bool) -> bool:
+        """The grouping ``aware`` gives this InstanceType no pool: its name is not the name ``aware`` gives
+        its spec identity (a type of the other grouping, derived or authored, or a custom name), or its
+        identity names no pool (acceleratable without an ``acceleratorGroup``). Whoever authored it. A
+        flavor's pool (:func:`pool_of`, no declared name) is always in scope."""
         named = self.declared_name
-        return self.derived and bool(named) and named != self.name_under(aware=aware)
+        if not named:
+            return False
+        if self.acceleratable and not self.accelerator_group:
+            return True
+        return named != self.name_under(aware=aware)
 
 
 def pool_of(plan: FlavorPlan, *, aware: bool) -> PoolIdentity:
@@ -116,8 +130,9 @@ def schedule_labels(pool: PoolIdentity, *, aware: bool) -> dict[str, str]:
     """The queue's schedule labels (reference Appendix A.4, with the grouping deciding the CPU part).
 
     Aware: ``general.feature.gpustack.ai/<generalGroup>=true`` whatever the gKey (``generic`` too);
-    collapsed: no CPU part. A derived type of the other grouping also gets
-    ``schedule.gpustack.ai/other-grouping=true``, which no flavor carries, so it selects none."""
+    collapsed: no CPU part. A type out of scope under ``aware`` (:meth:`PoolIdentity.out_of_scope`, derived
+    or authored) also gets ``schedule.gpustack.ai/other-grouping=true``, which no flavor carries, so it
+    selects none."""
     labels = {
         keys.ACCELERATABLE: "true" if pool.acceleratable else "false",
         keys.OS: pool.os,
@@ -127,14 +142,41 @@ def schedule_labels(pool: PoolIdentity, *, aware: bool) -> dict[str, str]:
         labels[keys.accelerator_key(pool.accelerator_group)] = "true"
     if aware and pool.general_group:
         labels[keys.general_key(pool.general_group)] = "true"
-    if pool.other_grouping(aware=aware):
+    if pool.out_of_scope(aware=aware):
         labels[keys.OTHER_GROUPING] = "true"
     return labels
 
 
+def scope_reason(pool: PoolIdentity) -> str:
+    """Why the InstanceType ``pool`` (:func:`identity_of`) serves no pool when its queue is marked out of
+    scope: the name each grouping gives its identity, so an operator sees which name would serve it."""
+    name = pool.declared_name
+    if pool.acceleratable and not pool.accelerator_group:
+        return f"{name} is acceleratable without an acceleratorGroup: it names no pool and selects no flavor"
+    collapsed, aware = pool.name_under(aware=False), pool.name_under(aware=True)
+    served = (
+        "it selects no flavor and has no member Node (an InstanceType serves a pool only under the name "
+        "the grouping gives its spec identity)"
+    )
+    if name == aware:
+        return (
+            f"{name} is the name instance-type-aware-cpu-manufacturer=true gives this identity; under false "
+            f"its pool is {collapsed}: {served}"
+        )
+    if name == collapsed:
+        return (
+            f"{name} is the name instance-type-aware-cpu-manufacturer=false gives this identity; under true "
+            f"its pool is {aware}: {served}"
+        )
+    return (
+        f"{name} is not a pool name: instance-type-aware-cpu-manufacturer=false calls this identity's pool "
+        f"{collapsed} and true calls it {aware}; {served}"
+    )
+
+
 def in_scope(selector: Mapping[str, str], g_key: str) -> bool:
     """Whether a Node with CPU key ``g_key`` belongs to the pool whose flavor selector is ``selector``:
-    the same CPU rule the selector applies to flavors (none for a type of the other grouping)."""
+    the same CPU rule the selector applies to flavors (none for a type out of scope)."""
     if selector.get(keys.OTHER_GROUPING) == "true":
         return False
     wanted = keys.general_key(g_key)
@@ -143,7 +185,7 @@ def in_scope(selector: Mapping[str, str], g_key: str) -> bool:
 
 def flavor_selector(labels: Mapping[str, str]) -> dict[str, str]:
     """The part of a queue's labels a flavor must carry: os/arch, the acceleratable discriminator, any
-    feature key set to ``true`` and the other-grouping mark (which no flavor carries)."""
+    feature key set to ``true`` and the out-of-scope mark (which no flavor carries)."""
     keep = {keys.OS, keys.ARCH, keys.ACCELERATABLE, keys.OTHER_GROUPING}
     return {
         k: v

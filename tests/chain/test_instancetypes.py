@@ -1,4 +1,5 @@
-"""InstanceType lifecycle decisions: finalizer, teardown, sticky Inactive backfill, phase."""
+"""InstanceType lifecycle decisions: finalizer, teardown, sticky Inactive backfill, phase (and why a type
+out of scope serves no pool)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from gpustack_worker.api import keys
+from gpustack_worker.chain import queues
 from gpustack_worker.chain.instancetypes import TypeDecision, decide_type, phase_of
 
 FIN = "gpustack.ai/controlled"
@@ -94,3 +97,64 @@ def test_backfill_is_one_way() -> None:
 )
 def test_phase(queue: dict[str, Any] | None, phase: str) -> None:
     assert phase_of(queue, deleting=False)[0] == phase
+
+
+# --- issue 27 class 2: a type out of scope says why, naming the name its grouping expects ------------------
+AMD_H100 = "gpustack--amd-epyc-7763--nvidia-h100-80gb-hbm3-linux-amd64"
+COLLAPSED_H100 = "gpustack--nvidia-h100-80gb-hbm3-linux-amd64"
+
+
+def _h100_type(name: str, general: str = "amd-epyc-7763") -> dict[str, Any]:
+    spec = {"acceleratable": True, "acceleratorGroup": "nvidia-h100-80gb-hbm3", "generalGroup": general}
+    return {"metadata": {"name": name, "finalizers": [FIN]}, "spec": {**spec, "os": "linux", "arch": "amd64"}}
+
+
+def _queue_of(it: dict[str, Any], *, aware: bool) -> dict[str, Any]:
+    """The queue the queue controller writes for ``it`` (no flavor, no Kueue status: the empty-plan hold)."""
+    decision = queues.decide(
+        queues.QueueInputs(
+            instance_type=it,
+            queue=None,
+            flavors=[],
+            nodes=[],
+            topologies=frozenset(),
+            active_checks=frozenset(),
+            aware=aware,
+        )
+    )
+    assert decision.body is not None
+    return decision.body
+
+
+@pytest.mark.parametrize(
+    ("it", "aware", "expected"),
+    [
+        # The issue's example: the admin's AMD-named H100 type after the flip to false.
+        (_h100_type(AMD_H100), False, COLLAPSED_H100),
+        # The collapsed name under awareness: the aware grouping names the AMD pool.
+        (_h100_type(COLLAPSED_H100), True, AMD_H100),
+        # A custom name: both groupings' names are given, the current one among them.
+        (_h100_type("my-h100"), False, COLLAPSED_H100),
+        (_h100_type("my-h100"), True, AMD_H100),
+    ],
+    ids=["aware-name-under-false", "collapsed-name-under-true", "custom-under-false", "custom-under-true"],
+)
+def test_a_type_out_of_scope_says_why(it: dict[str, Any], aware: bool, expected: str) -> None:
+    queue = _queue_of(it, aware=aware)
+    assert queue["metadata"]["labels"][keys.OTHER_GROUPING] == "true"
+    decision = decide_type(it, queue, queue_stop_is_ours=True)
+    assert decision.phase == "Inactive"
+    assert expected in decision.phase_message and it["metadata"]["name"] in decision.phase_message
+    assert decision.phase_message.endswith("held: the pool has no resource groups yet")
+    # The same type under the grouping that names it: no scope message.
+    served = _queue_of(it, aware=not aware) if it["metadata"]["name"] != "my-h100" else None
+    if served is not None:
+        assert keys.OTHER_GROUPING not in served["metadata"]["labels"]
+        assert decide_type(it, served, queue_stop_is_ours=True).phase_message == (
+            "held: the pool has no resource groups yet"
+        )
+    # Being deleted says only that.
+    deleting = {**it, "metadata": {**it["metadata"], "deletionTimestamp": "2026-12-02T00:00:00Z"}}
+    assert decide_type(deleting, queue, queue_stop_is_ours=True).phase_message == (
+        "being deleted: the queue is drained and removed"
+    )
