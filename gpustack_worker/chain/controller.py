@@ -30,7 +30,7 @@ import socket
 from typing import TYPE_CHECKING, Any, Final
 
 from gpustack_worker.api import keys, kinds
-from gpustack_worker.chain import managers, queues
+from gpustack_worker.chain import caches, managers, queues
 from gpustack_worker.chain.admissionchecks import CHECKS
 from gpustack_worker.chain.steps import CHECKS_KEY, FLAVORS_KEY, Steps
 from gpustack_worker.runtime.controller import (
@@ -111,19 +111,18 @@ class Chain:
         self.settings = settings
         boot = settings.current
         reg = registry
-        by_type = keys.RESOURCE_TYPE + "={}"
         self.nodes = reg.informer(kinds.NODE)
         self.devices = reg.informer(kinds.DEVICES)
         self.flavors = reg.informer(
             kinds.RESOURCE_FLAVOR,
-            label_selector=by_type.format(keys.TYPE_NODES),
+            label_selector=caches.FLAVORS,
             field_manager=managers.FLAVOR,
         )
         # Read-only here: the topology package applies and retires the generated Topologies.
-        self.topologies = reg.informer(kinds.TOPOLOGY, label_selector=by_type.format(keys.TYPE_TOPOLOGY))
+        self.topologies = reg.informer(kinds.TOPOLOGY, label_selector=caches.TOPOLOGIES)
         self.queues = reg.informer(
             kinds.CLUSTER_QUEUE,
-            label_selector=by_type.format(keys.TYPE_INSTANCE_TYPES),
+            label_selector=caches.QUEUES,
             field_manager=managers.QUEUE,
         )
         QUEUES_HELD_IN_MIGRATION.watch(

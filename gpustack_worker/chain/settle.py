@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING, Any, Final
 from gpustack_worker.api import keys
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Collection, Iterable, Mapping
 
-__all__ = ("OWN_WRITES_POLL_S", "Held", "deferrable", "held", "wait")
+__all__ = ("OWN_WRITES_POLL_S", "Held", "deferrable", "held", "topology_on_its_way", "wait")
 
 #: Recheck while the chain's own writes are in flight (their watch events also wake the key).
 OWN_WRITES_POLL_S: Final = 1.0
@@ -115,3 +115,14 @@ def deferrable(body: Mapping[str, Any] | None, queue: Mapping[str, Any] | None) 
     if "stopPolicy" not in (body.get("spec") or {}):
         want, have = want[1:], have[1:]
     return want == have
+
+
+def topology_on_its_way(flavors: Iterable[Mapping[str, Any]], topologies: Collection[str]) -> bool:
+    """A flavor of ``flavors`` (the flavor cache) names a Topology that ``topologies`` (the names the
+    Topology cache holds) does not: the topology controller creates a profile's Topology before any Node
+    carries the profile, so it is about to arrive, and a queue or status written now would be written
+    again a moment later. Counts as the chain's own writes in flight (:func:`wait`)."""
+    return any(
+        (ref := (flavor.get("spec") or {}).get("topologyName")) and str(ref) not in topologies
+        for flavor in flavors
+    )

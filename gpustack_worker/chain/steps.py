@@ -39,9 +39,9 @@ from gpustack_worker.chain import (
     pools,
     queues,
     settle,
+    typestatus,
 )
 from gpustack_worker.chain.nodes import NodeHardware, node_hardware, unprofiled_hardware
-from gpustack_worker.chain.views import cpu_used, pool_status
 from gpustack_worker.runtime import conditions
 from gpustack_worker.runtime.apply import Applier, owned_fields
 from gpustack_worker.runtime.client import ApiError, Conflict, NotFound
@@ -546,14 +546,9 @@ class Steps:
         return self._flavor_pass_writing or bool(self._flavor_writes)
 
     def _topology_on_its_way(self) -> bool:
-        """A flavor names a generated Topology the cache does not hold: the topology controller creates
-        a profile's Topology before any Node carries the profile, so it is about to arrive — a queue
-        written now would say ``TopologyReady=False`` and be written again a moment later."""
-        topologies = self.topology_cache.store
-        return any(
-            (ref := (flavor.get("spec") or {}).get("topologyName")) and topologies.get(str(ref)) is None
-            for flavor in self.flavor_cache.store.list()
-        )
+        """A cached flavor names a generated Topology the cache does not hold (:func:`settle.
+        topology_on_its_way`)."""
+        return settle.topology_on_its_way(self.flavor_cache.store.list(), self.topology_cache.store.keys())
 
     def _wait(self, controller: str, name: str, it: Mapping[str, Any], *, also: bool = False) -> float | None:
         """Seconds the write of ``controller``'s key ``name`` waits for complete inputs, or None to write
@@ -818,12 +813,16 @@ class Steps:
             wait = self._wait("instancetype", name, it, also=queue is None)
             if wait is not None:
                 return Result.after(wait)
-        status = {
-            "entrance": keys.local_queue_name(name),
-            "phase": decision.phase,
-            **({"phaseMessage": decision.phase_message} if decision.phase_message else {}),
-            **self._capacity_status(it, queue),
-        }
+        status = typestatus.instance_type_status(
+            it,
+            queue,
+            self.flavor_cache.store.list(),
+            self._pool_candidates(it),
+            self.devices_facts,
+            aware=self.settings().instance_type_aware_cpu_manufacturer,
+            phase=decision.phase,
+            phase_message=decision.phase_message,
+        )
         body = {
             "apiVersion": kinds.INSTANCE_TYPE.api_version,
             "kind": kinds.INSTANCE_TYPE.kind,
@@ -833,26 +832,25 @@ class Steps:
         await self.type_applier.apply_status(kinds.INSTANCE_TYPE, body, it)
         return Result.after(decision.requeue_after) if decision.requeue_after else Result.done()
 
+    def _pool_candidates(self, it: Mapping[str, Any]) -> list[NodeHardware]:
+        """The Nodes the pool's cached flavors may select (the candidate index, not every Node)."""
+        chosen = typestatus.pool_flavors(
+            it, self.flavor_cache.store.list(), aware=self.settings().instance_type_aware_cpu_manufacturer
+        )
+        selectors: list[Mapping[str, str]] = [(f.get("spec") or {}).get("nodeLabels") or {} for f in chosen]
+        return self._candidates(selectors) if selectors else []
+
     def _capacity_status(self, it: Mapping[str, Any], queue: Mapping[str, Any] | None) -> dict[str, Any]:
-        """Four-view (accelerated) or CPU view, plus the descriptors of the pool's first flavor."""
-        s = self.settings()
-        pool = pools.identity_of(it)
-        labels = pools.schedule_labels(pool, aware=s.instance_type_aware_cpu_manufacturer)
-        pool_flavors = [
-            f
-            for f in pools.flavors_of(pools.flavor_selector(labels), self.flavor_cache.store.list())
-            if not _meta(f).get("deletionTimestamp")
-        ]
-        members: set[str] = set()
-        for flavor in pool_flavors:
-            selector: Mapping[str, str] = (flavor.get("spec") or {}).get("nodeLabels") or {}
-            members.update(flavors.flavor_nodes(flavor, self._candidates([selector])))
-        facts = []
-        if pool.acceleratable:
-            facts = [f for n in sorted(members) if (f := self.devices_facts(n)) is not None]
-        cores = {n: self._hardware[n].cpu.cores for n in members if n in self._hardware}
-        group = pool.accelerator_group if pool.acceleratable else None
-        return pool_status(group, pool_flavors, facts, cores, cpu_used(queue))
+        """Four-view (accelerated) or CPU view, plus the descriptors of the pool's first flavor
+        (:func:`typestatus.capacity_status` over the caches)."""
+        return typestatus.capacity_status(
+            it,
+            queue,
+            self.flavor_cache.store.list(),
+            self._pool_candidates(it),
+            self.devices_facts,
+            aware=self.settings().instance_type_aware_cpu_manufacturer,
+        )
 
     # -- LocalQueues ---------------------------------------------------------------------------------
 

@@ -31,25 +31,35 @@ the controller from an address a planning machine may not reach).
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 import yaml
 
 from gpustack_worker.api import keys, kinds
-from gpustack_worker.chain import admissionchecks, instancetypes, localqueues, managers, pools, queues
+from gpustack_worker.chain import (
+    admissionchecks,
+    caches,
+    instancetypes,
+    localqueues,
+    managers,
+    pools,
+    queues,
+    settle,
+    typestatus,
+)
 from gpustack_worker.chain import flavors as chain_flavors
 from gpustack_worker.chain.nodes import node_hardware
-from gpustack_worker.chain.steps import owns_field
-from gpustack_worker.chain.views import cpu_used
+from gpustack_worker.chain.steps import is_ours, owns_field
 from gpustack_worker.cli.planning import (
     NFD_DEFAULT_NS,
     PlanError,
     PlanNode,
     accepted,
-    capacity_status,
     converge,
     in_effect,
     own_keys,
@@ -66,10 +76,13 @@ from gpustack_worker.topology import profiles, sources
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Mapping
+    from collections.abc import Collection, Iterable, Sequence
 
+    from gpustack_worker.api.devices_view import DevicesFacts
+    from gpustack_worker.chain.nodes import NodeHardware
     from gpustack_worker.cli.settings import WorkerSettings
     from gpustack_worker.runtime.client import Client
+    from gpustack_worker.runtime.labelselector import LabelSelector
     from gpustack_worker.runtime.resources import Resource
 
 __all__ = (
@@ -128,7 +141,10 @@ class LiveCluster:
 class DesiredChain:
     """The chain objects the controllers would hold the cluster to, by kind then ``[namespace/]name``."""
 
+    #: The next writes: each controller's decision over its caches as they hold the cluster now.
     objects: dict[str, dict[str, dict[str, Any]]]
+    #: The writes that follow once the next ones are in the caches (queues, statuses, LocalQueues).
+    then: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     #: Kinds whose existing objects are compared on ``status`` only (create-only authoring).
     create_only: frozenset[str] = frozenset()
     #: ``[namespace/]name`` by kind of live objects a controller owns and would delete.
@@ -165,17 +181,22 @@ class Change:
     fields: tuple[FieldChange, ...] = ()
     #: The desired object (create, change) or the live one (delete).
     body: dict[str, Any] = field(default_factory=dict)
+    #: 1: a next write (decided from the cluster as read); 2: one that follows once those are in the
+    #: controllers' caches.
+    step: int = 1
 
     @property
     def where(self) -> str:
         return f"{self.namespace}/{self.name}" if self.namespace else self.name
 
     def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"action": self.action, "kind": self.kind, "name": self.name}
+        out: dict[str, Any] = {"action": self.action, "kind": self.kind, "name": self.name, "step": self.step}
         if self.namespace:
             out["namespace"] = self.namespace
         if self.fields:
             out["fields"] = [f.as_dict() for f in self.fields]
+        if self.action not in ("delete", "drift"):
+            out["write"] = self.body  # what the controller applies (a Node: its labels, through NFD)
         return out
 
 
@@ -345,12 +366,226 @@ def _deleting(obj: Mapping[str, Any] | None) -> bool:
     return bool(_meta(obj).get("deletionTimestamp"))
 
 
-def _with_uid(body: Mapping[str, Any], uid: str) -> dict[str, Any]:
-    return {**body, "metadata": {**body["metadata"], "uid": uid}}
+@dataclass(frozen=True, slots=True)
+class Caches:
+    """What the chain controllers' caches hold — the objects their decisions are fed — listed with the
+    informers' own selectors (:mod:`gpustack_worker.chain.caches`): flavors (finalizing ones included),
+    the names of the Topologies, the queues, every InstanceType."""
+
+    flavors: list[Mapping[str, Any]]
+    topologies: frozenset[str]
+    queues: dict[str, Mapping[str, Any]]
+    types: dict[str, Mapping[str, Any]]
+
+
+def caches_of(live: LiveCluster) -> Caches:
+    """The chain's caches as they hold ``live`` (pure)."""
+    return Caches(
+        flavors=caches.held(live.flavors, caches.FLAVORS),
+        topologies=frozenset(_name(t) for t in caches.held(live.topologies, caches.TOPOLOGIES)),
+        queues={_name(q): q for q in caches.held(live.cluster_queues, caches.QUEUES)},
+        types={_name(t): t for t in live.instance_types},
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Inputs:
+    """What every queue and status decision reads besides the caches."""
+
+    hardware: list[NodeHardware]
+    facts: dict[str, DevicesFacts]
+    checks: frozenset[str]
+    settings: WorkerSettings
+
+
+@dataclass(slots=True)
+class _Pass:
+    """One pass of the queue and InstanceType controllers over one state of the caches."""
+
+    #: ClusterQueue name → the body applied (spec with ``status`` holding ``TopologyReady``, a status
+    #: alone, or the drain-only stop policy).
+    queues: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: InstanceType name → the ``status`` applied.
+    statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: ClusterQueue name → the queue once those writes are in the cache.
+    after: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _status_of(name: str, condition: queues.Condition) -> dict[str, Any]:
+    return {
+        "apiVersion": kinds.CLUSTER_QUEUE.api_version,
+        "kind": kinds.CLUSTER_QUEUE.kind,
+        "metadata": {"name": name},
+        "status": topology_ready_status(condition),
+    }
+
+
+def _queue_pass(view: Caches, inp: _Inputs, *, in_flight: bool | None) -> _Pass:
+    """Every InstanceType's queue decision (``queues.decide``) and status (``instancetypes.decide_type``,
+    ``typestatus.instance_type_status``) over ``view``, as the controllers' steps call them.
+
+    ``in_flight``: the chain's own writes are on their way (its flavor pass writes, or a cached flavor
+    names a Topology the cache does not hold): a queue write the settle gate may defer
+    (``settle.deferrable``) and a status write wait for them, as does a status whose queue is not there
+    yet — they are not written in this pass. None: no gate (the pass after those writes; a status then
+    reads its queue once the queue controller's write is in)."""
+    s = inp.settings
+    aware = s.instance_type_aware_cpu_manufacturer
+    out = _Pass()
+    for name, it in sorted(view.types.items()):
+        queue = view.queues.get(name)
+        owns = owns_field(queue, managers.QUEUE, queues.STOP_POLICY_FIELD)
+        decided = queues.decide(
+            queues.QueueInputs(
+                instance_type=it,
+                queue=queue,
+                flavors=view.flavors,
+                nodes=inp.hardware,
+                topologies=view.topologies,
+                active_checks=inp.checks,
+                owns_stop_policy=owns,
+                aware=aware,
+                mixed_on_node=s.instance_type_mixed_on_node,
+                derived_from_node=s.instance_type_derived_from_node,
+                drain_when_no_flavors=s.instance_type_drain_when_no_flavors,
+            )
+        )
+        body: dict[str, Any] | None = None
+        if decided.body is None:
+            if queue is not None and decided.condition is not None:
+                body = _status_of(name, decided.condition)  # not ours to change: the condition only
+            elif decided.condition is not None:
+                cond = decided.condition
+                out.notes.append(f"ClusterQueue {name}: {cond.reason}: {cond.message}")
+        elif decided.drain_only:
+            if queue is not None and (queue.get("spec") or {}).get("stopPolicy") != queues.HOLD_AND_DRAIN:
+                body = {**decided.body, "metadata": {"name": name}}
+        elif not (in_flight and settle.deferrable(decided.body, queue)):
+            body = dict(decided.body)
+            if decided.condition is not None:
+                body["status"] = topology_ready_status(decided.condition)
+        after = queue if body is None else _after_write(queue, body)
+        if body is not None:
+            out.queues[name] = body
+        if after is not None:
+            out.after[name] = after
+        read = queue if queue is not None else after  # a status waits for its queue to be there
+        typed = instancetypes.decide_type(
+            it, read, queue_stop_is_ours=owns if queue is not None else True
+        )
+        if typed.remove_finalizer:
+            continue
+        if in_flight is not None and not _deleting(it) and (in_flight or queue is None):
+            continue  # the settle gate: written once its inputs are in
+        out.statuses[name] = typestatus.instance_type_status(
+            it,
+            read,
+            view.flavors,
+            inp.hardware,
+            inp.facts.get,
+            aware=aware,
+            phase=typed.phase,
+            phase_message=typed.phase_message,
+        )
+    return out
+
+
+def _after_write(obj: Mapping[str, Any] | None, body: Mapping[str, Any]) -> dict[str, Any]:
+    """``obj`` once ``body`` is applied to it (server-side apply's effect on the fields ``body`` sets); a
+    new object gets the placeholder uid, and a spec change a new generation (Kueue has not reported it)."""
+    if obj is None:
+        created = copy.deepcopy(dict(body))
+        created["metadata"] = {**created.get("metadata", {}), "uid": NEW_UID, "generation": 1}
+        return created
+    merged: dict[str, Any] = dict(applied(obj, body))
+    if "spec" in body and merged.get("spec") != obj.get("spec"):
+        meta = dict(merged.get("metadata") or {})
+        meta["generation"] = int(meta.get("generation") or 0) + 1
+        merged["metadata"] = meta
+    return merged
+
+
+def applied(live: Any, want: Any) -> Any:
+    """``live`` with the fields ``want`` sets applied: dicts merged key by key, conditions by ``type``,
+    anything else replaced (pure)."""
+    if isinstance(want, Mapping) and isinstance(live, Mapping):
+        out = dict(live)
+        for key, value in want.items():
+            have = live.get(key)
+            if key == "conditions" and isinstance(value, list) and isinstance(have, list):
+                types = {c.get("type") for c in value if isinstance(c, Mapping)}
+                kept = [c for c in have if not (isinstance(c, Mapping) and c.get("type") in types)]
+                out[key] = kept + copy.deepcopy(value)
+            else:
+                out[key] = applied(have, value)
+        return out
+    return copy.deepcopy(want)
+
+
+def _flavor_writes(
+    flavors: Mapping[str, dict[str, Any]], live: Sequence[Mapping[str, Any]], refused: list[dict[str, str]]
+) -> dict[str, str]:
+    """What the flavor pass does with each desired flavor it writes, by name: ``create``, ``change`` or
+    ``replace`` (``drift`` is left as it is, an unchanged one is not written). A name held by an object
+    that is not the chain's (:func:`~gpustack_worker.chain.steps.is_ours`) is never written: refused."""
+    by_name = {_name(f): f for f in live}
+    out: dict[str, str] = {}
+    for name, body in flavors.items():
+        found = by_name.get(name)
+        if found is None:
+            out[name] = "create"
+            continue
+        if not is_ours(found, owner=managers.OWNER_FLAVORS, field_managers=(managers.FLAVOR,)):
+            refused.append(
+                {
+                    "kind": kinds.RESOURCE_FLAVOR.kind,
+                    "name": name,
+                    "path": "metadata.name",
+                    "rule": "held by an object that is not the chain's (no owner label): never written over",
+                }
+            )
+            continue
+        action = _action(kinds.RESOURCE_FLAVOR.kind, body, found)
+        if action != "drift" and field_diff(body, found):
+            out[name] = action
+    return out
+
+
+def _flavors_after(
+    view: Caches, desired: Mapping[str, dict[str, Any]], writes: Mapping[str, str], deleted: Collection[str]
+) -> list[Mapping[str, Any]]:
+    """The flavor cache once the flavor pass's writes are in: written flavors as applied; a deleted or
+    replaced one that a queue still lists stays, finalizing (Kueue's in-use finalizer), else is gone."""
+    listed = {
+        str(f.get("name"))
+        for q in view.queues.values()
+        for g in (q.get("spec") or {}).get("resourceGroups") or ()
+        for f in g.get("flavors") or ()
+    }
+    out: dict[str, Mapping[str, Any]] = {_name(f): f for f in view.flavors}
+    for name in sorted({*deleted, *(n for n, a in writes.items() if a == "replace")}):
+        cached = out.pop(name, None)
+        if cached is not None and name in listed:
+            meta = {**_meta(cached), "deletionTimestamp": "(deleted by the flavor pass)"}
+            out[name] = {**cached, "metadata": meta}
+    for name, action in writes.items():
+        if action in ("create", "change"):
+            out[name] = _after_write(out.get(name), desired[name])
+    return [out[n] for n in sorted(out)]
 
 
 def desired_chain(live: LiveCluster, settings: WorkerSettings, *, namespace: str) -> DesiredChain:
-    """What the controllers would hold the cluster to, given ``live`` and ``settings`` (pure)."""
+    """What the controllers would write, given ``live`` and ``settings`` (pure), in two steps.
+
+    **Next** (:attr:`DesiredChain.objects`): each controller's decision over its caches as they hold
+    ``live`` (:func:`caches_of`) — the topology controller's Topologies, the flavor pass (flavors, authored
+    InstanceTypes), the AdmissionChecks, each existing InstanceType's queue and status (the settle gate
+    applied: a deferrable write waits while the chain's own writes are in flight) and the LocalQueues of
+    the queues there are. **Then** (:attr:`DesiredChain.then`): the queue, status and LocalQueue writes
+    that follow once those writes are in the caches (a new InstanceType's queue, a deferred write, a
+    decision that changes with the new flavors or Topologies). Kueue's own progress is not modelled:
+    its status is the one read."""
     source, snapshot, notes = _source_and_snapshot(live, namespace)
     nodes = live_nodes(live, with_sources=source is not None)
     assigned, levels_of, decision = converge(nodes, settings, source, snapshot, namespace)
@@ -361,6 +596,7 @@ def desired_chain(live: LiveCluster, settings: WorkerSettings, *, namespace: str
     refused: list[dict[str, str]] = []
     aware = settings.instance_type_aware_cpu_manufacturer
     mixed = settings.instance_type_mixed_on_node
+    view = caches_of(live)
 
     topologies = {
         keys.topology_name(p): stamp(profiles.topology_body(levels), topology_managers.OWNER_TOPOLOGIES)
@@ -374,12 +610,16 @@ def desired_chain(live: LiveCluster, settings: WorkerSettings, *, namespace: str
         for p in plans
     }
     flavors = {n: b for n, b in flavors.items() if accepted(b, refused)}
-    flavor_list = list(flavors.values())
+    flavor_writes = _flavor_writes(flavors, live.flavors, refused)
+    foreign = {r["name"] for r in refused if r["kind"] == kinds.RESOURCE_FLAVOR.kind}
+    flavors = {n: b for n, b in flavors.items() if n not in foreign}
+    owned_flavors = [f for f in live.flavors if owner_of(f) == managers.OWNER_FLAVORS]
+    pruned = sorted(_key(f) for f in owned_flavors if _key(f) not in flavors and not _deleting(f))
 
     # Topologies the retire pass keeps: every profile's, and every one a flavor still names.
     kept = set(topologies) | {
         str(ref)
-        for f in (*live.flavors, *flavor_list)
+        for f in (*live.flavors, *flavors.values())
         if (ref := (f.get("spec") or {}).get("topologyName"))
     }
     retired = [
@@ -387,86 +627,73 @@ def desired_chain(live: LiveCluster, settings: WorkerSettings, *, namespace: str
         for t in live.topologies
         if owner_of(t) == topology_managers.OWNER_TOPOLOGIES and _name(t) not in kept
     ]
-    present = frozenset({*topologies, *(_name(t) for t in live.topologies)} - set(retired))
+    live_topologies = {_name(t): t for t in live.topologies}
+    made = {
+        n
+        for n, body in topologies.items()
+        if (found := live_topologies.get(n)) is None or _action(kinds.TOPOLOGY.kind, body, found) != "drift"
+    }
 
-    live_types = {_name(t): t for t in live.instance_types}
-    types: dict[str, dict[str, Any]] = {}
+    authored: dict[str, dict[str, Any]] = {}
     if settings.instance_type_derived_from_node:
         for p in plans:
             body = pools.derived_instance_type(p, aware=aware)
             name = body["metadata"]["name"]
-            if name not in live_types and name not in types and accepted(body, refused):
-                types[name] = body
-    live_queues = {_name(q): q for q in live.cluster_queues}
-    checks = admissionchecks.active_checks(live.admission_checks)
-    facts = {name: f for name, n in nodes.items() if (f := n.facts) is not None}
-    cqs: dict[str, dict[str, Any]] = {}
-    fronted: list[dict[str, Any]] = []  # the queues the LocalQueues front, with their uids
-    for name, it in sorted({**live_types, **types}.items()):
-        queue = live_queues.get(name)
-        decided = queues.decide(
-            queues.QueueInputs(
-                instance_type=it,
-                queue=queue,
-                flavors=flavor_list,
-                nodes=hardware,
-                topologies=present,
-                active_checks=checks,
-                owns_stop_policy=owns_field(queue, managers.QUEUE, queues.STOP_POLICY_FIELD),
-                aware=aware,
-                mixed_on_node=mixed,
-                derived_from_node=settings.instance_type_derived_from_node,
-                drain_when_no_flavors=settings.instance_type_drain_when_no_flavors,
-            )
-        )
-        after: Mapping[str, Any] | None = queue
-        if decided.drain_only and decided.body is not None and queue is not None:
-            cqs[name] = {**decided.body, "metadata": {"name": name}}
-            after = queue
-        elif decided.body is not None:
-            body = dict(decided.body)
-            if decided.condition is not None:
-                body["status"] = topology_ready_status(decided.condition)
-            cqs[name] = body
-            after = {**body, "status": {**((queue or {}).get("status") or {}), **(body.get("status") or {})}}
-        elif decided.condition is not None:
-            notes.append(f"ClusterQueue {name}: {decided.condition.reason}: {decided.condition.message}")
-        if after is not None and not _deleting(after):
-            fronted.append(_with_uid(after, str(_meta(queue).get("uid") or NEW_UID)))
-        phase, message = instancetypes.phase_of(after, deleting=_deleting(it))
-        status: dict[str, Any] = {
-            "entrance": keys.local_queue_name(name),
-            "phase": phase,
-            **({"phaseMessage": message} if message else {}),
-            **capacity_status(it, flavor_list, hardware, facts, aware=aware, cpu_used=cpu_used(queue)),
-        }
-        types[name] = {**it, "status": status} if name in types else _status_body(it, status)
-    if not settings.instance_type_derived_from_node and not live_types:
+            if name not in view.types and name not in authored and accepted(body, refused):
+                authored[name] = body
+    inp = _Inputs(
+        hardware=hardware,
+        facts={name: f for name, n in nodes.items() if (f := n.facts) is not None},
+        checks=admissionchecks.active_checks(live.admission_checks),
+        settings=settings,
+    )
+    # Next: the queue and status controllers over the caches as they are.
+    in_flight = bool(flavor_writes or pruned) or settle.topology_on_its_way(view.flavors, view.topologies)
+    first = _queue_pass(view, inp, in_flight=in_flight)
+    # Then: over the caches once the next writes are in.
+    later_view = Caches(
+        flavors=_flavors_after(view, flavors, flavor_writes, pruned),
+        topologies=frozenset((view.topologies | made) - set(retired)),
+        queues={**view.queues, **first.after},
+        types={**view.types, **{n: _after_write(None, b) for n, b in authored.items()}},
+    )
+    second = _queue_pass(later_view, inp, in_flight=None)
+    notes.extend(n for n in second.notes if n not in notes)
+    if not settings.instance_type_derived_from_node and not later_view.types:
         notes.append("instance-type-derived-from-node=false and no InstanceType exists: no ClusterQueue")
 
-    local: dict[str, dict[str, Any]] = {}
     selector = parse_selector(settings.local_queue_namespace_selector)
-    for ns in live.namespaces:
-        wanted = localqueues.desired_local_queues(ns, fronted, system_namespace=namespace, selector=selector)
-        for body in wanted.values():
-            stamped = stamp(body, managers.OWNER_LOCAL_QUEUES)
-            local[_key(stamped)] = stamped
+    local_now = _local_queues(live, view.queues.values(), selector, namespace)
+    local_then = _local_queues(live, second.after.values(), selector, namespace)
     owned_local = [q for q in live.local_queues if owner_of(q) == managers.OWNER_LOCAL_QUEUES]
-    owned_flavors = [f for f in live.flavors if owner_of(f) == managers.OWNER_FLAVORS]
-    return DesiredChain(
-        objects={
-            kinds.TOPOLOGY.kind: topologies,
-            kinds.RESOURCE_FLAVOR.kind: flavors,
-            kinds.INSTANCE_TYPE.kind: types,
-            kinds.CLUSTER_QUEUE.kind: cqs,
-            kinds.LOCAL_QUEUE.kind: local,
-            kinds.ADMISSION_CHECK.kind: admissionchecks.desired_admission_checks(),
+    next_writes = {
+        kinds.TOPOLOGY.kind: topologies,
+        kinds.RESOURCE_FLAVOR.kind: flavors,
+        kinds.INSTANCE_TYPE.kind: {
+            **authored,
+            **{n: _status_body(view.types[n], st) for n, st in first.statuses.items()},
         },
+        kinds.CLUSTER_QUEUE.kind: first.queues,
+        kinds.LOCAL_QUEUE.kind: local_now,
+        kinds.ADMISSION_CHECK.kind: admissionchecks.desired_admission_checks(),
+    }
+    then = {
+        kinds.INSTANCE_TYPE.kind: {
+            n: _status_body(later_view.types[n], st) for n, st in second.statuses.items()
+        },
+        kinds.CLUSTER_QUEUE.kind: second.queues,
+        kinds.LOCAL_QUEUE.kind: local_then,
+    }
+    return DesiredChain(
+        objects=next_writes,
+        then=then,
         create_only=frozenset({kinds.INSTANCE_TYPE.kind}),
         delete={
             kinds.TOPOLOGY.kind: sorted(retired),
-            kinds.RESOURCE_FLAVOR.kind: sorted(_key(f) for f in owned_flavors if _key(f) not in flavors),
-            kinds.LOCAL_QUEUE.kind: sorted(_key(q) for q in owned_local if _key(q) not in local),
+            kinds.RESOURCE_FLAVOR.kind: pruned,
+            kinds.LOCAL_QUEUE.kind: sorted(
+                _key(q) for q in owned_local if _key(q) not in local_now and _key(q) not in local_then
+            ),
         },
         profiles={name: assigned.get(name, "") for name in sorted(nodes)},
         node_labels={name: dict(_meta(n.current).get("labels") or {}) for name, n in sorted(nodes.items())},
@@ -475,8 +702,25 @@ def desired_chain(live: LiveCluster, settings: WorkerSettings, *, namespace: str
     )
 
 
+def _local_queues(
+    live: LiveCluster,
+    queues_now: Iterable[Mapping[str, Any]],
+    selector: LabelSelector,
+    namespace: str,
+) -> dict[str, dict[str, Any]]:
+    """The LocalQueue controller's LocalQueues of every live Namespace, for the queues ``queues_now``."""
+    fronted = [q for q in queues_now if not _deleting(q)]
+    out: dict[str, dict[str, Any]] = {}
+    for ns in live.namespaces:
+        wanted = localqueues.desired_local_queues(ns, fronted, system_namespace=namespace, selector=selector)
+        for body in wanted.values():
+            stamped = stamp(body, managers.OWNER_LOCAL_QUEUES)
+            out[_key(stamped)] = stamped
+    return out
+
+
 def _status_body(it: Mapping[str, Any], status: dict[str, Any]) -> dict[str, Any]:
-    """The InstanceType status the InstanceType controller applies (for an existing one)."""
+    """The InstanceType status the InstanceType controller applies."""
     return {
         "apiVersion": kinds.INSTANCE_TYPE.api_version,
         "kind": kinds.INSTANCE_TYPE.kind,
@@ -552,7 +796,9 @@ def field_diff(
 
 
 def diff_chain(desired: DesiredChain, live: LiveCluster) -> tuple[list[Change], int]:
-    """The changes that take ``live`` to ``desired``, in :data:`KIND_ORDER`, and how many objects match."""
+    """The changes that take ``live`` to ``desired``: the next writes (step 1, each against the live
+    object) in :data:`KIND_ORDER` with the deletes and the Nodes' labels, then the writes that follow
+    (step 2, each against the object as the next writes leave it); and how many objects match."""
     existing: dict[str, dict[str, Mapping[str, Any]]] = {
         kinds.TOPOLOGY.kind: {_key(o): o for o in live.topologies},
         kinds.RESOURCE_FLAVOR.kind: {_key(o): o for o in live.flavors},
@@ -562,26 +808,44 @@ def diff_chain(desired: DesiredChain, live: LiveCluster) -> tuple[list[Change], 
         kinds.ADMISSION_CHECK.kind: {_key(o): o for o in live.admission_checks},
     }
     changes: list[Change] = []
-    unchanged = 0
-    for kind in KIND_ORDER:
-        have = existing[kind]
-        for key, body in sorted(desired.objects.get(kind, {}).items()):
-            ns, _, name = key.rpartition("/")
-            found = have.get(key)
-            if found is None:
-                if kind in desired.create_only and "spec" not in body:
-                    continue  # a status for an InstanceType that is not there
-                changes.append(Change("create", kind, name, ns or None, (), body))
-                continue
-            fields = field_diff(body, found, status_only=kind in desired.create_only)
-            if fields:
-                action = _action(kind, body, found)
-                changes.append(Change(action, kind, name, ns or None, tuple(fields), body))
-            else:
-                unchanged += 1
-        for key in desired.delete.get(kind, ()):
-            ns, _, name = key.rpartition("/")
-            changes.append(Change("delete", kind, name, ns or None, (), dict(have.get(key) or {})))
+    seen: set[tuple[str, str]] = set()
+    changed: set[tuple[str, str]] = set()
+    after: dict[str, dict[str, Mapping[str, Any]]] = {k: dict(v) for k, v in existing.items()}
+    for step, objects in ((1, desired.objects), (2, desired.then)):
+        for kind in KIND_ORDER:
+            have = after[kind]
+            for key, body in sorted(objects.get(kind, {}).items()):
+                seen.add((kind, key))
+                ns, _, name = key.rpartition("/")
+                found = have.get(key)
+                if found is None:
+                    if kind in desired.create_only and "spec" not in body:
+                        continue  # a status for an InstanceType that is not there
+                    changes.append(Change("create", kind, name, ns or None, (), body, step))
+                    changed.add((kind, key))
+                    have[key] = body
+                    continue
+                fields = field_diff(body, found, status_only=kind in desired.create_only)
+                if fields:
+                    action = _action(kind, body, found)
+                    changes.append(Change(action, kind, name, ns or None, tuple(fields), body, step))
+                    changed.add((kind, key))
+                    if action == "change":
+                        have[key] = applied(found, body)
+            if step == 1:
+                for key in desired.delete.get(kind, ()):
+                    ns, _, name = key.rpartition("/")
+                    changes.append(Change("delete", kind, name, ns or None, (), dict(have.get(key) or {})))
+        if step == 1:
+            changes.extend(_node_changes(desired, live))
+    unchanged = len(seen - changed) + sum(
+        1 for node in live.nodes if _name(node) in desired.node_labels
+    ) - sum(1 for c in changes if c.kind == kinds.NODE.kind)
+    return changes, unchanged
+
+
+def _node_changes(desired: DesiredChain, live: LiveCluster) -> list[Change]:
+    out = []
     for node in sorted(live.nodes, key=_name):
         name = _name(node)
         want = desired.node_labels.get(name)
@@ -590,10 +854,8 @@ def diff_chain(desired: DesiredChain, live: LiveCluster) -> tuple[list[Change], 
         fields = label_diff(want, _meta(node).get("labels") or {})
         if fields:
             body = {"apiVersion": "v1", "kind": kinds.NODE.kind, "metadata": {"name": name, "labels": want}}
-            changes.append(Change("change", kinds.NODE.kind, name, None, tuple(fields), body))
-        else:
-            unchanged += 1
-    return changes, unchanged
+            out.append(Change("change", kinds.NODE.kind, name, None, tuple(fields), body))
+    return out
 
 
 def label_diff(desired: Mapping[str, str], live: Mapping[str, str]) -> list[FieldChange]:
@@ -635,6 +897,11 @@ def plan_cluster(
 
 #: Every action, in the order the summary counts them, and its mark in the text output.
 _MARK: Final = {"create": "+", "change": "~", "replace": "-/+", "delete": "-", "drift": "!"}
+#: The heading of each step's changes in the text output.
+_STEP_TITLE: Final = {
+    1: "next writes (each controller's decision over the cluster as read):",
+    2: "then, once those writes are in the controllers' caches:",
+}
 #: What an action means, for the text output's legend line (shown for the rare ones only).
 _LEGEND: Final = {
     "replace": "-/+ replace: deleted and created again (Kueue forbids changing a flavor's selector)",
@@ -660,9 +927,13 @@ def render_text(report: PlanReport) -> str:
         "",
     ]
     width = max((len(c.kind) for c in report.changes), default=0)
-    for c in report.changes:
-        lines.append(f"{_MARK[c.action]:<3} {c.action:<7}  {c.kind:<{width}}  {c.where}")
-        lines.extend(f"      {f.path}: {_shown(f.live)} -> {_shown(f.desired)}" for f in c.fields)
+    for step in (1, 2):
+        shown = [c for c in report.changes if c.step == step]
+        if shown:
+            lines.append(_STEP_TITLE[step])
+        for c in shown:
+            lines.append(f"{_MARK[c.action]:<3} {c.action:<7}  {c.kind:<{width}}  {c.where}")
+            lines.extend(f"      {f.path}: {_shown(f.live)} -> {_shown(f.desired)}" for f in c.fields)
     if not report.changes:
         lines.append("no changes: the chain on the cluster is what the controllers would write")
     lines += [
@@ -691,10 +962,13 @@ def report_list(report: PlanReport) -> tuple[dict[str, Any], list[str]]:
     """``-o yaml``: a ``v1 List`` of every object to create or change, without ``status`` (the controllers
     write it; ``kubectl apply`` neither applies nor accepts a partial one), and comment lines naming each
     action (a delete has no object to apply, so it is a comment only)."""
-    items = [
-        applicable(c.body) for c in report.changes if c.action not in ("delete", "drift") and "spec" in c.body
-    ]  # a Node's labels are written through NodeFeatures and nfd-master, not applied: comment only
-    comments = [f"# {c.action} {c.kind} {c.where}" for c in report.changes]
+    last: dict[tuple[str, str], dict[str, Any]] = {}
+    for c in report.changes:  # an object written at both steps is listed once, as it ends
+        if c.action not in ("delete", "drift") and "spec" in c.body:
+            last.pop((c.kind, c.where), None)
+            last[c.kind, c.where] = applicable(c.body)
+    items = list(last.values())  # a Node's labels are written through NodeFeatures: comment only
+    comments = [f"# {c.action} {c.kind} {c.where}{' (then)' if c.step > 1 else ''}" for c in report.changes]
     return {"apiVersion": "v1", "kind": "List", "items": items}, comments
 
 

@@ -15,7 +15,9 @@ What the live cluster does, step by step, and the pure function each step runs h
    (``profiles.node_assignment``) and the Kueue Topologies of those profiles;
 5. the chain (:mod:`gpustack_worker.chain`): flavors (``flavors.plan_flavors`` / ``flavor_body``), the
    derived InstanceTypes (``pools.derived_instance_type``), each ClusterQueue (``queues.decide``), each
-   InstanceType's capacity status (``views``) and the LocalQueues (``localqueues``).
+   InstanceType's status (``instancetypes.decide_type``, ``typestatus.instance_type_status``: the
+   InstanceType controller's own functions, fed the flavors the plan writes as its cache) and the
+   LocalQueues (``localqueues``).
 
 Steps 2-4 feed each other (the agent reads the labels nfd-master projected, the TopologySource selects by
 them), so they are repeated until the Nodes stop changing, as the controllers converge. The result is the
@@ -35,9 +37,8 @@ from gpustack_worker.agent.facts import node_facts
 from gpustack_worker.api import keys, kinds, validation
 from gpustack_worker.api.devices_view import DevicesFacts, devices_facts
 from gpustack_worker.chain import flavors as chain_flavors
-from gpustack_worker.chain import instancetypes, localqueues, managers, pools, queues
-from gpustack_worker.chain.nodes import NodeHardware, node_hardware
-from gpustack_worker.chain.views import pool_status
+from gpustack_worker.chain import instancetypes, localqueues, managers, pools, queues, typestatus
+from gpustack_worker.chain.nodes import node_hardware
 from gpustack_worker.runtime.prune import stamp
 from gpustack_worker.simulate import render
 from gpustack_worker.topology import levels as lv
@@ -56,7 +57,6 @@ __all__ = (
     "PlanNode",
     "PlannedChain",
     "accepted",
-    "capacity_status",
     "converge",
     "in_effect",
     "own_keys",
@@ -330,30 +330,6 @@ def parsed_facts(devices: Mapping[str, Any] | None) -> DevicesFacts | None:
     return devices_facts(devices) if devices is not None else None
 
 
-def capacity_status(
-    it: Mapping[str, Any],
-    flavor_bodies: Sequence[Mapping[str, Any]],
-    hardware: Sequence[NodeHardware],
-    facts: Mapping[str, DevicesFacts],
-    *,
-    aware: bool,
-    cpu_used: int = 0,
-) -> dict[str, Any]:
-    """The InstanceType status views, composed like the InstanceType controller composes them
-    (``cpu_used``: the CPU cores Kueue reports in use on the pool's queue; none in a scenario plan, so a
-    CPU pool's ``remaining`` is its capacity)."""
-    pool = pools.identity_of(it)
-    labels = pools.schedule_labels(pool, aware=aware)
-    pool_flavors = pools.flavors_of(pools.flavor_selector(labels), flavor_bodies)
-    members: set[str] = set()
-    for flavor in pool_flavors:
-        members.update(chain_flavors.flavor_nodes(flavor, hardware))
-    chosen = [facts[n] for n in sorted(members) if n in facts] if pool.acceleratable else []
-    cores = {h.name: h.cpu.cores for h in hardware if h.name in members}
-    group = pool.accelerator_group if pool.acceleratable else None
-    return pool_status(group, pool_flavors, chosen, cores, cpu_used)
-
-
 def accepted(body: Mapping[str, Any], refused: list[dict[str, str]]) -> bool:
     """Whether the API server would accept ``body``; each problem it would refuse it for is recorded."""
     problems = validation.object_problems(body)
@@ -459,13 +435,18 @@ def plan_chain(
         elif decision_q.condition is not None:
             body["status"] = topology_ready_status(decision_q.condition)
         cluster_queues[name] = body
-        phase, message = instancetypes.phase_of(body, deleting=False)
-        status: dict[str, Any] = {
-            "entrance": keys.local_queue_name(name),
-            "phase": phase,
-            **({"phaseMessage": message} if message else {}),
-            **capacity_status(it, flavor_list, hardware, facts, aware=aware),
-        }
+        # The InstanceType controller's own decision and status, over the caches once the chain settled.
+        typed = instancetypes.decide_type(it, body, queue_stop_is_ours=True)
+        status = typestatus.instance_type_status(
+            it,
+            body,
+            flavor_list,
+            hardware,
+            facts.get,
+            aware=aware,
+            phase=typed.phase,
+            phase_message=typed.phase_message,
+        )
         instance_types[name] = {**it, "status": status}
     placeholder = {"metadata": {"name": PLAN_NAMESPACE}}
     with_uids = [{**q, "metadata": {**q["metadata"], "uid": f"plan-{n}"}} for n, q in cluster_queues.items()]

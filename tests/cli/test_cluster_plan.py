@@ -147,6 +147,27 @@ def converge(live: LiveCluster, s: Any, rounds: int = 4) -> tuple[LiveCluster, P
     raise AssertionError(f"still changing after {rounds} rounds: {render_text(report)}")
 
 
+#: On a cluster with no chain object, what is written next and what follows once it is in the caches.
+NEXT: frozenset[str] = frozenset({"Topology", "ResourceFlavor", "InstanceType", "AdmissionCheck", "Node"})
+THEN: frozenset[str] = frozenset({"ClusterQueue", "LocalQueue", "InstanceType"})
+
+
+def assert_creates_then_statuses(report: PlanReport) -> None:
+    """Every chain object is a create: the flavor pass's (flavors, authored InstanceTypes), the Topologies
+    and the AdmissionChecks next; the queues (whose keys are the InstanceTypes, not there yet), their
+    LocalQueues and the new InstanceTypes' status once those are in the caches — the status being the
+    only ``change``, on an InstanceType created the step before."""
+    created = {c.name for c in report.changes if c.action == "create"}
+    for c in report.changes:
+        assert c.kind in (NEXT if c.step == 1 else THEN), (c.step, c.kind, c.name)
+        if c.kind == "Node":
+            assert (c.action, c.step) == ("change", 1)
+        elif c.action != "create":
+            assert (c.action, c.kind, c.step) == ("change", "InstanceType", 2), c
+            assert c.name in created
+            assert {f.path.split(".")[0] for f in c.fields} == {"status"}
+
+
 def _names(report: PlanReport, kind: str, action: str = "create") -> list[str]:
     return sorted(c.name for c in report.changes if c.kind == kind and c.action == action)
 
@@ -156,7 +177,7 @@ def test_a_fresh_fleet_plans_the_scenario_plans_chain_as_creates(scenario: str) 
     s = parse_sets([])
     live = applied_fleet(packaged_scenario(scenario))
     report = plan_cluster(live, s, namespace=NS, settings_source="test")
-    assert {c.action for c in report.changes if c.kind != "Node"} == {"create"}
+    assert_creates_then_statuses(report)
     assert report.unchanged == 0
     plan = plan_chain(packaged_scenario(scenario), s, checks_active=False)
     # every Node gets the labels the scenario plan converges to (agent, nfd-master, topology)
@@ -239,10 +260,17 @@ def test_only_owned_objects_are_deleted() -> None:
     stale_lq["metadata"]["namespace"] = "gone"
     live.local_queues.append(stale_lq)
     report = plan_cluster(live, s, namespace=NS, settings_source="test")
-    assert [(c.action, c.kind, c.where) for c in report.changes] == [
+    assert [(c.action, c.kind, c.where) for c in report.changes if c.action == "delete"] == [
         ("delete", "ResourceFlavor", "leftover-of-ours"),
         ("delete", "LocalQueue", f"gone/{stale_lq['metadata']['name']}"),
     ]
+    # The admin's flavor is never deleted, but it carries the chain's type label, so it is in the flavor
+    # cache and the queue controller reads it: it selects the nodes of the flavor it was copied from.
+    (queue,) = [c for c in report.changes if c.action != "delete"]
+    assert (queue.action, queue.kind, queue.step) == ("change", "ClusterQueue", 2)
+    ready = queue.body["status"]["conditions"][0]
+    assert (ready["status"], ready["reason"]) == ("False", "OverlappingSelectors")
+    assert "an-admins-flavor" in ready["message"]
     assert stale_lq["metadata"]["labels"][OWNER_LABEL] == managers.OWNER_LOCAL_QUEUES
 
 
@@ -336,8 +364,7 @@ def test_any_fleet_plans_the_scenario_plans_chain_and_reaches_a_fixed_point(flee
         return  # the scenario plan refuses it (a source not in effect): nothing to compare with
     live = applied_fleet(fleet.scenario, source=source, snapshot=snapshot)
     report = plan_cluster(live, s, namespace=NS, settings_source="test")
-    assert {c.action for c in report.changes if c.kind != "Node"} <= {"create"}
-    assert {c.action for c in report.changes if c.kind == "Node"} <= {"change"}
+    assert_creates_then_statuses(report)
     assert _names(report, "ResourceFlavor") == sorted(plan.flavors)
     assert _names(report, "ClusterQueue") == sorted(plan.cluster_queues)
     assert report.desired.profiles == plan.profiles
@@ -387,14 +414,28 @@ def test_immutable_differences_are_classified_as_the_controller_acts_on_them() -
     topology = live.topologies[0]
     topology["spec"]["levels"] = [{"nodeLabel": "example.com/other"}]
     report = plan_cluster(live, s, namespace=NS, settings_source="test")
-    actions = {(c.kind, c.name): c.action for c in report.changes}
+    actions = {(c.kind, c.name): c.action for c in report.changes if c.step == 1}
     assert actions == {
         ("Topology", topology["metadata"]["name"]): "drift",
         ("ResourceFlavor", selector["metadata"]["name"]): "replace",
         ("ResourceFlavor", drifted["metadata"]["name"]): "drift",
     }
+    # Then, with the replaced flavor finalizing and the drifted one still naming another Topology, the
+    # queues refuse (the settle gate held them while the flavor pass wrote): each the queue controller's
+    # own decision over those caches.
+    then = {(c.kind, c.name): c for c in report.changes if c.step == 2}
+    reasons = {
+        name: c.body["status"]["conditions"][0]["reason"]
+        for (kind, name), c in then.items()
+        if kind == "ClusterQueue"
+    }
+    l4 = next(n for n in reasons if "nvidia-l4" in n)
+    assert reasons[l4] == "MissingTopology"
+    assert set(reasons) <= {q["metadata"]["name"] for q in live.cluster_queues}
     doc, _comments = report_list(report)
-    assert [i["metadata"]["name"] for i in doc["items"]] == [selector["metadata"]["name"]]
+    assert [i["metadata"]["name"] for i in doc["items"]] == [
+        selector["metadata"]["name"], *(n for k, n in then if k == "ClusterQueue")
+    ]
     text = render_text(report)
     assert "-/+ replace" in text and "! drift" in text
 
