@@ -61,6 +61,13 @@ class ControllerSettings(RuntimeSettings, ChainSettings):
     ones there cannot be queued). Live: a change re-evaluates every Namespace. A selector that does not
     parse rejects the whole settings revision (a Warning Event names the fault)."""
 
+    node_devices_never_fits_retries: int = Field(default=3, ge=1, le=100)
+    """How many times Gate 3 answers ``Retry`` on a Workload (Kueue's ``retryCount`` of the check) before it
+    stops retrying one that asks more than any node of its pool has free as the fleet stands: then it
+    deactivates the Workload (the quota and topology domain are freed) and reactivates it once a node of
+    the pool has room. Each retry is an eviction and a new reservation 30 s apart; a few let a ledger that
+    is about to free cards (a finishing Pod) do so first. Live: read at every verdict."""
+
     @field_validator("local_queue_namespace_selector")
     @classmethod
     def _selector_parses(cls, value: str) -> str:

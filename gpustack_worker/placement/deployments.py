@@ -18,8 +18,14 @@ Key: ``<namespace>/<name>`` of a ModelDeployment. One reconcile:
    render), ``admittedReplicas`` (their Workload is ``Admitted``), ``readyReplicas`` (all Pods
    ``Ready``; no kubelet runs on the local control plane, so there it stays 0) and a ``message`` naming
    each waiting replica — Kueue's ``QuotaReserved=False`` message verbatim, prefixed with
-   ``role <r> replica <i>:``; conditions ``Rendered`` and ``Admitted``. The joint check's
+   ``role <r> replica <i>:``; conditions ``Rendered``, ``Admitted`` and ``Placeable``. The joint check's
    ``QuotaReserved`` condition is another manager's and is left alone.
+
+``Placeable`` relays Gate 3's record (:mod:`~gpustack_worker.placement.gate3_parking`): ``False``/
+``NeverFits`` while a replica group's Workload asks more than any node of its pool has free as the fleet
+stands — the message names each such group, the largest fit and its node, and whether Gate 3 still
+retries it or has stopped (parked) until the fleet changes; ``True``/``Fits`` otherwise (no group is known
+to fall short: one Gate 3 has not judged yet counts as fitting).
 
 The Workload of a group is found by name: Kueue names a pod group's Workload after the group
 (``kueue.x-k8s.io/pod-group-name``), in the group's namespace.
@@ -36,7 +42,7 @@ import structlog
 
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.api.settings import ChainSettings
-from gpustack_worker.placement import modelstores, pods
+from gpustack_worker.placement import gate3_parking, modelstores, pods
 from gpustack_worker.runtime import conditions
 from gpustack_worker.runtime.apply import Applier
 from gpustack_worker.runtime.client import ApiError, Conflict, NotFound
@@ -53,6 +59,7 @@ if TYPE_CHECKING:
 __all__ = (
     "ADMITTED",
     "FIELD_MANAGER",
+    "PLACEABLE",
     "RENDERED",
     "ModelDeployments",
     "Writes",
@@ -66,6 +73,9 @@ FIELD_MANAGER: Final = "gpustack-model-deployment"
 #: Deployment conditions this controller owns.
 RENDERED: Final = "Rendered"
 ADMITTED: Final = "Admitted"
+PLACEABLE: Final = "Placeable"
+NEVER_FITS: Final = "NeverFits"
+FITS: Final = "Fits"
 #: ``status.roles[].message`` bound (the CRD's maxLength).
 MESSAGE_MAX: Final = 32768
 #: Queue, flavor and Topology changes re-render every deployment at most once a second.
@@ -239,6 +249,8 @@ class RoleTally:
     entry: dict[str, Any]
     wanted: int
     admitted: int
+    #: ``role <r> replica <i>: <Gate 3's record>`` of each group that never fits as the fleet stands.
+    never_fits: tuple[str, ...] = ()
 
 
 def role_statuses(
@@ -264,6 +276,7 @@ def role_statuses(
         if create_errors and name in create_errors:
             lines.append(f"role {name}: Pod creation refused: {create_errors[name]}")
         existing = admitted = ready = 0
+        never_fits: list[str] = []
         for replica in range(wanted):
             group = [p for p in groups.get((name, replica), []) if not _terminating(p)]
             current = [p for p in group if render is None or _labels(p).get(keys.RENDER_HASH) == render]
@@ -277,6 +290,9 @@ def role_statuses(
             existing += 1
             group_name = _labels(current[0]).get(keys.POD_GROUP_NAME, "")
             workload = workloads.get(group_name)
+            record = gate3_parking.read_record(workload) if workload is not None else None
+            if record is not None:
+                never_fits.append(f"role {name} replica {replica}: {record.message}")
             if conditions.is_true((workload or {}).get("status", {}).get("conditions"), "Admitted"):
                 admitted += 1
                 if all(
@@ -294,8 +310,24 @@ def role_statuses(
         message = _bounded(lines)
         if message is not None:
             entry["message"] = message
-        out.append(RoleTally(entry=entry, wanted=wanted, admitted=admitted))
+        out.append(RoleTally(entry=entry, wanted=wanted, admitted=admitted, never_fits=tuple(never_fits)))
     return out
+
+
+def placeable(tallies: Sequence[RoleTally], generation: int | None) -> Condition:
+    """``Placeable``: ``False``/``NeverFits`` naming every group Gate 3 found short of the fleet, else
+    ``True``/``Fits``."""
+    lines = [line for t in tallies for line in t.never_fits]
+    message = _bounded(lines)
+    if message is not None:
+        return Condition(PLACEABLE, FALSE, NEVER_FITS, message, generation)
+    return Condition(
+        PLACEABLE,
+        TRUE,
+        FITS,
+        "no replica group is known to ask more than any node of its pool has free",
+        generation,
+    )
 
 
 def status_body(
@@ -335,7 +367,7 @@ def status_body(
     current = (deployment.get("status") or {}).get("conditions")
     status: dict[str, Any] = {
         "roles": [t.entry for t in tallies],
-        "conditions": conditions.for_apply(current, [rendered, admitted], now=now),
+        "conditions": conditions.for_apply(current, [rendered, admitted, placeable(tallies, gen)], now=now),
     }
     if gen is not None:
         status["observedGeneration"] = gen
@@ -369,7 +401,8 @@ def _deployment_view(obj: Any) -> Any:
 
 def _workload_view(obj: Any) -> Any:
     status = obj.get("status") or {}
-    return status.get("conditions"), status.get("admissionChecks")
+    record = ((obj.get("metadata") or {}).get("annotations") or {}).get(gate3_parking.RECORD)
+    return status.get("conditions"), status.get("admissionChecks"), record
 
 
 def _pod_view(obj: Any) -> Any:

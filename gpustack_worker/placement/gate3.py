@@ -35,6 +35,14 @@ Pods on a working copy of each assigned node's ``Devices`` ledger:
 
 The verdict is ``Ready`` or ``Retry`` — never ``Rejected`` (the room may free up, and Kueue requeues a
 ``Retry``). A ``Retry`` message names every starved role (PodSet), the node, the Pod and the claim.
+
+**Never fits as the fleet stands** (:func:`shortfalls`): apart from the verdict, a role (PodSet) one Pod
+of which fits no node of its flavors' whole pool on the ledgers as they are — the same working ledgers,
+with no Workload charged inflight and no topology domain, so room another Workload is still promised
+counts as free — cannot be placed however often Kueue retries it. Each such role is reported with the
+largest fit the pool offers for each claim (free whole cards on one node for exclusive claims, cards
+that can still grant a share, free units of one sliceable card, free instances of the profile) and the
+node offering it; :mod:`.gate3_parking` stops the retries on it.
 """
 
 from __future__ import annotations
@@ -51,6 +59,9 @@ from gpustack_worker.api.crds.devices import AllocationMode
 from gpustack_worker.placement.demand import Claim, Demand, Family, demand_of_podset
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+if TYPE_CHECKING:
     from gpustack_worker.api.devices_view import Card, DevicesFacts
 
 __all__ = (
@@ -59,7 +70,9 @@ __all__ = (
     "RETRY_AFTER_S",
     "Cluster",
     "Domain",
+    "Shortfall",
     "Verdict",
+    "assigned_flavors",
     "assigned_nodes",
     "check_state",
     "counts_inflight",
@@ -68,6 +81,7 @@ __all__ = (
     "is_held",
     "judge",
     "needs_verdict",
+    "shortfalls",
 )
 
 READY: Final = "Ready"
@@ -580,3 +594,94 @@ def judge(
         return Verdict(RETRY, _cut("; ".join(starved)))
     roles = ", ".join(ps.name for ps in podsets if ps.demand) or "no accelerator demand"
     return Verdict(READY, f"fits the cards of its assigned nodes ({roles})")
+
+
+# --- never fits as the fleet stands -----------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Shortfall:
+    """A role one Pod of which fits no node of its pool on the ledgers as they stand."""
+
+    role: str
+    #: The Pod's claims in words.
+    needs: str
+    #: The largest fit the pool offers for each claim, with the node (``"no node in the pool"``).
+    largest: str
+
+    def describe(self) -> str:
+        return (
+            f"role {self.role}: a Pod needs {self.needs}, more than any node of its pool has free as the "
+            f"fleet stands (largest fit: {self.largest})"
+        )
+
+
+def assigned_flavors(wl: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
+    """PodSet name → the ResourceFlavors Kueue assigned it (``status.admission``; empty when none)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for psa in ((wl.get("status") or {}).get("admission") or {}).get("podSetAssignments") or ():
+        names = sorted({str(f) for f in ((psa.get("flavors") or {}).values()) if f})
+        if names:
+            out[str(psa.get("name") or "main")] = tuple(names)
+    return out
+
+
+def _capacity(claim: Claim, slots: list[_Slot]) -> tuple[int, str]:
+    """(how much of the claim's family one node offers, that amount in words)."""
+    mfr = claim.manufacturer
+    if claim.family is Family.EXCLUSIVE:
+        n = sum(1 for s in slots if card_fit.takes_whole_card(s.card, s))
+        return n, f"{n} free whole {mfr} card(s)"
+    if claim.family is Family.SHARED:
+        n = sum(1 for s in slots if card_fit.grants_share(s.card, s))
+        return n, f"{n} {mfr} card(s) that can grant a share"
+    if claim.family is Family.SLICED:
+        n = max((card_fit.free_slice_units(s.card, s) for s in slots), default=0)
+        return n, f"{n:,} free units on one {mfr} card with a free slot"
+    n = max(
+        (
+            s.profiles.get(claim.profile, 0)
+            for s in slots
+            if card_fit.offers_profile(s.card, s.profiles, claim.profile, 1)
+        ),
+        default=0,
+    )
+    return n, f"{n} free {claim.profile} instance(s) on one card"
+
+
+def _largest(
+    demand: Demand, a_keys: frozenset[str] | None, pool: list[str], slots: Callable[[str], list[_Slot]]
+) -> str:
+    """Per claim, the most the pool's freest node offers (the first such node by name) and that node."""
+    if not pool:
+        return "no node in the pool"
+    parts = []
+    for claim in demand.claims:
+        offers = [(_capacity(claim, _eligible(slots(node), claim, a_keys)), node) for node in pool]
+        (_amount, words), node = max(offers, key=lambda offer: offer[0][0])  # the first of the freest
+        parts.append(f"{words} on node {node}")
+    return "; ".join(parts)
+
+
+def shortfalls(
+    wl: Mapping[str, Any], cluster: Cluster, flavors: Mapping[str, Sequence[str]] | None = None
+) -> list[Shortfall]:
+    """The roles of ``wl`` one Pod of which fits no node of its pool as the fleet stands (see the module
+    doc). ``flavors``: PodSet name → the flavors it is placed on (default: :func:`assigned_flavors`); a
+    PodSet none of whose flavors still exists, or with an unreadable or no accelerator request, is not
+    judged (no claim is made about it). Pure."""
+    state = _State(cluster)
+    placed = assigned_flavors(wl) if flavors is None else flavors
+    templates = {str(ps.get("name") or "main"): ps for ps in (wl.get("spec") or {}).get("podSets") or ()}
+    out: list[Shortfall] = []
+    for name, flavor_names in placed.items():
+        demand = demand_of_podset((templates.get(name) or {}).get("template") or {})
+        if demand.problems or not demand:
+            continue
+        a_keys, selectors = state.flavor_scope(flavor_names)
+        if not selectors:
+            continue  # the flavors are gone: the pool is unknown
+        pool = state.pool(selectors, {})
+        if any(_fit_pod([s.copy() for s in state.slots(n)], demand, a_keys) is None for n in pool):
+            continue
+        needs = "; ".join(c.describe() for c in demand.claims)
+        out.append(Shortfall(name, needs, _largest(demand, a_keys, pool, state.slots)))
+    return out

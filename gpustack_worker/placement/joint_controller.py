@@ -22,7 +22,10 @@ How the entry is written, and why it does not fight Kueue. ``status.admissionChe
 owns only that item's fields. Kueue's scheduler applies the whole list with its own manager
 (``kueue-admission``, forced) from what it read, so it co-owns our item while the values agree; where it
 changes one — the reset to ``Pending`` on eviction — it takes that field, and we write again only when a
-verdict is due (never for an evicted Workload). Kueue adds and drops items with a plain status update,
+verdict is due (never for an evicted Workload). Writing over that reset is Kueue's protocol, not a repair:
+the Workload Applier's ``expected_change`` (:func:`~gpustack_worker.placement.checks.kueue_reset`) leaves it
+unreported, while any other manager's change of the entry is written back with a ``FieldsRepaired`` Warning
+Event on the Workload. Kueue adds and drops items with a plain status update,
 which removes an item whoever owns it. Each apply carries the Workload's ``resourceVersion`` as a
 precondition (as Kueue's own check controllers do): a verdict computed from a stale Workload — say,
 ``Ready`` for one Kueue has just evicted and reset — is refused with 409 instead of surviving the reset,
@@ -58,7 +61,14 @@ import structlog
 
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.placement import joint
-from gpustack_worker.placement.checks import CONFLICT_RETRY_S, mark_active, workload_patch
+from gpustack_worker.placement.checks import (
+    CONFLICT_RETRY_S,
+    WORKLOAD_MANAGERS,
+    kueue_reset,
+    mark_active,
+    repair_reporter,
+    workload_patch,
+)
 from gpustack_worker.runtime.apply import Applier
 from gpustack_worker.runtime.client import Conflict, NotFound
 from gpustack_worker.runtime.conditions import for_apply
@@ -137,7 +147,9 @@ class JointCheck:
         self.clock = clock
         boot = settings.current
         self.workloads = registry.informer(
-            kinds.WORKLOAD, field_manager=FIELD_MANAGER, indexers={BY_OWNER_UID: owner_uids}
+            kinds.WORKLOAD,
+            field_manager=WORKLOAD_MANAGERS,
+            indexers={BY_OWNER_UID: owner_uids},
         )
         self.pods = registry.informer(
             kinds.POD, label_selector=POD_SELECTOR, indexers={BY_DEPLOYMENT_UID: _deployment_uid}
@@ -145,11 +157,18 @@ class JointCheck:
         self.deployments = registry.informer(kinds.MODEL_DEPLOYMENT, field_manager=FIELD_MANAGER)
         PARKED_SETS.watch(self.deployments.store, joint.parked_set)
         self.checks = registry.informer(kinds.ADMISSION_CHECK, field_manager=FIELD_MANAGER)
-        self.workload_applier = Applier(client, FIELD_MANAGER, cache=self.workloads)
+        #: The Warning Event posted once per parking (on the ModelDeployment), and per repaired edit of the
+        #: check's entry (on the Workload).
+        self.events = EventRecorder(client, controller=keys.JOINT_CONTROLLER, instance=socket.gethostname())
+        self.workload_applier = Applier(
+            client,
+            FIELD_MANAGER,
+            cache=self.workloads,
+            on_repair=repair_reporter(self.events, keys.JOINT_CHECK),
+            expected_change=kueue_reset(keys.JOINT_CHECK),
+        )
         self.deployment_applier = Applier(client, FIELD_MANAGER, cache=self.deployments)
         self.check_applier = Applier(client, FIELD_MANAGER, cache=self.checks)
-        #: The Warning Event posted once per parking (on the ModelDeployment).
-        self.events = EventRecorder(client, controller=keys.JOINT_CONTROLLER, instance=socket.gethostname())
 
         def controller(name: str, reconcile: Callable[[str], Any]) -> Controller:
             return Controller(name, reconcile, settings_queue(name, boot), workers=boot.controller_workers)

@@ -26,6 +26,18 @@ the same free card. After writing ``Ready`` the controller remembers it until th
 counts that Workload inflight meanwhile; a reconcile that still sees the Workload as it was before its
 own write is skipped (the write's watch event brings the next one).
 
+A request that never fits as the fleet stands (:mod:`~gpustack_worker.placement.gate3_parking`): while it
+is retried the Workload carries Gate 3's record (an annotation, applied without a precondition: it is
+Gate 3's own key); after ``node-devices-never-fits-retries`` retries it is parked — the record and
+``spec.active=false`` in one forced apply with the Workload's ``resourceVersion``, and a ``NeverFits``
+Warning Event on the Workload. A parked Workload is woken by every Node and ``Devices`` change (the
+Workload index ``gate3-parked`` lists them) and reactivated once it fits a node of its pool.
+
+Kueue's reset of the entry on eviction is its protocol, not an edit: the Workload Applier's
+``expected_change`` is :func:`~gpustack_worker.placement.checks.kueue_reset` (the informer keeps Kueue's
+admission manager's managedFields for it); any other change of the entry is written back and reported,
+with a ``FieldsRepaired`` Warning Event on the Workload.
+
 How the entry is written: ``status.admissionChecks`` is a list keyed by ``name``, so the server-side
 apply of the one item owns only that item's fields; the apply carries the Workload's
 ``resourceVersion``, so a verdict computed from a stale Workload (say, one Kueue just evicted) is refused
@@ -36,6 +48,7 @@ nothing.
 from __future__ import annotations
 
 import datetime as dt
+import socket
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
@@ -44,12 +57,22 @@ import structlog
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.api.devices_check import check_devices
 from gpustack_worker.api.devices_view import DevicesFacts, devices_facts
-from gpustack_worker.placement import gate3
-from gpustack_worker.placement.checks import CONFLICT_RETRY_S, mark_active, workload_patch
+from gpustack_worker.api.settings import ControllerSettings
+from gpustack_worker.placement import gate3, gate3_parking
+from gpustack_worker.placement.checks import (
+    CONFLICT_RETRY_S,
+    WORKLOAD_MANAGERS,
+    kueue_reset,
+    mark_active,
+    repair_reporter,
+    workload_patch,
+)
+from gpustack_worker.placement.gate3_parking import Action
 from gpustack_worker.runtime.apply import Applier
 from gpustack_worker.runtime.client import Conflict, NotFound
 from gpustack_worker.runtime.conditions import format_time
 from gpustack_worker.runtime.controller import Controller, Result, semantic_changed
+from gpustack_worker.runtime.events import EventRecorder
 from gpustack_worker.runtime.metrics import GATE3_VERDICTS
 from gpustack_worker.runtime.queue import settings_queue
 
@@ -71,6 +94,11 @@ CHECK_KEY: Final = keys.NODE_DEVICES_CHECK
 POD_SELECTOR: Final = keys.KUEUE_PODSET_LABEL
 #: Pod index: ``namespace/<Workload name>`` from the ``kueue.x-k8s.io/workload`` annotation.
 BY_WORKLOAD: Final = "gate3-workload"
+#: Workload index: the Workloads Gate 3 parked (one value), woken by Node and Devices changes.
+BY_PARKED: Final = "gate3-parked"
+_PARKED: Final = "parked"
+#: The Warning Event reason when Gate 3 parks a Workload.
+REASON_NEVER_FITS: Final = "NeverFits"
 ACTIVE_MESSAGE: Final = "the node-devices controller judges Workloads against the Devices ledgers"
 
 _log = structlog.get_logger("gpustack_worker.placement.node_devices")
@@ -87,8 +115,14 @@ def _pod_workload(pod: Mapping[str, Any]) -> list[str]:
     return [f"{meta.get('namespace', '')}/{name}"] if name else []
 
 
+def _parked_index(obj: Mapping[str, Any]) -> list[str]:
+    """Index: the Workloads Gate 3 parked."""
+    return [_PARKED] if gate3_parking.is_parked(obj) else []
+
+
 def _workload_view(obj: Any) -> Any:
-    """What decides whether a Workload is judged: its conditions, admission and this check's entry."""
+    """What decides whether a Workload is judged: its conditions, admission, this check's entry and Gate 3's
+    record."""
     status = obj.get("status") or {}
     return (
         _meta(obj).get("deletionTimestamp"),
@@ -96,7 +130,14 @@ def _workload_view(obj: Any) -> Any:
         tuple((c.get("type"), c.get("status")) for c in status.get("conditions") or ()),
         gate3.check_state(obj),
         status.get("admission") is not None,
+        (_meta(obj).get("annotations") or {}).get(gate3_parking.RECORD),
     )
+
+
+def _retries_bound(settings: RuntimeSettings) -> int:
+    if isinstance(settings, ControllerSettings):
+        return int(settings.node_devices_never_fits_retries)
+    return int(ControllerSettings.model_fields["node_devices_never_fits_retries"].default)
 
 
 class _DevicesView(Mapping[str, DevicesFacts]):
@@ -172,8 +213,13 @@ class NodeDevicesCheck:
     ) -> None:
         self.client = client
         self.clock = clock
+        self.settings = settings
         boot = settings.current
-        self.workloads = registry.informer(kinds.WORKLOAD, field_manager=FIELD_MANAGER)
+        self.workloads = registry.informer(
+            kinds.WORKLOAD,
+            field_manager=WORKLOAD_MANAGERS,
+            indexers={BY_PARKED: _parked_index},
+        )
         for state in (gate3.READY, gate3.RETRY):  # both series from the start (a rate never starts absent)
             GATE3_VERDICTS.labels(state=state)
         self.checks = registry.informer(kinds.ADMISSION_CHECK, field_manager=FIELD_MANAGER)
@@ -185,7 +231,17 @@ class NodeDevicesCheck:
         self.pods = registry.informer(
             kinds.POD, label_selector=POD_SELECTOR, indexers={BY_WORKLOAD: _pod_workload}
         )
-        self.workload_applier = Applier(client, FIELD_MANAGER, cache=self.workloads)
+        #: Warning Events on Workloads: a repaired edit of the entry, a parking.
+        self.events = EventRecorder(
+            client, controller=keys.NODE_DEVICES_CONTROLLER, instance=socket.gethostname()
+        )
+        self.workload_applier = Applier(
+            client,
+            FIELD_MANAGER,
+            cache=self.workloads,
+            on_repair=repair_reporter(self.events, keys.NODE_DEVICES_CHECK),
+            expected_change=kueue_reset(keys.NODE_DEVICES_CHECK),
+        )
         self.check_applier = Applier(client, FIELD_MANAGER, cache=self.checks)
         self._devices_memo: dict[str, tuple[str, DevicesFacts]] = {}
         #: Workload key → (resourceVersion judged, resourceVersion written, state written), until the cache
@@ -206,6 +262,9 @@ class NodeDevicesCheck:
         )
         self.check_ctl.watch(self.checks, mapper=self._check_key)
         self.verdict_ctl.watch(self.workloads, predicates=[semantic_changed(_workload_view)])
+        # A parked Workload resumes when the fleet changes: every Node and ledger change wakes the parked.
+        self.verdict_ctl.watch(self.devices, mapper=self._parked_keys)
+        self.verdict_ctl.watch(self.nodes, mapper=self._parked_keys)
         self.devices.add_handler(self._devices_event)
 
     @property
@@ -226,6 +285,12 @@ class NodeDevicesCheck:
     @staticmethod
     def _check_key(obj: Any) -> Iterable[str]:
         return (CHECK_KEY,) if _meta(obj).get("name") == CHECK_KEY else ()
+
+    def _parked_keys(self, _obj: Any) -> Iterable[str]:
+        return [
+            f"{_meta(w).get('namespace')}/{_meta(w).get('name')}"
+            for w in self.workloads.store.by_index(BY_PARKED, _PARKED)
+        ]
 
     def _devices_event(self, _event: str, old: Any | None, new: Any | None) -> None:
         if new is None and old is not None:
@@ -288,23 +353,33 @@ class NodeDevicesCheck:
         return Result.done()
 
     async def reconcile_workload(self, key: str) -> Result:
-        """Judge one Workload and write this check's entry (nothing when it is not ours to judge now)."""
+        """Judge one Workload and write this check's entry (nothing when it is not ours to judge now); a
+        Workload Gate 3 parked is resumed once it fits the fleet."""
         remembered = self._remembered()
         workload = self.workloads.store.get(key)
         if workload is None:
             self.verdicts.pop(key, None)
             return Result.done()
+        if key in self._written:
+            return Result.done()  # our own write is not cached yet: its watch event brings the next reconcile
+        if gate3_parking.is_parked(workload):
+            return await self._parked(key, workload)
         if not gate3.needs_verdict(workload):
             return Result.done()
         meta = _meta(workload)
         rv = str(meta.get("resourceVersion", ""))
-        if key in self._written:
-            return Result.done()  # our own write is not cached yet: its watch event brings the next reconcile
         nodes = self.nodes_labels()
         fresh = await self.fresh_devices(gate3.assigned_nodes(workload, nodes))
-        verdict = gate3.judge(
-            workload, self.cluster(nodes, fresh), self.workloads.store.list(), remembered_ready=remembered
+        cluster = self.cluster(nodes, fresh)
+        verdict = gate3.judge(workload, cluster, self.workloads.store.list(), remembered_ready=remembered)
+        flavors = gate3.assigned_flavors(workload)
+        found = gate3.shortfalls(workload, cluster, flavors) if verdict.state == gate3.RETRY else []
+        decision = gate3_parking.decide_judged(
+            workload, verdict, found, flavors, _retries_bound(self.settings.current)
         )
+        if decision.action is Action.PARK:
+            return await self._switch(key, workload, decision)
+        verdict = gate3_parking.with_shortfall(verdict, decision.record)
         # Precondition: never judge a Workload newer than the one we read (see the module doc).
         body = workload_patch(
             workload,
@@ -322,4 +397,57 @@ class NodeDevicesCheck:
             self.verdicts[key] = verdict.state
             GATE3_VERDICTS.labels(state=verdict.state).inc()
             _log.info("node-devices verdict", workload=key, state=verdict.state, message=verdict.message)
+        await self._record(key, workload, decision.record)
+        return Result.done()
+
+    async def _record(
+        self, key: str, workload: Mapping[str, Any], record: gate3_parking.Record | None
+    ) -> None:
+        """Keep ``record`` on the Workload (None: drop Gate 3's, if it has one). Gate 3's own annotation,
+        applied without a precondition: it says what the fleet offers, whichever version of the Workload."""
+        if record is None and gate3_parking.read_record(workload) is None:
+            return
+        body = workload_patch(workload)
+        body["metadata"].pop("resourceVersion", None)
+        if record is not None:
+            body["metadata"]["annotations"] = {gate3_parking.RECORD: record.encode()}
+        try:
+            await self.workload_applier.apply(kinds.WORKLOAD, body, workload, force=True)
+        except NotFound:
+            return
+
+    async def _parked(self, key: str, workload: Mapping[str, Any]) -> Result:
+        """A Workload Gate 3 parked: resume it once every role fits a node of its pool, else keep the
+        record's largest fit current."""
+        record = gate3_parking.read_record(workload)
+        flavors = record.flavors if record is not None else {}
+        found = gate3.shortfalls(workload, self.cluster(), flavors)
+        return await self._switch(key, workload, gate3_parking.decide_parked(workload, found))
+
+    async def _switch(
+        self, key: str, workload: Mapping[str, Any], decision: gate3_parking.Decision
+    ) -> Result:
+        """Park (record + ``spec.active=false``), keep parked (the record) or resume (``spec.active=true``,
+        no record): one forced apply with the Workload's ``resourceVersion`` as precondition."""
+        metadata: dict[str, Any] = {}
+        if decision.record is not None:
+            metadata["annotations"] = {gate3_parking.RECORD: decision.record.encode()}
+        spec = {"active": decision.action is Action.RESUME}
+        body = workload_patch(workload, spec=spec)
+        body["metadata"].update(metadata)
+        try:
+            written = await self.workload_applier.apply(kinds.WORKLOAD, body, workload, force=True)
+        except Conflict:
+            _log.debug("node-devices check: stale Workload, retrying", workload=key)
+            return Result.after(CONFLICT_RETRY_S)
+        except NotFound:
+            return Result.done()
+        if written is None:
+            return Result.done()
+        message = decision.record.message if decision.record is not None else ""
+        if decision.action is Action.PARK:
+            _log.info("node-devices check parked a Workload that never fits", workload=key, message=message)
+            self.events.warning(workload, reason=REASON_NEVER_FITS, action="Park", note=message)
+        elif decision.action is Action.RESUME:
+            _log.info("node-devices check resumed a parked Workload: it fits the fleet now", workload=key)
         return Result.done()

@@ -50,6 +50,14 @@ its ``on_repair`` hook (the chain posts a Warning Event) — once per write, so 
 reconcile finds our entry whole again and is a no-op. A field merely added to our desired body is absent
 from the object, and a value we changed ourselves is still in our entry: neither is reported.
 
+**A change another party makes by protocol** is not an edit: Kueue, say, resets every admission check's
+state to ``Pending`` when it evicts a Workload, under its own field manager, and the check's controller
+then writes its next verdict over it. An Applier can be given ``expected_change(resource, cached, field)``
+for such fields: the field is written back like any other, but not reported (no log line, no metric, no
+``on_repair``). The predicate decides from the cached object alone — :func:`field_owners` says which of
+the cached managedFields entries own the field (the informer must keep that party's entry) — and knows
+the other party's protocol; the runtime knows none.
+
 The check reads this manager's managedFields entry from the cache, so the informer's ingest transform
 must keep it: an :class:`Applier` is bound to the caches it checks against and refuses, at
 construction, a cache whose transform drops its field manager (otherwise every reconcile would write).
@@ -88,6 +96,7 @@ __all__ = (
     "ManagedFieldsCache",
     "desired_fields",
     "dotted",
+    "field_owners",
     "is_noop",
     "owned_fields",
     "resource_version_number",
@@ -476,6 +485,22 @@ def taken_fields(
     return frozenset(out)
 
 
+def field_owners(
+    cached: Mapping[str, Any], path: FieldPath, subresource: str | None = None
+) -> frozenset[str]:
+    """The managers among ``cached``'s managedFields entries (for ``subresource``) that own the field
+    ``path``, a part of it or a whole containing it. Only the entries the cache keeps are seen (an
+    informer's ingest transform drops all but the managers registered with it)."""
+    out: set[str] = set()
+    for entry in (cached.get("metadata") or {}).get("managedFields") or ():
+        if (entry.get("subresource") or None) != (subresource or None):
+            continue
+        owned = owned_fields(entry.get("fieldsV1") or {})
+        if any(q[: len(path)] == path or path[: len(q)] == q for q in owned):
+            out.add(str(entry.get("manager") or ""))
+    return frozenset(out)
+
+
 # -- the applier -------------------------------------------------------------------------------------
 
 
@@ -528,6 +553,11 @@ class Applier:
 
     ``on_repair(resource, cached, fields)`` is called after an accepted apply that wrote back fields
     another manager had changed (:func:`taken_fields`, as :func:`dotted` paths); it must not raise.
+
+    ``expected_change(resource, cached, field)`` (a managedFields path) says whether another manager's
+    change of that field is one the caller expects by that manager's protocol (see the module doc): such
+    fields are written back but left out of the report; when none is left, nothing is reported. It must not
+    raise.
     """
 
     def __init__(
@@ -537,11 +567,13 @@ class Applier:
         *,
         cache: ManagedFieldsCache | Iterable[ManagedFieldsCache],
         on_repair: Callable[[Resource, Mapping[str, Any], tuple[str, ...]], None] | None = None,
+        expected_change: Callable[[Resource, Mapping[str, Any], FieldPath], bool] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
         self.field_manager = field_manager
         self.on_repair = on_repair
+        self.expected_change = expected_change
         self.monotonic = monotonic
         #: (kind, namespace, name, subresource) → (uid, resourceVersion, body digest) of our last write.
         self._recent: OrderedDict[tuple[str, str, str, str], tuple[str, int, str]] = OrderedDict()
@@ -613,6 +645,9 @@ class Applier:
             subresource=subresource,
         )
         taken = taken_fields(desired, cached, self.field_manager, subresource, hints=resource.hints)
+        if taken and cached is not None and self.expected_change is not None:
+            expected = self.expected_change
+            taken = frozenset(p for p in taken if not expected(resource, cached, p))
         digest = _digest(desired)  # only for a write: a no-op pass never serialises its body
         manager = self.field_manager
         written = await self._write(

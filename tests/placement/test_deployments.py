@@ -7,8 +7,9 @@ import datetime as dt
 from typing import Any
 
 from gpustack_worker.api import keys
-from gpustack_worker.placement import deployments, pods
+from gpustack_worker.placement import deployments, gate3_parking, pods
 from gpustack_worker.placement.deployments import StoreView, plan_writes, status_body
+from gpustack_worker.placement.gate3_parking import Record
 from tests.placement.test_pods import LEVELS, TYPES, deployment, role
 
 NOW = dt.datetime(2026, 12, 2, 12, 0, tzinfo=dt.UTC)
@@ -237,6 +238,33 @@ def test_all_admitted_and_ready() -> None:
     decode = roles_of(body)["decode"]
     assert decode == {"name": "decode", "replicas": 2, "admittedReplicas": 2, "readyReplicas": 2}
     assert conds_of(body)["Admitted"]["status"] == "True"
+
+
+def test_placeable_relays_gate3s_record_of_groups_that_never_fit() -> None:
+    dep = deployment()
+    existing = as_cached(plan_writes(dep, plans_of(dep), [], StoreView()).create)
+    groups = sorted({(p["metadata"]["labels"][keys.POD_ORDINAL], group_label(p)) for p in existing})
+    wls = {g: workload(g, cond("QuotaReserved", "True")) for _, g in groups}
+    body = status_body(dep, plans_of(dep), existing, wls, now=NOW)
+    placeable = conds_of(body)[deployments.PLACEABLE]
+    assert (placeable["status"], placeable["reason"]) == ("True", "Fits")
+
+    retrying = Record("role decode: a Pod needs 8 whole nvidia card(s) ... node t4-b); retry 2 of 3", {})
+    parked = Record("role decode: ... (largest fit: 6 ... node t4-c); Gate 3 stopped retrying after 3", {})
+    wls[groups[0][1]]["metadata"]["annotations"] = {gate3_parking.RECORD: retrying.encode()}
+    wls[groups[2][1]]["metadata"]["annotations"] = {gate3_parking.RECORD: parked.encode()}
+    body = status_body(dep, plans_of(dep), existing, wls, now=NOW)
+    placeable = conds_of(body)[deployments.PLACEABLE]
+    assert (placeable["status"], placeable["reason"]) == ("False", "NeverFits")
+    assert placeable["message"].split("\n") == [
+        f"role decode replica 0: {retrying.message}",
+        f"role decode replica 2: {parked.message}",
+    ]
+    # The record dropped (the group fits, or was resumed): Placeable again.
+    wls[groups[0][1]]["metadata"]["annotations"] = {}
+    wls[groups[2][1]]["metadata"]["annotations"] = {gate3_parking.RECORD: "unreadable"}
+    body = status_body(dep, plans_of(dep), existing, wls, now=NOW)
+    assert conds_of(body)[deployments.PLACEABLE]["status"] == "True"
 
 
 def test_replicas_not_yet_assembled_or_evaluated_say_so() -> None:
