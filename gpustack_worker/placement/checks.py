@@ -1,5 +1,5 @@
-"""What every admission-check controller of ours shares: marking its AdmissionCheck ``Active``, and the
-shape of a write to a Workload.
+"""What every admission-check controller of ours shares: marking its AdmissionCheck ``Active``, the shape
+of a write to a Workload, and telling Kueue's own resets of a check's entry from an edit.
 
 The chain applies both AdmissionChecks but never marks them Active (reference §5.2, §5.6): a check's own
 controller does, through ``/status`` as the check's field owner, so a queue references a check only once
@@ -15,18 +15,17 @@ counted up after a ``Retry`` — in one forced server-side apply of the Workload
 check's manager, so the check's next verdict writes them back: by protocol, not a repair.
 :func:`kueue_reset` recognises exactly that, from what the server keeps, never from timing: a field of
 the check's own entry that Kueue's admission manager owns now (the informer keeps that manager's
-managedFields entry: :data:`KUEUE_ADMISSION` is registered with it), while the entry reads ``Pending`` (the
-reset value) and the Workload carries Kueue's ``Evicted`` condition (set by the same eviction; after the
-next reservation it stays, ``False``). Anything else another manager changed in the entry — an admin's
-``kubectl edit`` of the state or message (the field moves to the admin's manager), a Kueue change to
-anything but ``Pending``, or on a Workload Kueue never evicted — is repaired and reported as before: a
-warning log line and a ``FieldsRepaired`` Warning Event on the Workload (:func:`repair_reporter`). The
-same holds for ``spec.active``, which both checks switch (the joint check parks a set, Gate 3 a Workload
-that never fits): one check writing over the other's switch is no edit either (:func:`is_sibling_switch`).
-
-What the cached facts cannot tell apart: an admin who sets exactly ``Pending`` on a Workload Kueue evicted
-before, after which Kueue re-applies the same value (it then co-owns it, and the admin's entry is not
-cached) — the write back is the same either way, only the report is missing.
+managedFields entry: :data:`KUEUE_ADMISSION` is registered with it), while the entry reads as Kueue's reset
+leaves it — state ``Pending`` and Kueue's reset message (:data:`KUEUE_RESET_MESSAGE`) — and the Workload
+carries Kueue's ``Evicted`` condition (set by the same eviction; after the next reservation it stays,
+``False``). Anything else another manager changed in the entry is repaired and reported as before: a
+warning log line and a ``FieldsRepaired`` Warning Event on the Workload (:func:`repair_reporter`) — an
+admin's ``kubectl edit`` of the state or the message (the field moves to the admin's manager, or, once
+Kueue re-applies the entry as it read it, is co-owned by Kueue with the admin's value: not Kueue's reset
+message), a Kueue change to anything but its reset, or one on a Workload Kueue never evicted. An entry
+edited in part after Kueue's reset is reported whole. The same holds for ``spec.active``, which both
+checks switch (the joint check parks a set, Gate 3 a Workload that never fits): one check writing over
+the other's switch is no edit either (:func:`is_sibling_switch`).
 """
 
 from __future__ import annotations
@@ -54,6 +53,7 @@ __all__ = (
     "ACTIVE_REASON",
     "CONFLICT_RETRY_S",
     "KUEUE_ADMISSION",
+    "KUEUE_RESET_MESSAGE",
     "REASON_FIELDS_REPAIRED",
     "WORKLOAD_MANAGERS",
     "entry_path",
@@ -74,6 +74,8 @@ CONFLICT_RETRY_S: Final = 1.0
 KUEUE_ADMISSION: Final = "kueue-admission"
 #: The Warning Event reason of a write that put back fields another manager changed (as the chain's).
 REASON_FIELDS_REPAIRED: Final = "FieldsRepaired"
+#: The message of Kueue's reset (``resetChecksOnEviction``), followed by the state it replaced.
+KUEUE_RESET_MESSAGE: Final = "Reset to Pending after eviction. Previously: "
 _PENDING: Final = "Pending"
 _EVICTED: Final = "Evicted"
 _STATUS_SUBRESOURCE: Final = "status"
@@ -157,7 +159,12 @@ def is_kueue_reset(workload: Mapping[str, Any], path: FieldPath, check: str, own
         return False
     if KUEUE_ADMISSION not in owners:
         return False
-    return _entry(workload, check).get("state") == _PENDING and _has_condition(workload, _EVICTED)
+    entry = _entry(workload, check)
+    return (
+        entry.get("state") == _PENDING
+        and str(entry.get("message") or "").startswith(KUEUE_RESET_MESSAGE)
+        and _has_condition(workload, _EVICTED)
+    )
 
 
 def is_sibling_switch(path: FieldPath, check: str, owners: frozenset[str]) -> bool:

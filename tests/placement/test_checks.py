@@ -36,17 +36,20 @@ EVICTED_TRUE = {"type": "Evicted", "status": "True", "reason": "AdmissionCheck"}
 EVICTED_FALSE = {"type": "Evicted", "status": "False", "reason": "QuotaReserved"}
 
 
-def _wl(state: str, *conditions: dict[str, Any], check: str = CHECK) -> dict[str, Any]:
+def _wl(
+    state: str, *conditions: dict[str, Any], check: str = CHECK, message: str = RESET_MESSAGE
+) -> dict[str, Any]:
     return {
         "metadata": {"name": "w", "namespace": "team"},
         "status": {
             "conditions": [{"type": "QuotaReserved", "status": "True"}, *conditions],
-            "admissionChecks": [{"name": check, "state": state, "message": RESET_MESSAGE}],
+            "admissionChecks": [{"name": check, "state": state, "message": message}],
         },
     }
 
 
 RESET = frozenset({KUEUE_ADMISSION})
+DOTTED = 'status.admissionChecks[{"name":"gpustack-node-devices"}]'
 ADMIN = frozenset({"kubectl-edit"})
 
 
@@ -60,6 +63,13 @@ ADMIN = frozenset({"kubectl-edit"})
             _wl("Pending", EVICTED_FALSE), (*ENTRY, "f:lastTransitionTime"), RESET, True, id="reset-time"
         ),
         pytest.param(_wl("Pending", EVICTED_FALSE), STATE, ADMIN, False, id="admin-edit"),
+        pytest.param(
+            _wl("Pending", EVICTED_FALSE, message="held by an admin"),
+            STATE,
+            RESET,
+            False,
+            id="kueue-co-owns-an-admins-pending",
+        ),
         pytest.param(_wl("Pending", EVICTED_FALSE), STATE, frozenset(), False, id="owner-not-cached"),
         pytest.param(_wl("Pending"), STATE, RESET, False, id="never-evicted"),
         pytest.param(_wl("Ready", EVICTED_FALSE), STATE, RESET, False, id="kueue-but-not-the-reset-value"),
@@ -240,8 +250,25 @@ REENQUEUED = [{"type": "QuotaReserved", "status": "True"}, EVICTED_FALSE]
                     "kubectl-edit": ("message",),
                 },
             ),
-            [('status.admissionChecks[{"name":"gpustack-node-devices"}].message',)],
+            [(f"{DOTTED}.lastTransitionTime", f"{DOTTED}.message", f"{DOTTED}.state")],
             id="admin-edited-the-message-after-the-reset",
+        ),
+        pytest.param(
+            # An admin set Pending on a Workload Kueue had evicted before; Kueue then re-applied the entry as
+            # it read it (forced, same values): it co-owns the admin's state and message, and the admin's
+            # own managedFields entry is not cached. Not Kueue's reset message: an edit.
+            _stored(
+                "Pending",
+                "held by an admin",
+                REENQUEUED,
+                {
+                    CHECK: ("name", "lastTransitionTime", "requeueAfterSeconds"),
+                    KUEUE_ADMISSION: ("name", "state", "message", "requeueAfterSeconds", "retryCount"),
+                    "kubectl-edit": ("state", "message"),
+                },
+            ),
+            [(f"{DOTTED}.message", f"{DOTTED}.state")],
+            id="admin-edit-co-owned-by-kueue-after-an-eviction",
         ),
         pytest.param(
             _stored(
