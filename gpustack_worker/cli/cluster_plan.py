@@ -527,8 +527,9 @@ def _flavor_writes(
     flavors: Mapping[str, dict[str, Any]], live: Sequence[Mapping[str, Any]], refused: list[dict[str, str]]
 ) -> dict[str, str]:
     """What the flavor pass does with each desired flavor it writes, by name: ``create``, ``change`` or
-    ``replace`` (``drift`` is left as it is, an unchanged one is not written). A name held by an object
-    that is not the chain's (:func:`~gpustack_worker.chain.steps.is_ours`) is never written: refused."""
+    ``replace`` (``drift`` is left as it is, an unchanged one is not written, a finalizing one waits for
+    Kueue to let it go). A name held by an object that is not the chain's
+    (:func:`~gpustack_worker.chain.steps.is_ours`) is never written: refused."""
     by_name = {_name(f): f for f in live}
     out: dict[str, str] = {}
     for name, body in flavors.items():
@@ -546,6 +547,8 @@ def _flavor_writes(
                 }
             )
             continue
+        if _deleting(found):
+            continue  # being let go by Kueue: written again once it is gone
         action = _action(kinds.RESOURCE_FLAVOR.kind, body, found)
         if action != "drift" and field_diff(body, found):
             out[name] = action
@@ -612,7 +615,13 @@ def desired_chain(live: LiveCluster, settings: WorkerSettings, *, namespace: str
     flavors = {n: b for n, b in flavors.items() if accepted(b, refused)}
     flavor_writes = _flavor_writes(flavors, live.flavors, refused)
     foreign = {r["name"] for r in refused if r["kind"] == kinds.RESOURCE_FLAVOR.kind}
-    flavors = {n: b for n, b in flavors.items() if n not in foreign}
+    letting_go = sorted(_name(f) for f in live.flavors if _deleting(f) and _name(f) in flavors)
+    notes.extend(
+        f"ResourceFlavor {n} is being deleted (Kueue keeps it while a queue lists it): the flavor pass "
+        "writes it again once it is gone"
+        for n in letting_go
+    )
+    flavors = {n: b for n, b in flavors.items() if n not in foreign and n not in letting_go}
     owned_flavors = [f for f in live.flavors if owner_of(f) == managers.OWNER_FLAVORS]
     pruned = sorted(_key(f) for f in owned_flavors if _key(f) not in flavors and not _deleting(f))
 
@@ -944,10 +953,8 @@ def render_text(report: PlanReport) -> str:
         + (f", {counts['drift']} drifted (left as they are)" if counts["drift"] else ""),
     ]
     for r in d.refused:
-        lines.append(
-            f"refused by the API server (not created): "
-            f"{r['kind']} {r['name']} {r['path']}: {r['rule']}"
-        )
+        by = "the chain" if r["path"] == "metadata.name" and r["rule"].startswith("held by") else "the API server"
+        lines.append(f"refused by {by} (not written): {r['kind']} {r['name']} {r['path']}: {r['rule']}")
     lines.extend(_LEGEND[a] for a in _LEGEND if counts[a])
     lines.extend(f"note: {n}" for n in d.notes)
     return "\n".join(lines)

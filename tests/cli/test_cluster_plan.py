@@ -449,3 +449,156 @@ def test_label_diff_names_added_changed_and_removed_labels() -> None:
         FieldChange("metadata.labels.gone", "g", None),
     ]
     assert label_diff(live, live) == []
+
+
+# --- the next writes: each decision fed what the controller's caches hold ----------------------------
+
+T4 = "gpustack--nvidia-tesla-t4-linux-amd64"
+
+
+def _settled_chain_4() -> LiveCluster:
+    """chain-4 with every controller's writes applied until nothing changes."""
+    live, _ = converge(applied_fleet(packaged_scenario("chain-4")), parse_sets([]))
+    return live
+
+
+def _only(live: LiveCluster, kind: str, name: str) -> dict[str, Any]:
+    (found,) = [o for o in getattr(live, _FIELD[kind]) if o["metadata"]["name"] == name]
+    return found
+
+
+def _writes(report: PlanReport, step: int, kind: str) -> dict[str, Change]:
+    return {c.name: c for c in report.changes if c.step == step and c.kind == kind}
+
+
+def _draining(queue: dict[str, Any], reserving: int) -> None:
+    """The queue as a migration leaves it while Kueue reports ``reserving`` Workloads on every flavor."""
+    queue["metadata"]["annotations"] = {
+        **queue["metadata"].get("annotations", {}),
+        keys.MIGRATION_PHASE: "draining",
+        keys.MIGRATION_STOP_POLICY: "None",
+    }
+    queue["spec"]["stopPolicy"] = "HoldAndDrain"
+    # the chain's queue controller applied that stop policy
+    queue["metadata"]["managedFields"] = [
+        {"manager": managers.QUEUE, "operation": "Apply", "fieldsV1": {"f:spec": {"f:stopPolicy": {}}}}
+    ]
+    generation = queue["metadata"].setdefault("generation", 3)
+    names = [f["name"] for g in queue["spec"]["resourceGroups"] for f in g["flavors"]]
+    credits = [{"name": "credits.gpustack.ai/nvidia", "total": "1600k"}]
+    used = [{"name": n, "resources": credits} for n in names]
+    queue["status"] = {
+        "conditions": [
+            {"type": "Active", "status": "False", "reason": "Stopped", "observedGeneration": generation}
+        ],
+        "reservingWorkloads": reserving,
+        "admittedWorkloads": 0,
+        "flavorsReservation": used,
+        "flavorsUsage": used,
+    }
+
+
+def test_the_next_queue_and_status_decisions_read_the_flavor_cache_finalizing_flavors_included() -> None:
+    """Mid-migration: the T4 queue draining while Kueue reports a reservation, its 4-card flavor being let
+    go by Kueue (finalizing). The next queue write is ``queues.decide`` over the cached flavors — the
+    finalizing one among them — and the next status counts the 1-card flavor's card alone."""
+    s = parse_sets([])
+    live = _settled_chain_4()
+    queue = _only(live, "ClusterQueue", T4)
+    _draining(queue, reserving=1)
+    four = next(f for f in live.flavors if "nvidia-tesla-t4-linux-amd64-4d-" in f["metadata"]["name"])
+    four["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    report = plan_cluster(live, s, namespace=NS, settings_source="test")
+
+    assert not _writes(report, 1, "ResourceFlavor")  # the finalizing flavor waits for Kueue, no write
+    status = _writes(report, 1, "InstanceType")[T4].body["status"]
+    assert status["accelerator"]["capacity"] == "1"  # the 4-card flavor's nodes no longer count
+    cached = [f for f in live.flavors if f["metadata"]["labels"].get(keys.RESOURCE_TYPE) == keys.TYPE_NODES]
+    decided = _decide(live, queue, cached, s)
+    written = _writes(report, 1, "ClusterQueue").get(T4)
+    expected = _expected_write(decided)
+    if written is None:  # nothing to change: the decision is the queue as it is
+        assert not field_diff(expected, queue)
+    else:
+        assert written.body == expected
+    assert f"ResourceFlavor {four['metadata']['name']} is being deleted" in " ".join(report.desired.notes)
+
+
+def _decide(
+    live: LiveCluster, queue: dict[str, Any], flavors: list[dict[str, Any]], s: Any, topologies: Any = None
+) -> Any:
+    from gpustack_worker.chain import queues
+    from gpustack_worker.chain.nodes import node_hardware
+    from gpustack_worker.chain.steps import owns_field
+
+    names = {t["metadata"]["name"] for t in live.topologies} if topologies is None else topologies
+    return queues.decide(
+        queues.QueueInputs(
+            instance_type=_only(live, "InstanceType", queue["metadata"]["name"]),
+            queue=queue,
+            flavors=flavors,
+            nodes=[h for n in live.nodes if (h := node_hardware(n)) is not None],
+            topologies=frozenset(names),
+            active_checks=frozenset(),
+            owns_stop_policy=owns_field(queue, managers.QUEUE, queues.STOP_POLICY_FIELD),
+            aware=s.instance_type_aware_cpu_manufacturer,
+            mixed_on_node=s.instance_type_mixed_on_node,
+        )
+    )
+
+
+def _expected_write(decided: Any) -> dict[str, Any]:
+    from gpustack_worker.cli.planning import topology_ready_status
+
+    assert decided.body is not None
+    return {**decided.body, "status": topology_ready_status(decided.condition)}
+
+
+def test_a_topology_not_created_yet_or_not_the_chains_is_missing_for_the_next_queue_decision() -> None:
+    """The queue controller reads the Topologies its cache holds: one the topology controller is about
+    to create, or one without the chain's type label, is missing for the next decision. An inactive type
+    makes that write one the settle gate never defers (the stop policy changes to Hold): the next write
+    says MissingTopology; once the Topology is in the cache, Ready."""
+    s = parse_sets([])
+    for how in ("absent", "unlabelled"):
+        live = _settled_chain_4()
+        _only(live, "InstanceType", T4)["spec"]["inactive"] = True
+        (topology,) = live.topologies
+        if how == "absent":
+            live.topologies.clear()
+        else:
+            topology["metadata"]["labels"].pop(keys.RESOURCE_TYPE)
+        report = plan_cluster(live, s, namespace=NS, settings_source="test")
+        assert [(c.action, c.step) for c in report.changes if c.kind == "Topology"] == [
+            ("create" if how == "absent" else "change", 1)
+        ], how
+        first = _writes(report, 1, "ClusterQueue")[T4].body
+        ready = first["status"]["conditions"][0]
+        assert (first["spec"]["stopPolicy"], ready["status"], ready["reason"]) == (
+            "Hold", "False", "MissingTopology"
+        ), how
+        then = _writes(report, 2, "ClusterQueue")[T4].body
+        assert then["status"]["conditions"][0]["reason"] == "Ready", how
+        assert then["spec"]["stopPolicy"] == "Hold"
+
+
+def test_a_flavor_name_held_by_an_object_not_the_chains_is_refused_and_the_queue_decides_without_it() -> None:
+    """An admin's flavor took the name of the chain's 4-card T4 flavor (no owner label, not the chain's
+    type): the flavor pass never writes over it, so nothing is in flight, and the next queue decision
+    has no flavor for t4-b: NonConservedQuota, the groups kept."""
+    s = parse_sets([])
+    live = _settled_chain_4()
+    four = next(f for f in live.flavors if "nvidia-tesla-t4-linux-amd64-4d-" in f["metadata"]["name"])
+    four["metadata"]["labels"] = {"team": "admins"}
+    report = plan_cluster(live, s, namespace=NS, settings_source="test")
+    assert not [c for c in report.changes if c.kind == "ResourceFlavor"]
+    assert [(r["kind"], r["name"]) for r in report.desired.refused] == [
+        ("ResourceFlavor", four["metadata"]["name"])
+    ]
+    first = _writes(report, 1, "ClusterQueue")[T4]
+    ready = first.body["status"]["conditions"][0]
+    assert (ready["status"], ready["reason"]) == ("False", "NonConservedQuota")
+    assert "t4-b" in ready["message"]
+    assert [f.path for f in first.fields if f.path.startswith("spec")] == []  # the last plan kept
+    held = f"refused by the chain (not written): ResourceFlavor {four['metadata']['name']} metadata.name: held"
+    assert held in render_text(report)
