@@ -46,6 +46,12 @@ A refused plan keeps the last complete plan (minus finalizing flavors) and the c
 would leave no group on a queue that has groups, it goes through the drain of 5 instead — empty groups are
 never written while Kueue may report a reservation.
 
+A leaving node (:func:`_current_groups`): a finalizing flavor that selects no Node any more, whatever
+profile the Node now carries, is taken out of the queue's groups before any of the above is decided — so
+it leaves every write, in place, in any state, without Kueue's status, and is never a reason for
+``HoldAndDrain`` (Kueue evicts what ran on it: its node is gone). Only a queue whose every flavor left and
+that has no complete plan to replace them goes through the drain of 5.
+
 Every decision that depends on Kueue (a dropped flavor idle, the queue stopped, its reserving Workloads)
 reads Kueue's status through one view, :func:`_reported`, which gives a status only when Kueue wrote it
 for the queue's current generation. Without one the queue is kept as it is — no hold started, no phase
@@ -643,12 +649,20 @@ def decide(inp: QueueInputs) -> QueueDecision:
     # Someone else stopped the queue: leave their stop policy theirs (omit the field) until the InstanceType
     # controller has back-filled ``inactive``; re-owning it earlier would hide the stop from the backfill.
     base: str | None = HOLD if inactive else (None if foreign_stop else NONE)
+    outcome = plan_queue(
+        pool,
+        pools.flavor_selector(labels),
+        inp.flavors,
+        inp.nodes,
+        inp.topologies,
+        mixed_on_node=inp.mixed_on_node,
+    )
     q = _Queue(
         name=name,
         labels=labels,
         checks=_checks(pool, inp),
         obj=queue,
-        groups=list(spec.get("resourceGroups") or ()),
+        groups=_current_groups(list(spec.get("resourceGroups") or ()), inp, outcome),
         stored_policy=stored,
         base=base,
         phase=annotations.get(keys.MIGRATION_PHASE),
@@ -659,15 +673,6 @@ def decide(inp: QueueInputs) -> QueueDecision:
     problem = migration_problem(annotations)
     if problem is not None:
         return _invalid(q, problem, owns_stop_policy=inp.owns_stop_policy)
-
-    outcome = plan_queue(
-        pool,
-        pools.flavor_selector(labels),
-        inp.flavors,
-        inp.nodes,
-        inp.topologies,
-        mixed_on_node=inp.mixed_on_node,
-    )
     if isinstance(outcome, Refusal):
         return _refused(q, outcome, inp.flavors)
     if not outcome.groups:
@@ -720,8 +725,9 @@ def _refused(q: _Queue, refusal: Refusal, flavors: Sequence[Mapping[str, Any]]) 
         drained = _no_live_flavor(q)
         if drained.condition is not None and drained.condition.reason != "AwaitingQueueStatus":
             condition = Condition(
-                "False", refusal.reason, f"{refusal.message}; every flavor is finalizing: "
-                f"{drained.condition.message}"
+                "False",
+                refusal.reason,
+                f"{refusal.message}; every flavor is finalizing: {drained.condition.message}",
             )
             return replace(drained, condition=condition, requeue_after=_sooner(drained, refusal))
         return drained
@@ -830,6 +836,52 @@ def _planned(q: _Queue, plan: Plan) -> QueueDecision:
     if reported.in_use(dropped):
         return draining("a flavor dropped after the switch is still in use")
     return q.placed(plan.groups, ready, restored)
+
+
+def _current_groups(
+    groups: list[Mapping[str, Any]], inp: QueueInputs, outcome: Plan | Refusal
+) -> list[Mapping[str, Any]]:
+    """The queue's groups as every decision reads them: the one rule for a leaving node (docs/chain.md,
+    "A leaving node drops its flavor in place").
+
+    A flavor whose nodes left (:func:`_left`) is taken out of the groups before anything is decided, so
+    every write omits it — whatever the migration phase, a refusal, an invalid annotation, or Kueue's
+    status (read or not, current or not) — and it is never a dropped flavor that "may be in use": a
+    Workload on it lost its node and must move regardless, and Kueue evicts it (TAS node failure
+    handling), not a hold of ours. When the leaving flavors are all the queue has, a complete plan
+    replaces them (its flavors are added ones, which need nothing from Kueue); without one they stay, and
+    the no-live-flavor drain (or the refusal's) keeps them until Kueue reports no reservation — never an
+    empty queue under reservations.
+    """
+    left = _left(groups, inp.flavors, inp.nodes)
+    kept = _without_flavors(groups, left)
+    if kept or not left:
+        return kept
+    if isinstance(outcome, Plan) and outcome.groups:
+        return list(outcome.groups)
+    return groups
+
+
+def _left(
+    groups: Sequence[Mapping[str, Any]], flavors: Sequence[Mapping[str, Any]], nodes: Sequence[NodeHardware]
+) -> set[str]:
+    """The flavors of ``groups`` whose nodes left: finalizing (the flavor controller deleted them; Kueue
+    keeps them with ``resource-in-use`` while a queue references them) and selecting no Node any more,
+    whatever topology profile the Node now carries. A finalizing flavor whose hardware is still selected
+    under another profile is the old flavor of a live hierarchy change (its nodes stayed, re-advertised by
+    the new flavors), and one whose full selector still selects Nodes is being replaced under its name:
+    both follow the migration rule."""
+    names = set(_flavor_names(groups))
+    out = set()
+    for flavor in flavors:
+        name = _name(flavor)
+        if name not in names or _live(flavor):
+            continue
+        selector: Mapping[str, str] = (flavor.get("spec") or {}).get("nodeLabels") or {}
+        hardware = {k: v for k, v in selector.items() if k != keys.TOPOLOGY_PROFILE}
+        if not any(all(n.labels.get(k) == v for k, v in hardware.items()) for n in nodes):
+            out.add(name)
+    return out
 
 
 def _without_flavors(groups: Sequence[Mapping[str, Any]], names: set[str]) -> list[Mapping[str, Any]]:

@@ -273,24 +273,6 @@ def test_deleting_queue_or_type_is_drained_never_recreated() -> None:
     assert queues.decide(_inputs(deleting, queue)).drain_only
 
 
-def test_finalizing_flavor_is_dropped_in_place() -> None:
-    _, bodies, types = _world()
-    one = f"gpustack--amd-epyc-7r13--nvidia-tesla-t4-linux-amd64-4d-{HOSTNAME_PROFILE}"
-    finalizing = [
-        {**b, "metadata": {**b["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}}
-        if b["metadata"]["name"] == one
-        else b
-        for b in bodies
-    ]
-    hw = [h for h in _hw(mixed_cluster()) if h.name != "t4-b"]
-    decision = queues.decide(_inputs(types[T4], flavors=finalizing, nodes=hw))
-    assert decision.body is not None
-    assert [f["name"] for f in decision.body["spec"]["resourceGroups"][0]["flavors"]] == [
-        f"gpustack--intel-xeon-platinum-8259cl--nvidia-tesla-t4-linux-amd64-1d-{HOSTNAME_PROFILE}"
-    ]
-    assert decision.body["spec"]["stopPolicy"] == "None"
-
-
 @pytest.mark.parametrize(
     ("mutate", "reason"),
     [
