@@ -372,8 +372,12 @@ _KEYS = st.one_of(
 )
 
 
+#: Any length from 1 to 20, evenly (a plain ``st.lists`` draws mostly short lists, rarely 15 or 16).
+_LEVELS = st.integers(1, 20).flatmap(lambda n: st.lists(_KEYS, min_size=n, max_size=n, unique=True))
+
+
 @settings(max_examples=300)
-@given(levels=st.lists(_KEYS, min_size=1, max_size=20, unique=True))
+@given(levels=_LEVELS)
 @example(levels=deep(15))
 @example(levels=deep(16))
 @example(levels=[KEY_317])
@@ -395,23 +399,33 @@ class RecordingClient:
     """Records server-side applies; answers each with ``refuse`` (an ApiError) when set."""
 
     def __init__(self, refuse: ApiError | None = None) -> None:
+        #: The levels of every Topology applied.
         self.applied: list[list[str]] = []
+        #: (kind, name) of every other object applied.
+        self.others: list[tuple[str, str]] = []
         self.refuse = refuse
 
     async def apply(self, _resource: Any, body: dict[str, Any], **_kw: Any) -> dict[str, Any]:
         await asyncio.sleep(0)
+        if body["kind"] != kinds.TOPOLOGY.kind:
+            self.others.append((body["kind"], body["metadata"]["name"]))
+            return {**body, "metadata": {**body["metadata"], "resourceVersion": "2"}}
         self.applied.append([lvl["nodeLabel"] for lvl in body["spec"]["levels"]])
         if self.refuse is not None:
             raise self.refuse
         return {**body, "metadata": {**body["metadata"], "uid": "u-1", "resourceVersion": "1"}}
 
 
-def _steps(client: RecordingClient) -> Any:
+def _topology(client: RecordingClient) -> Topology:
     api = cast("Any", client)
     settings_ = SettingsSource(api, model=WorkerSettings, env={}, post_events=False)
     topology = Topology(api, settings_, InformerRegistry(api))
     topology.topologies.last_resource_version = "0"
-    return topology.steps
+    return topology
+
+
+def _steps(client: RecordingClient) -> Any:
+    return _topology(client).steps
 
 
 async def test_a_topology_kueue_would_refuse_is_never_sent() -> None:
@@ -507,3 +521,31 @@ def test_plan_from_cluster_with_a_stored_16_level_source_plans_hostname_only_pro
     assert desired.refused == []
     for body in desired.objects.get(kinds.TOPOLOGY.kind, {}).values():
         assert validation.object_problems(body) == []
+
+
+@pytest.mark.parametrize("refused", [False, True], ids=["created", "refused-422"])
+async def test_no_node_is_given_a_profile_whose_topology_was_refused(refused: bool) -> None:
+    client = RecordingClient(ApiError(422, "Invalid", {}, "spec.levels: Too many") if refused else None)
+    topology = _topology(client)
+    rack = "example.com/rack"
+    labels = {
+        keys.HOSTNAME: "n0",
+        keys.MANAGED: "true",
+        rack: "r1",
+        keys.TOPOLOGY_PROFILE: lv.HOSTNAME_ONLY_PROFILE,
+    }
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "n0", "uid": "u-n0", "resourceVersion": "1", "labels": labels},
+    }
+    topology.nodes._apply({"type": "ADDED", "object": node})
+    topology.sources._apply({"type": "ADDED", "object": source([rack], NODE_LABELS_ARM, ready_status())})
+    await topology.steps.node_profile("n0")
+    await topology.steps.node_profile("n0")
+    if refused:
+        assert client.applied == [[rack, keys.HOSTNAME]]  # tried once, never again
+        assert client.others == []  # the Node keeps the profile it carries
+    else:
+        assert client.applied[0] == [rack, keys.HOSTNAME]
+        assert (kinds.NODE.kind, "n0") in client.others
