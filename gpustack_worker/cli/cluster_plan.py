@@ -953,7 +953,8 @@ def render_text(report: PlanReport) -> str:
         + (f", {counts['drift']} drifted (left as they are)" if counts["drift"] else ""),
     ]
     for r in d.refused:
-        by = "the chain" if r["path"] == "metadata.name" and r["rule"].startswith("held by") else "the API server"
+        held = r["path"] == "metadata.name" and r["rule"].startswith("held by")
+        by = "the chain" if held else "the API server"
         lines.append(f"refused by {by} (not written): {r['kind']} {r['name']} {r['path']}: {r['rule']}")
     lines.extend(_LEGEND[a] for a in _LEGEND if counts[a])
     lines.extend(f"note: {n}" for n in d.notes)

@@ -600,5 +600,5 @@ def test_a_flavor_name_held_by_an_object_not_the_chains_is_refused_and_the_queue
     assert (ready["status"], ready["reason"]) == ("False", "NonConservedQuota")
     assert "t4-b" in ready["message"]
     assert [f.path for f in first.fields if f.path.startswith("spec")] == []  # the last plan kept
-    held = f"refused by the chain (not written): ResourceFlavor {four['metadata']['name']} metadata.name: held"
+    held = f"refused by the chain (not written): ResourceFlavor {four['metadata']['name']} metadata.name"
     assert held in render_text(report)
