@@ -8,6 +8,7 @@ format lives exactly once (reference §3). Builders that need an algorithm (``aK
 from __future__ import annotations
 
 import functools
+import re
 from typing import Final
 
 from gpustack_worker.api.normalize import fnv64a_hex
@@ -179,6 +180,13 @@ SHORT_TAG_LEN: Final = 8
 _SEPARATOR_CHARS: Final = "-_."
 
 
+def _tag(variable: str) -> str:
+    """The hash tag of a variable name part: the first :data:`SHORT_TAG_LEN` hex digits of FNV-1a 64 over
+    it. One mechanism for the two rewrites that must keep identities apart: :func:`shortened` (a part cut
+    to fit) and :func:`name_part` (a key an object name cannot spell as it is)."""
+    return fnv64a_hex(variable)[:SHORT_TAG_LEN]
+
+
 def shortened(variable: str, *, before: str = "", after: str = "", limit: int = NAME_PART_MAX) -> str:
     """``before + variable + after`` when it fits ``limit``; else ``variable`` is cut and tagged.
 
@@ -193,7 +201,7 @@ def shortened(variable: str, *, before: str = "", after: str = "", limit: int = 
     whole = f"{before}{variable}{after}"
     if len(whole.encode()) <= limit:
         return whole
-    tag = fnv64a_hex(variable)[:SHORT_TAG_LEN]
+    tag = _tag(variable)
     room = limit - len(before.encode()) - len(after.encode()) - len(tag) - 1
     if room < 1:
         raise ValueError(f"{before!r} and {after!r} leave no room for a variable part within {limit}")
@@ -353,11 +361,30 @@ def pod_group_name(deployment: str, deployment_uid: str, role: str, replica: int
     return f"{head}-{suffix}"
 
 
-def object_name(name: str) -> str:
-    """A built name as a Kubernetes object name: keys keep ``_`` (``hygon-k100_ai`` is a valid label
-    value), object names may not (DNS-1123 subdomain), so it becomes ``-``; the label values and notes
-    keep the key as it is. docs/chain.md lists this among the choices."""
-    return name.replace("_", "-")
+#: A key an object name can spell as it is: lowercase letters and digits in runs joined by one ``-`` or
+#: ``.`` (so it never holds the ``--`` that joins a gKey to an aKey, nor a ``.`` a DNS label cannot hold).
+_PLAIN_NAME_PART: Final = re.compile(r"[a-z0-9]+(?:[-.][a-z0-9]+)*")
+_NOT_NAME_CHARS: Final = re.compile(r"[^a-z0-9]+")
+
+
+def name_part(key: str) -> str:
+    """A key (gKey, aKey, os, arch, profile) as it appears in an object name (docs/chain.md "Object names
+    from keys").
+
+    A plain key (:data:`_PLAIN_NAME_PART`: every key the name normaliser builds without ``_``) is kept
+    exactly as it is, so those names never change. Any other key (``hygon-k100_ai``, an uppercase or
+    ``--`` vendor, a trailing separator) becomes its readable form, runs of other characters turned into
+    one ``-`` and lowercased, then ``-`` and the :func:`_tag` of the whole key, the same tag
+    :func:`shortened` appends: ``hygon-k100_ai`` → ``hygon-k100-ai-<8 hex>``, while ``hygon-k100-ai`` stays
+    ``hygon-k100-ai``. Stateless (a name never depends on which other keys exist) and injective but for
+    a tag collision: two keys that differ only by ``_``/``-``/``.``/case get different names. The output is
+    itself plain, so a name joined from parts with ``-`` and ``--`` is a DNS-1123 subdomain and splits
+    back into its parts one way."""
+    if _PLAIN_NAME_PART.fullmatch(key):
+        return key
+    readable = _NOT_NAME_CHARS.sub("-", key.lower()).strip("-")
+    tag = _tag(key)
+    return f"{readable}-{tag}" if readable else tag
 
 
 #: The longest object name the worker builds (a DNS-1123 subdomain and Kueue's reference types allow 253).
@@ -365,27 +392,35 @@ OBJECT_NAME_MAX: Final = 253
 
 
 def _object(head: str, variable: str, tail: str) -> str:
-    return object_name(shortened(variable, before=head, after=tail, limit=OBJECT_NAME_MAX))
+    """``head + variable + tail`` within :data:`OBJECT_NAME_MAX` (:func:`shortened`); every key in
+    ``variable`` and ``tail`` already went through :func:`name_part`."""
+    return shortened(variable, before=head, after=tail, limit=OBJECT_NAME_MAX)
 
 
 def cpu_flavor_name(g_key: str, os: str, arch: str, cores: int, profile: str) -> str:
     """``gpustack--<gKey>-<os>-<arch>-<cores>c-<profile>``."""
-    return _object("gpustack--", f"{g_key}-{os}-{arch}", f"-{cores}c-{profile}")
+    return _object("gpustack--", _parts(g_key, os, arch), f"-{cores}c-{name_part(profile)}")
 
 
 def device_flavor_name(g_key: str, a_key: str, os: str, arch: str, cards: int, profile: str) -> str:
     """``gpustack--<gKey>--<aKey>-<os>-<arch>-<cards>d-<profile>``."""
-    return _object("gpustack--", f"{g_key}--{a_key}-{os}-{arch}", f"-{cards}d-{profile}")
+    head = f"{name_part(g_key)}--{_parts(a_key, os, arch)}"
+    return _object("gpustack--", head, f"-{cards}d-{name_part(profile)}")
 
 
 #: The CPU key of a collapsed (awareness off) pool, and the catalog's collapsed CPU entry.
 GENERIC_POOL: Final = "generic"
 
 
+def _parts(*parts: str) -> str:
+    """Keys joined with ``-``, each as :func:`name_part` spells it."""
+    return "-".join(name_part(p) for p in parts)
+
+
 def _group_head(a_key: str, g_key: str, *, aware: bool) -> str:
     if aware:
-        return f"{g_key}--{a_key}" if a_key else g_key
-    return a_key or GENERIC_POOL
+        return f"{name_part(g_key)}--{name_part(a_key)}" if a_key else name_part(g_key)
+    return name_part(a_key) if a_key else GENERIC_POOL
 
 
 def pool_name(os: str, arch: str, a_key: str = "", g_key: str = "", *, aware: bool = False) -> str:
@@ -393,7 +428,7 @@ def pool_name(os: str, arch: str, a_key: str = "", g_key: str = "", *, aware: bo
     gKey's value): aware ``gpustack--<gKey>[--<aKey>]-<os>-<arch>`` whatever the gKey (``generic``
     included), collapsed ``gpustack--generic-<os>-<arch>`` / ``gpustack--<aKey>-<os>-<arch>``."""
     head = _group_head(a_key, g_key, aware=aware)
-    return _object("gpustack--", f"{head}-{os}-{arch}", "")
+    return _object("gpustack--", f"{head}-{_parts(os, arch)}", "")
 
 
 def catalog_name(a_key: str = "", g_key: str = "", *, aware: bool) -> str:

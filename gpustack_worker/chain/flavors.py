@@ -33,11 +33,13 @@ if TYPE_CHECKING:
 __all__ = (
     "FLAVOR_RESOURCE_TYPE",
     "Family",
+    "FlavorIdentity",
     "FlavorPlan",
     "desired_flavors",
     "flavor_body",
     "flavor_topology_drift",
     "immutable_spec_changed",
+    "name_collisions",
     "node_families",
     "plan_flavors",
 )
@@ -60,7 +62,7 @@ class FlavorPlan:
     profile: str
     #: Per-node count: CPU cores, or cards of the accelerator model.
     count: int
-    #: The first contributing Node's identity (every contributor shares the name, hence the identity).
+    #: The first contributing Node's identity (every contributor shares the flavor's identity).
     cpu: CpuIdentity
     device: DeviceIdentity | None
     #: Contributing Node names, sorted.
@@ -103,34 +105,76 @@ def node_families(node: NodeHardware, *, mixed_on_node: bool) -> frozenset[Famil
     return frozenset(found)
 
 
-def plan_flavors(nodes: Iterable[NodeHardware], *, mixed_on_node: bool) -> list[FlavorPlan]:
-    """Group managed, profiled Nodes into flavors (sorted by name)."""
-    groups: dict[str, list[tuple[NodeHardware, DeviceIdentity | None, int]]] = {}
+#: A flavor's whole identity: its family plus the topology profile. Flavors are grouped by this, never by
+#: the name built from it, so a name builder that ever gave two identities one name could not merge them.
+FlavorIdentity = tuple[str, str, str, str, int, str]
+
+
+def _flavor_name(identity: FlavorIdentity) -> str:
+    g_key, a_key, os, arch, count, profile = identity
+    if a_key:
+        return keys.device_flavor_name(g_key, a_key, os, arch, count, profile)
+    return keys.cpu_flavor_name(g_key, os, arch, count, profile)
+
+
+def _grouped(
+    nodes: Iterable[NodeHardware], *, mixed_on_node: bool
+) -> dict[FlavorIdentity, list[tuple[NodeHardware, DeviceIdentity | None]]]:
+    groups: dict[FlavorIdentity, list[tuple[NodeHardware, DeviceIdentity | None]]] = {}
     for node in sorted(nodes, key=lambda n: n.name):
         if node.cpu_member(mixed_on_node=mixed_on_node):
-            name = keys.cpu_flavor_name(node.cpu.g_key, node.os, node.arch, node.cpu.cores, node.profile)
-            groups.setdefault(name, []).append((node, None, node.cpu.cores))
+            cpu = (node.cpu.g_key, "", node.os, node.arch, node.cpu.cores, node.profile)
+            groups.setdefault(cpu, []).append((node, None))
         for device in node.devices:
-            name = keys.device_flavor_name(
-                node.cpu.g_key, device.a_key, node.os, node.arch, device.cards, node.profile
-            )
-            groups.setdefault(name, []).append((node, device, device.cards))
+            dev = (node.cpu.g_key, device.a_key, node.os, node.arch, device.cards, node.profile)
+            groups.setdefault(dev, []).append((node, device))
+    return groups
+
+
+def name_collisions(nodes: Iterable[NodeHardware], *, mixed_on_node: bool) -> dict[str, list[FlavorIdentity]]:
+    """Flavor names the builders give to more than one identity, with those identities (sorted).
+
+    Empty by construction (``keys.name_part`` keeps ``_``/``-``/``.``/case twins apart, the tag keeps
+    shortened names apart): a non-empty result is a builder defect or a hash-tag collision, and
+    :func:`plan_flavors` refuses every identity named here."""
+    by_name: dict[str, list[FlavorIdentity]] = {}
+    for identity in _grouped(nodes, mixed_on_node=mixed_on_node):
+        by_name.setdefault(_flavor_name(identity), []).append(identity)
+    return {name: sorted(ids) for name, ids in sorted(by_name.items()) if len(ids) > 1}
+
+
+def plan_flavors(nodes: Iterable[NodeHardware], *, mixed_on_node: bool) -> list[FlavorPlan]:
+    """Group managed, profiled Nodes into flavors (sorted by name), one flavor per identity.
+
+    Nodes are grouped by identity (:data:`FlavorIdentity`) and each group is then named. A name two
+    identities would share carries neither: writing it for one would declare the other's nodes under a
+    selector that does not select them (the queue's ``NonConservedQuota``), and choosing one by order
+    would make a name depend on which nodes exist. :func:`name_collisions` says which were refused;
+    their pools' queues report the nodes no flavor selects."""
+    groups = _grouped(nodes, mixed_on_node=mixed_on_node)
+    named = {identity: _flavor_name(identity) for identity in groups}
+    taken: dict[str, int] = {}
+    for name in named.values():
+        taken[name] = taken.get(name, 0) + 1
     plans = []
-    for name, members in sorted(groups.items()):
-        first, first_device, count = members[0]
+    for identity, members in groups.items():
+        name = named[identity]
+        if taken[name] > 1:
+            continue
+        first, first_device = members[0]
         plans.append(
             FlavorPlan(
                 name=name,
                 os=first.os,
                 arch=first.arch,
                 profile=first.profile,
-                count=count,
+                count=identity[4],
                 cpu=first.cpu,
                 device=first_device,
-                nodes=tuple(n.name for n, _, _ in members),
+                nodes=tuple(n.name for n, _ in members),
             )
         )
-    return plans
+    return sorted(plans, key=lambda p: p.name)
 
 
 def node_labels(plan: FlavorPlan, *, mixed_on_node: bool) -> dict[str, str]:

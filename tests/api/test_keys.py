@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gpustack_worker.api import identity, keys, manufacturers, validation
@@ -235,7 +235,15 @@ def test_shortening_is_only_for_what_does_not_fit() -> None:
         ("", "amd", True, "gpustack--amd-linux-amd64"),
         # Issue 16 defect 3: under awareness ``generic`` is a gKey like any other.
         ("nvidia-a10g", "generic", True, "gpustack--generic--nvidia-a10g-linux-amd64"),
-        ("hygon-k100_ai", "amd", True, "gpustack--amd--hygon-k100-ai-linux-amd64"),
+        # Issue 27 class 3: a key with ``_`` is spelled ``-`` plus the key's tag, so ``hygon-k100-ai`` keeps
+        # its own name.
+        (
+            "hygon-k100_ai",
+            "amd",
+            True,
+            f"gpustack--amd--hygon-k100-ai-{fnv64a_hex('hygon-k100_ai')[:8]}-linux-amd64",
+        ),
+        ("hygon-k100-ai", "amd", True, "gpustack--amd--hygon-k100-ai-linux-amd64"),
     ],
 )
 def test_pool_name_is_decided_by_the_grouping_not_the_gkey(
@@ -320,3 +328,213 @@ def test_every_built_key_name_and_value_is_valid_deterministic_and_distinct(
         *(keys.pool_name(os, "amd64", "", g_key, aware=aware) for aware in (False, True)),
     ):
         assert validation.is_dns1123_subdomain(name), name
+
+
+# --- object names from keys (issue 27 class 3) -----------------------------------------------------
+def _tag(key: str) -> str:
+    return fnv64a_hex(key)[:8]
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [
+        ("nvidia-a10g", "nvidia-a10g"),
+        ("nvidia-a100.80gb", "nvidia-a100.80gb"),
+        ("fnv64-87bf574bea2a4f23", "fnv64-87bf574bea2a4f23"),
+        ("hygon-k100_ai", f"hygon-k100-ai-{_tag('hygon-k100_ai')}"),
+        ("Hygon-K100-AI", f"hygon-k100-ai-{_tag('Hygon-K100-AI')}"),
+        ("nvidia-", f"nvidia-{_tag('nvidia-')}"),
+        ("a--b", f"a-b-{_tag('a--b')}"),
+        ("x.-y", f"x-y-{_tag('x.-y')}"),
+        ("_", _tag("_")),
+        ("", _tag("")),
+    ],
+    ids=[
+        "plain",
+        "plain-dot",
+        "profile",
+        "underscore",
+        "case",
+        "trailing-dash",
+        "double-dash",
+        "dot-dash",
+        "only-separator",
+        "empty",
+    ],
+)
+def test_name_part_keeps_plain_keys_and_tags_every_other(key: str, expected: str) -> None:
+    assert keys.name_part(key) == expected
+
+
+def test_the_issue_twins_get_a_flavor_a_pool_and_a_catalog_entry_each() -> None:
+    # "DCU K100_AI" and "DCU K100-AI": two valid aKeys that the old ``_`` → ``-`` gave one name.
+    under, dash = (identity.accelerator_key("hygon", p) for p in ("DCU K100_AI", "DCU K100-AI"))
+    assert (under, dash) == ("hygon-dcu-k100_ai", "hygon-dcu-k100-ai")
+    g_key = "hygon-c86-7285"
+    for a_key, spelled in ((dash, dash), (under, f"hygon-dcu-k100-ai-{_tag(under)}")):
+        assert keys.device_flavor_name(g_key, a_key, "linux", "amd64", 4, DEFAULT_PROFILE) == (
+            f"gpustack--{g_key}--{spelled}-linux-amd64-4d-{DEFAULT_PROFILE}"
+        )
+        assert keys.pool_name("linux", "amd64", a_key) == f"gpustack--{spelled}-linux-amd64"
+        assert keys.pool_name("linux", "amd64", a_key, g_key, aware=True) == (
+            f"gpustack--{g_key}--{spelled}-linux-amd64"
+        )
+        assert keys.catalog_name(a_key, aware=False) == f"gpustack--{spelled}"
+    # Labels and notes keep the key as it is (the Device Manager's own spelling).
+    assert keys.accelerator_key(under) == "acceleratable.feature.gpustack.ai/hygon-dcu-k100_ai"
+
+
+# Keys as runs of letters and digits joined by single separators (every key the name normaliser builds
+# has that shape; an admin-authored InstanceType's groups may also hold uppercase). Twins share the runs and
+# differ only in their separators (``_``/``-``/``.``) and letter case.
+_RUN = st.text(st.sampled_from("abcxyz0189"), min_size=1, max_size=12)
+
+
+@st.composite
+def _twin_keys(draw: st.DrawFn, *, lead: str) -> list[str]:
+    runs = [lead, *draw(st.lists(_RUN, min_size=1, max_size=6))]
+    if draw(st.booleans()):  # stretch to 55-63 characters: long enough that every suffixed key is shortened
+        target = draw(st.integers(55, 63))
+        while len("-".join(runs)) < target:
+            runs.append(draw(_RUN))
+    # "|" marks where a separator goes; the cut keeps at most 63 characters and ends in a run.
+    template = "|".join(runs)[:63].rstrip("|")
+    runs = template.split("|")
+    twins = []
+    for _ in range(draw(st.integers(2, 4))):
+        seps = draw(st.lists(st.sampled_from("-_."), min_size=len(runs) - 1, max_size=len(runs) - 1))
+        upper = draw(st.sets(st.integers(0, len(runs) - 1), max_size=2))
+        spelled = [r.upper() if i in upper else r for i, r in enumerate(runs)]
+        twins.append(spelled[0] + "".join(s + r for s, r in zip(seps, spelled[1:], strict=True)))
+    return sorted(set(twins))
+
+
+_OS_ARCH = [("linux", "amd64"), ("linux", "arm64"), ("windows", "amd64")]
+_LONG_A = "hygon-dcu-k100-ai-with-a-product-name-long-enough-to-be-shortened"[:63]
+_CPU = {keys.NFD_CPU_VENDOR: "Hygon"}
+
+
+def _distinct(built: dict[tuple[object, ...], str]) -> None:
+    """Every identity has its own name: no two keys of ``built`` share a value."""
+    owners: dict[str, tuple[object, ...]] = {}
+    for ident, name in built.items():
+        other = owners.setdefault(name, ident)
+        assert other == ident, f"{other} and {ident} are both named {name}"
+
+
+@settings(max_examples=300)
+@given(
+    g_keys=_twin_keys(lead="hygon"),
+    a_keys=_twin_keys(lead="hygon"),
+    count=st.sampled_from([1, 4, 64]),
+    levels=st.lists(st.sampled_from([keys.STANDARD_ZONE, keys.PRIVATE_RACK]), max_size=2, unique=True),
+)
+@example(  # the issue's products: two aKeys that differ only by "_" and "-"
+    g_keys=["hygon-c86-7285"],
+    a_keys=[identity.accelerator_key("hygon", p) for p in ("DCU K100_AI", "DCU K100-AI")],
+    count=4,
+    levels=[],
+)
+@example(  # a gKey pair: CPU names that differ only by "_" and "-" (and ".")
+    g_keys=[
+        identity.general_key(_CPU, {keys.CPU_NAME_ANNOTATION: n})
+        for n in ("Hygon C86_7285 32-core Processor", "Hygon C86-7285", "Hygon C86.7285")
+    ],
+    a_keys=["hygon-dcu-z100l"],
+    count=64,
+    levels=[],
+)
+@example(  # 63-character twins: every suffixed label key and the object names' parts tagged
+    g_keys=["hygon-c86-7285"],
+    a_keys=[_LONG_A, _LONG_A.replace("-", "_"), _LONG_A.replace("-", ".")],
+    count=8,
+    levels=[keys.PRIVATE_RACK],
+)
+def test_distinct_identities_get_distinct_valid_names_from_every_builder(
+    g_keys: list[str], a_keys: list[str], count: int, levels: list[str]
+) -> None:
+    profile = keys.topology_profile([*levels, keys.HOSTNAME])
+    cpu_flavors = {
+        (g, os, arch): keys.cpu_flavor_name(g, os, arch, count, profile)
+        for g in g_keys
+        for os, arch in _OS_ARCH
+    }
+    device_flavors = {
+        (g, a, os, arch): keys.device_flavor_name(g, a, os, arch, count, profile)
+        for g in g_keys
+        for a in a_keys
+        for os, arch in _OS_ARCH
+    }
+    # One namespace per kind: ResourceFlavors; ClusterQueues/InstanceTypes under each grouping; catalog
+    # entries under each grouping; the LocalQueues of each grouping's pools.
+    _distinct({**cpu_flavors, **device_flavors})
+    aware_pools = {
+        **{
+            (g, os, arch): keys.pool_name(os, arch, g_key=g, aware=True)
+            for g in g_keys
+            for os, arch in _OS_ARCH
+        },
+        **{
+            (g, a, os, arch): keys.pool_name(os, arch, a, g, aware=True)
+            for g in g_keys
+            for a in a_keys
+            for os, arch in _OS_ARCH
+        },
+    }
+    unaware_pools = {
+        **{("generic", os, arch): keys.pool_name(os, arch) for os, arch in _OS_ARCH},
+        **{(a, os, arch): keys.pool_name(os, arch, a) for a in a_keys for os, arch in _OS_ARCH},
+    }
+    aware_catalog = {
+        **{(g,): keys.catalog_name(g_key=g, aware=True) for g in g_keys},
+        **{(g, a): keys.catalog_name(a, g, aware=True) for g in g_keys for a in a_keys},
+    }
+    unaware_catalog = {
+        ("generic",): keys.catalog_name(aware=False),
+        **{(a,): keys.catalog_name(a, aware=False) for a in a_keys},
+    }
+    for pools in (aware_pools, unaware_pools):
+        _distinct(pools)
+        _distinct({ident: keys.local_queue_name(name) for ident, name in pools.items()})
+    _distinct(aware_catalog)
+    _distinct(unaware_catalog)
+    names = [
+        *cpu_flavors.values(),
+        *device_flavors.values(),
+        *aware_pools.values(),
+        *unaware_pools.values(),
+        *aware_catalog.values(),
+        *unaware_catalog.values(),
+    ]
+    for name in names:
+        assert validation.is_dns1123_subdomain(name), name
+        # A key without "_" (a lowercase one) is spelled as it is: existing clusters see no rename.
+        lq = keys.local_queue_name(name)
+        assert validation.is_dns1123_label(lq) and validation.is_label_value(lq), lq
+    for g in g_keys:
+        if g == g.lower() and "_" not in g:
+            assert keys.cpu_flavor_name(g, "linux", "amd64", count, profile) == (
+                f"gpustack--{g}-linux-amd64-{count}c-{profile}"
+            )
+    for a in a_keys:
+        if a == a.lower() and "_" not in a:
+            assert keys.pool_name("linux", "amd64", a) == f"gpustack--{a}-linux-amd64"
+    # Label keys keep the key as it is (shortened when long): distinct and valid too.
+    label_keys = {
+        (a, kind): key
+        for a in a_keys
+        for kind, key in enumerate(
+            (
+                keys.accelerator_key(a),
+                *_suffixed_keys(keys.accelerator_key(a)),
+                keys.sliced_max_free_units_key(a),
+                keys.shared_free_cards_key(a),
+            )
+        )
+    } | {
+        (g, kind): key
+        for g in g_keys
+        for kind, key in enumerate((keys.general_key(g), *_suffixed_keys(keys.general_key(g))), start=100)
+    }
+    _distinct(label_keys)
+    assert all(validation.is_qualified_name(k) for k in label_keys.values())
