@@ -8,14 +8,23 @@ pure functions:
    every label nfd-master projected (those its ``feature-labels`` annotation lists) and every label our
    controllers write on it directly (profile, fit) taken off, the labels of the NodeFeatures that are not
    ours (the Device Manager's), the worker NodeFeature's labels as already published, and the ``Devices``;
-2. :func:`desired_chain` — the scenario plan's own composition
+2. :func:`desired_chain` — the Nodes through the scenario plan's own composition
    (:func:`~gpustack_worker.cli.planning.converge`: agent, nfd-master and topology until the Nodes stop
-   changing), then the chain's pure decisions over the live objects exactly as the controllers call them:
-   ``flavors.plan_flavors`` / ``flavor_body``, ``pools.derived_instance_type`` (create-only),
-   ``queues.decide`` with the live queue, the live AdmissionChecks' ``Active`` and our field manager's
-   ownership of ``spec.stopPolicy``, the InstanceType status views, ``localqueues.desired_local_queues``
-   for every live Namespace, ``admissionchecks.desired_admission_checks`` and the profiles' Topologies;
-3. :func:`diff_chain` — each desired object against the live one of that name: ``create`` when there is
+   changing), then what the chain's controllers write **next**, each decision the function its controller
+   calls, fed what its cache holds (:func:`caches_of`: the listed objects under the informers' own label
+   selectors, finalizing flavors included): ``flavors.plan_flavors`` / ``flavor_body`` (a name held by
+   an object that is not the chain's refused, a finalizing flavor not written), ``pools.
+   derived_instance_type`` (create-only), per existing InstanceType ``queues.decide`` over the cached
+   flavors and the Topologies that exist, with the live AdmissionChecks' ``Active`` and our field
+   manager's ownership of ``spec.stopPolicy``, and ``instancetypes.decide_type`` with
+   ``typestatus.instance_type_status`` — the settle gate (``settle.deferrable``,
+   ``settle.topology_on_its_way``) deferring what the controller defers while its own writes are in
+   flight — ``localqueues.desired_local_queues`` for every live Namespace,
+   ``admissionchecks.desired_admission_checks`` and the profiles' Topologies; and **then** the queue,
+   status and LocalQueue decisions over the caches once those writes are in (a new InstanceType's queue,
+   a deferred write, a decision that changes with them);
+3. :func:`diff_chain` — each next write against the live object of that name (and each later one
+   against the object as the next writes leave it): ``create`` when there is
    none, ``change`` with the fields that differ (only the fields the controller sets: server-side apply
    leaves the others alone) — ``replace`` or ``drift`` instead when the controller's own tests
    (``flavors.immutable_spec_changed``, ``flavors.flavor_topology_drift``, ``profiles.topology_drift``)
