@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from gpustack_worker.api import keys
 from gpustack_worker.api.normalize import fnv64a_hex
-from gpustack_worker.chain import flavors, pools, queues
+from gpustack_worker.chain import catalog, flavors, pools, queues
 from gpustack_worker.chain.nodes import NodeHardware, node_hardware
 from tests.chain.builders import HOSTNAME_PROFILE, mixed_cluster, node
 
@@ -241,6 +241,9 @@ def test_the_issue_k100_twins_are_two_flavors_two_pools_and_both_queues_ready(aw
         ("hygon-dcu-k100_ai", ("dcu-a",), 4),
     ]
     _conserved(flavors.plan_flavors(hw, mixed_on_node=True), hw, mixed=True)
+    bodies = [flavors.flavor_body(p, mixed_on_node=True, aware=aware) for p in plans]
+    entries = {e["name"]: e["spec"]["acceleratorGroup"] for e in catalog.catalog(bodies, aware=aware)}
+    assert sorted(entries.values()) == ["hygon-dcu-k100-ai", "hygon-dcu-k100_ai"]  # one catalog entry each
     decided = _queues(fleet, aware=aware)
     dcu = {name: d for name, d in decided.items() if "k100" in name}
     assert len(dcu) == 2, sorted(decided)
