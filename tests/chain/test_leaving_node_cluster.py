@@ -12,6 +12,9 @@ queue references it, and the queue must drop it in place. Shown from the server'
   eviction Event;
 - the Workload on the 4-card flavor is evicted by Kueue (TAS node failure handling: ``NodeFailures``).
 
+The second test repeats it while the plan is refused (a new node whose flavor's name a foreign flavor
+holds): the refusal keeps the last complete plan, minus the flavor whose node left.
+
 Every wait is for a condition with a generous deadline; negative claims are checked after the positive
 signals that the system had its chance (the flavor deleted, the eviction recorded, Kueue's status caught
 up with the queue's last generation).
@@ -29,12 +32,17 @@ import pytest
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.devcluster.audit import AuditLog
 from gpustack_worker.devcluster.cluster import DevCluster
+from gpustack_worker.simulate.apply import apply_scenario
+from gpustack_worker.simulate.load import parse_text
 from tests.chain.test_queue_edges_cluster import (
+    EXTRA,
+    EXTRA_NODE,
     LARGE,
     SMALL,
     STEP_S,
     T4,
     TEAM,
+    P,
     _admitted,
     _annotations,
     _assigned,
@@ -54,6 +62,10 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.cluster
 
 LEAVING_NODE = "t4-b"
+#: A node whose flavor cannot be written (a foreign flavor holds its name): the T4 plan is refused.
+BLOCKED_NODE = EXTRA_NODE.replace("t4-c", "t4-d").replace("count: 2", "count: 3")
+BLOCKED = EXTRA.replace("-2d-", "-3d-")
+assert BLOCKED != EXTRA and BLOCKED.endswith(P)
 
 
 @pytest.fixture(scope="module")
@@ -187,3 +199,81 @@ async def test_a_leaving_node_evicts_only_what_ran_on_it(running: Stack, devclus
     finally:
         for name in (small, large):
             await admin.delete(kinds.WORKLOAD, name, TEAM)
+
+
+async def _refused_with(admin: Client, flavors: list[str]) -> dict[str, Any] | None:
+    """The T4 queue refused (NonConservedQuota) on exactly ``flavors``, unheld, Kueue caught up."""
+    cq = await admin.get(kinds.CLUSTER_QUEUE, T4)
+    generation = ((cq or {}).get("metadata") or {}).get("generation")
+    ready = condition(cq, keys.TOPOLOGY_READY)
+    ok = (
+        cq is not None
+        and _flavors(cq) == flavors
+        and cq["spec"].get("stopPolicy") == "None"
+        and ready.get("reason") == "NonConservedQuota"
+        and ready.get("observedGeneration") == generation
+        and condition(cq, "Active").get("observedGeneration") == generation
+        and keys.MIGRATION_PHASE not in _annotations(cq)
+    )
+    return cq if ok else None
+
+
+async def test_a_leaving_node_during_a_refusal_evicts_only_what_ran_on_it(
+    running: Stack, devcluster: DevCluster
+) -> None:
+    admin = running.admin
+    small, extra = "refused-on-small", "refused-on-extra"
+    foreign = {
+        "apiVersion": kinds.RESOURCE_FLAVOR.api_version,
+        "kind": "ResourceFlavor",
+        "metadata": {"name": BLOCKED, "labels": {keys.RESOURCE_TYPE: keys.TYPE_NODES}},
+        "spec": {"nodeLabels": {"example.com/foreign": "true"}, "topologyName": "gpustack-foreign"},
+    }
+    try:
+        # The pool after the first test (t4-a), plus t4-c: a 1-card and a 2-card flavor, both reserved.
+        await apply_scenario(admin, parse_text(EXTRA_NODE, "t4-c"))
+        await eventually(lambda: _ready(admin, [SMALL, EXTRA]), within=STEP_S)
+        await admin.create(kinds.WORKLOAD, workload(small, TEAM, T4, gpus=1), TEAM)
+        on_small = await eventually(lambda: _admitted(admin, small), within=STEP_S)
+        assert _assigned(on_small) == {SMALL}
+        await admin.create(kinds.WORKLOAD, workload(extra, TEAM, T4, gpus=2), TEAM)
+        on_extra = await eventually(lambda: _admitted(admin, extra), within=STEP_S)
+        assert _assigned(on_extra) == {EXTRA}
+        admission = on_small["status"]["admission"]
+
+        # The plan is refused: t4-d joins, its flavor's name held by a foreign flavor.
+        await admin.create(kinds.RESOURCE_FLAVOR, foreign)
+        await apply_scenario(admin, parse_text(BLOCKED_NODE, "t4-d"))
+        await eventually(lambda: _refused_with(admin, [SMALL, EXTRA]), within=STEP_S)
+
+        # t4-c leaves while the plan stays refused.
+        await admin.delete(kinds.NODE, "t4-c")
+
+        async def dropped_and_deleted() -> dict[str, Any] | None:
+            gone = await admin.get(kinds.RESOURCE_FLAVOR, EXTRA) is None
+            return await _refused_with(admin, [SMALL]) if gone else None
+
+        await eventually(dropped_and_deleted, within=STEP_S)
+
+        async def evicted() -> dict[str, Any] | None:
+            wl = await admin.get(kinds.WORKLOAD, extra, TEAM)
+            return wl if condition(wl, "Evicted").get("status") == "True" else None
+
+        gone = await eventually(evicted, within=STEP_S)
+        assert condition(gone, "Evicted").get("reason") == "NodeFailures", condition(gone, "Evicted")
+
+        now = await admin.get(kinds.WORKLOAD, small, TEAM)
+        assert now is not None and condition(now, "Admitted").get("status") == "True"
+        assert now["status"]["admission"] == admission, "the Workload on the surviving flavor was re-admitted"
+        assert not condition(now, "Evicted"), f"evicted: {condition(now, 'Evicted')}"
+        assert not await _eviction_events(admin, small)
+        writes = _queue_writes(devcluster)
+        held = [(user, verb) for user, verb, body in writes if _stop_policy(body) == "HoldAndDrain"]
+        assert not held, f"the queue was written HoldAndDrain: {held}"
+    except BaseException:
+        await _diagnose(admin, extra)
+        raise
+    finally:
+        for name in (small, extra):
+            await admin.delete(kinds.WORKLOAD, name, TEAM)
+        await admin.delete(kinds.RESOURCE_FLAVOR, BLOCKED)
