@@ -17,6 +17,14 @@ What a drawn fleet covers (issue 16, "What to show"):
   and ``instance-type-mixed-on-node``;
 - sometimes a rack TopologySource (configMap snapshot) over the nodes labelled ``example.com/rack=r1``,
   so a fleet has several topology profiles;
+- with ``fleets(families=True)``, one of the rare families (:data:`FAMILIES`, drawn by ``sampled_from`` so
+  each is reached every run, not by luck — issue 27): ``_``/``-``/case twins of a product or a CPU name,
+  a bare-vendor CPU node next to a named sibling of the same vendor with the same accelerator and count,
+  a node with exactly one sliceable card, a CPU-only node whose CPU name is past the 64-rune display
+  limit (multi-byte runes too);
+- with :func:`extra_types`, admin-authored InstanceTypes of both groupings and derived types of the other
+  grouping (left by a setting flip), and with :func:`existing_queues`, queues that already exist with
+  Kueue reporting reservations on some of their flavors;
 - with :func:`damaged_fleets`, Nodes that stage 1-2 left incomplete: no os/arch, no hostname (so no
   profile), no CPU vendor (with or without family and id), no CPU name, the Device Manager's labels gone
   while ``Devices`` remains.
@@ -38,18 +46,21 @@ import yaml
 from hypothesis import strategies as st
 
 from gpustack_worker.api import identity, keys, kinds, manufacturers
+from gpustack_worker.chain import pools
 from gpustack_worker.cli.plan_cmd import parse_sets
 from gpustack_worker.simulate import render
 from gpustack_worker.simulate.scenario import Scenario
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterable, Iterator, Mapping
 
+    from gpustack_worker.chain.flavors import FlavorPlan
     from gpustack_worker.cli.settings import WorkerSettings
     from gpustack_worker.simulate.scenario import NodeSpec
 
 __all__ = (
     "CPUS",
+    "FAMILIES",
     "LONG_CPU",
     "LONG_PRODUCTS",
     "MANAGED_VALUES",
@@ -60,6 +71,8 @@ __all__ = (
     "Racks",
     "damaged_fleets",
     "damages",
+    "existing_queues",
+    "extra_types",
     "fleets",
     "grouping",
     "node_specs",
@@ -178,9 +191,7 @@ def _allocations(
 
 
 @st.composite
-def accelerators(
-    draw: st.DrawFn, manufacturer: str, product: str, *, ledgers: bool = True
-) -> dict[str, Any]:
+def accelerators(draw: st.DrawFn, manufacturer: str, product: str, *, ledgers: bool = True) -> dict[str, Any]:
     """One accelerator entry (``count`` cards of one model) with its health, partitioning and ledger."""
     mfr = manufacturers.MANUFACTURERS[manufacturer]
     count = draw(st.integers(1, 8))
@@ -259,13 +270,141 @@ def node_specs(
     return node
 
 
+# --- the rare families (issue 27) ------------------------------------------------------------------------
+#: Product names that differ only by ``_`` / ``-`` / case, per manufacturer: two identities or one, and
+#: never one flavor declaring another's capacity.
+PRODUCT_TWINS: Final = (
+    ("hygon", ("DCU K100_AI", "DCU K100-AI")),
+    ("nvidia", ("NVIDIA A100-SXM4-80GB", "NVIDIA A100_SXM4_80GB")),
+    ("nvidia", ("Tesla T4", "TESLA T4")),
+    ("amd", ("AMD Instinct MI300X", "AMD INSTINCT MI300X", "AMD Instinct_MI300X")),
+)
+#: CPU names that differ only by ``_`` / ``-`` / case (same vendor).
+CPU_TWINS: Final = (
+    ("AMD", ("AMD EPYC 7763 64-Core Processor", "AMD EPYC 7763 64_Core Processor")),
+    ("Intel", ("Intel(R) Xeon(R) Platinum 8480+", "INTEL(R) XEON(R) PLATINUM 8480+")),
+    ("HygonGenuine", ("Hygon C86 7285 32-core Processor", "Hygon C86_7285 32-core Processor")),
+)
+#: (vendor, a name that normalises to nothing → the bare-vendor gKey, a named sibling of that vendor).
+BARE_SIBLINGS: Final = (
+    ("AMD", "---", "AMD EPYC 7763 64-Core Processor"),
+    ("Intel", "(R)", "Intel(R) Xeon(R) Platinum 8480+"),
+    ("VendorUnknown", "(R)", "Some Unknown CPU"),
+)
+#: CPU names past the 64-rune display limit: ASCII, two-byte and three-byte runes.
+DISPLAY_CPUS: Final = (
+    ("AMD", "AMD EPYC " + "x" * 55),  # 64 runes: kept whole
+    ("AMD", "AMD EPYC " + "x" * 56),  # 65: cut to 64
+    ("Intel", "Intel(R) Xeon(R) Ünïcødé Ωmega " + "é" * 40),
+    ("Zhaoxin", "ZHAOXIN KaiXian " + "模" * 60),
+)
+
+
+def _cpu(vendor: str, model: str, cores: int) -> dict[str, Any]:
+    return {"vendor": vendor, "model": model, "cores": cores}
+
+
+def _family_node(name: str, cpu: dict[str, Any], *accelerators: dict[str, Any]) -> dict[str, Any]:
+    node: dict[str, Any] = {"name": name, "cpu": cpu, "memory": "64Gi"}
+    if accelerators:
+        node["accelerators"] = list(accelerators)
+    return node
+
+
+def _same_model(manufacturer: str, product: str, count: int) -> dict[str, Any]:
+    return {"manufacturer": manufacturer, "product": product, "memoryMiB": 65536, "count": count}
+
+
+@st.composite
+def product_twins(draw: st.DrawFn, first: int) -> list[dict[str, Any]]:
+    """Two or three nodes, each with one of a product's ``_``/``-``/case twins, same count, same CPU."""
+    manufacturer, names = draw(st.sampled_from(PRODUCT_TWINS))
+    count = draw(st.sampled_from((1, 2, 8)))
+    cpu = _cpu("AMD", "AMD EPYC 7763 64-Core Processor", 8)
+    return [
+        _family_node(f"n{first + i}", cpu, _same_model(manufacturer, product, count))
+        for i, product in enumerate(names)
+    ]
+
+
+@st.composite
+def cpu_twins(draw: st.DrawFn, first: int) -> list[dict[str, Any]]:
+    """Two nodes whose CPU names are twins, same cores, CPU-only or with the same accelerator."""
+    vendor, names = draw(st.sampled_from(CPU_TWINS))
+    cores = draw(st.sampled_from((8, 64)))
+    accelerated = draw(st.booleans())
+    acc = (_same_model("nvidia", "Tesla T4", 2),) if accelerated else ()
+    return [_family_node(f"n{first + i}", _cpu(vendor, n, cores), *acc) for i, n in enumerate(names)]
+
+
+@st.composite
+def bare_siblings(draw: st.DrawFn, first: int) -> list[dict[str, Any]]:
+    """A bare-vendor CPU node (no CPU name, family or id: gKey = the vendor) next to a named sibling of
+    that vendor with the same cores, the same accelerator model and the same card count."""
+    vendor, bare, named = draw(st.sampled_from(BARE_SIBLINGS))
+    cores = draw(st.sampled_from((8, 64)))
+    manufacturer = draw(st.sampled_from(sorted(PRODUCTS)))
+    acc = _same_model(manufacturer, PRODUCTS[manufacturer][0], draw(st.sampled_from((1, 2))))
+    nodes = [
+        _family_node(f"n{first}", _cpu(vendor, bare, cores), acc),
+        _family_node(f"n{first + 1}", _cpu(vendor, named, cores), acc),
+    ]
+    if draw(st.booleans()):  # and a CPU-only pair of the same vendor and cores
+        nodes += [
+            _family_node(f"n{first + 2}", _cpu(vendor, bare, cores)),
+            _family_node(f"n{first + 3}", _cpu(vendor, named, cores)),
+        ]
+    return nodes
+
+
+@st.composite
+def one_sliceable_card(draw: st.DrawFn, first: int) -> list[dict[str, Any]]:
+    """A node with exactly one card, of a manufacturer that slices, free or holding one slice."""
+    manufacturer = draw(
+        st.sampled_from(sorted(n for n, m in manufacturers.MANUFACTURERS.items() if m.logical_slices))
+    )
+    acc = _same_model(manufacturer, PRODUCTS[manufacturer][0], 1)
+    if draw(st.booleans()):
+        acc["allocations"] = [
+            {"card": 0, "mode": "sliced", "units": draw(st.sampled_from((1, M // 2, M))), "slices": 1}
+        ]
+    return [_family_node(f"n{first}", _cpu("AMD", "AMD EPYC 7763 64-Core Processor", 8), acc)]
+
+
+@st.composite
+def long_display_cpu(draw: st.DrawFn, first: int) -> list[dict[str, Any]]:
+    """A CPU-only node whose CPU name is at or past the 64-rune display limit."""
+    vendor, model = draw(st.sampled_from(DISPLAY_CPUS))
+    return [_family_node(f"n{first}", _cpu(vendor, model, 8))]
+
+
+#: Every rare family, by name: ``sampled_from`` over these reaches each in every run.
+FAMILIES: Final = {
+    "product-twins": product_twins,
+    "cpu-twins": cpu_twins,
+    "bare-siblings": bare_siblings,
+    "one-sliceable-card": one_sliceable_card,
+    "long-display-cpu": long_display_cpu,
+}
+
+
 @st.composite
 def scenarios(
-    draw: st.DrawFn, *, min_nodes: int = 1, max_nodes: int = 8, long_names: bool = True, ledgers: bool = True
+    draw: st.DrawFn,
+    *,
+    min_nodes: int = 1,
+    max_nodes: int = 8,
+    long_names: bool = True,
+    ledgers: bool = True,
+    families: bool = False,
 ) -> Scenario:
-    """A whole fleet as a validated :class:`Scenario` (nodes ``n0``, ``n1``, … so names never clash)."""
-    size = draw(st.integers(min_nodes, max_nodes))
+    """A whole fleet as a validated :class:`Scenario` (nodes ``n0``, ``n1``, … so names never clash); with
+    ``families``, fewer random nodes and one rare family (:data:`FAMILIES`) next to them."""
+    size = draw(st.integers(0 if families else min_nodes, max_nodes // 2 if families else max_nodes))
     nodes = [draw(node_specs(f"n{i}", long_names=long_names, ledgers=ledgers)) for i in range(size)]
+    if families:
+        family = FAMILIES[draw(st.sampled_from(sorted(FAMILIES)))]
+        nodes += draw(family(len(nodes)))
     return Scenario.model_validate({"nodes": nodes})
 
 
@@ -366,11 +505,24 @@ class Fleet:
 
 @st.composite
 def fleets(
-    draw: st.DrawFn, *, min_nodes: int = 1, max_nodes: int = 8, long_names: bool = True, ledgers: bool = True
+    draw: st.DrawFn,
+    *,
+    min_nodes: int = 1,
+    max_nodes: int = 8,
+    long_names: bool = True,
+    ledgers: bool = True,
+    families: bool = False,
 ) -> Fleet:
-    """A scenario with its grouping settings and, sometimes, a rack TopologySource."""
+    """A scenario with its grouping settings and, sometimes, a rack TopologySource (with ``families``,
+    one rare family of nodes in every fleet)."""
     scenario = draw(
-        scenarios(min_nodes=min_nodes, max_nodes=max_nodes, long_names=long_names, ledgers=ledgers)
+        scenarios(
+            min_nodes=min_nodes,
+            max_nodes=max_nodes,
+            long_names=long_names,
+            ledgers=ledgers,
+            families=families,
+        )
     )
     return Fleet(scenario, draw(grouping()), draw(racks(scenario)))
 
@@ -463,3 +615,74 @@ def rendering_damaged(damage: dict[str, Damage]) -> Iterator[None]:
         patch.setattr(render, "render_node", node)
         patch.setattr(render, "render_node_feature", feature)
         yield
+
+
+# --- InstanceTypes besides the derived ones, and queues Kueue already reports on (issue 27) ---------------
+#: What else an InstanceType can be: authored by an admin under either grouping (no derived label), or
+#: derived under the other grouping and left by a flip of ``instance-type-aware-cpu-manufacturer``.
+EXTRA_TYPE_KINDS: Final = ("authored-aware", "authored-collapsed", "derived-other-grouping")
+
+
+@st.composite
+def extra_types(draw: st.DrawFn, plans: list[FlavorPlan], *, aware: bool) -> list[dict[str, Any]]:
+    """InstanceTypes for some of the fleet's pools that the chain did not derive under ``aware``: every
+    kind of :data:`EXTRA_TYPE_KINDS` is drawn by ``sampled_from`` (so each is reached every run)."""
+    if not plans:
+        return []
+    out = []
+    for plan in draw(st.lists(st.sampled_from(plans), min_size=1, max_size=4)):
+        kind = draw(st.sampled_from(EXTRA_TYPE_KINDS))
+        if kind == "derived-other-grouping":
+            out.append(pools.derived_instance_type(plan, aware=not aware))
+            continue
+        body = pools.derived_instance_type(plan, aware=kind == "authored-aware")
+        labels = body["metadata"]["labels"]
+        for key in (keys.DERIVED_FROM_NODE, keys.OTHER_GROUPING, keys.QUEUE_ENTRANCE):
+            labels.pop(key, None)
+        out.append(body)
+    return out
+
+
+def queue_with_usage(queue: Mapping[str, Any], reserved: Iterable[str]) -> dict[str, Any]:
+    """``queue`` as Kueue reports it for its current generation: active, every flavor of its groups
+    listed in ``flavorsReservation`` / ``flavorsUsage``, the ``reserved`` ones with one Workload's quota."""
+    reserved = set(reserved)
+    listed = [
+        (str(f["name"]), [str(r["name"]) for r in f.get("resources") or ()])
+        for g in (queue.get("spec") or {}).get("resourceGroups") or ()
+        for f in g.get("flavors") or ()
+    ]
+    usage = [
+        {
+            "name": name,
+            "resources": [{"name": r, "total": "1" if name in reserved else "0"} for r in resources],
+        }
+        for name, resources in listed
+    ]
+    count = len(reserved & {name for name, _ in listed})
+    status = {
+        "conditions": [
+            {"type": "Active", "status": "True", "reason": "Ready", "message": "", "observedGeneration": 1}
+        ],
+        "reservingWorkloads": count,
+        "admittedWorkloads": count,
+        "flavorsReservation": usage,
+        "flavorsUsage": usage,
+    }
+    return {**queue, "metadata": {**queue["metadata"], "generation": 1}, "status": status}
+
+
+@st.composite
+def existing_queues(draw: st.DrawFn, queues: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each queue of ``queues`` as Kueue reports it, with reservations on a drawn subset of its flavors
+    (none, some or all)."""
+    out = {}
+    for name, queue in sorted(queues.items()):
+        flavors = sorted(
+            str(f["name"])
+            for g in (queue.get("spec") or {}).get("resourceGroups") or ()
+            for f in g.get("flavors") or ()
+        )
+        reserved = draw(st.sets(st.sampled_from(flavors))) if flavors else set()
+        out[name] = queue_with_usage(queue, reserved)
+    return out

@@ -18,7 +18,17 @@ profiles, the chain) — and the plan is held to what the specification promises
   labels pass nfd-master's rule;
 - the fit labels admit a Node for a single Pod asking one accelerator exactly when Gate 3 would;
 - the plan is deterministic: the same fleet, or the same fleet with its nodes in another order, gives the
-  same plan.
+  same plan;
+- a derived InstanceType's display name is its source (product, CPU name, ``CPU-only``) cut at 64 runes;
+- whatever other InstanceTypes exist — authored by an admin under either grouping, derived under the other
+  grouping before a flip — no flavor is promised by two queues, and every flavor by one;
+- a node leaving, while Kueue reports reservations on some flavors of its queues, drops its own flavor in
+  place and holds no queue that still has a live flavor ``HoldAndDrain``.
+
+Half of the fleets carry one of the rare families of :data:`tests.chain.fleets.FAMILIES` (``_``/``-``/case
+twins, a bare-vendor CPU node next to a named sibling, a one-card sliceable node, a CPU name past the
+display limit), drawn by ``sampled_from`` so each is reached in every run; each family is also an explicit
+``@example``.
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Final
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -35,6 +46,8 @@ from gpustack_worker.api import identity, keys, manufacturers, node_class, valid
 from gpustack_worker.api.devices_check import check_devices
 from gpustack_worker.api.devices_view import DevicesFacts, devices_facts
 from gpustack_worker.chain import flavors as chain_flavors
+from gpustack_worker.chain import pools
+from gpustack_worker.chain import queues as chain_queues
 from gpustack_worker.chain.nodes import node_hardware
 from gpustack_worker.cli.planning import PlannedChain, plan_chain
 from gpustack_worker.placement.demand import demand_of_podset
@@ -50,6 +63,8 @@ from tests.chain.fleets import (
     Fleet,
     Grouping,
     damaged_fleets,
+    existing_queues,
+    extra_types,
     fleets,
     rendering_damaged,
 )
@@ -165,7 +180,7 @@ def _node(name: str, vendor: str, cpu_name: str, *accelerators: dict[str, Any]) 
 
 
 def _card(manufacturer: str, product: str, **extra: Any) -> dict[str, Any]:
-    return {"manufacturer": manufacturer, "product": product, "memoryMiB": 81920, "count": 2, **extra}
+    return {"manufacturer": manufacturer, "product": product, "memoryMiB": 81920, "count": 2} | extra
 
 
 def _fleet(*nodes: dict[str, Any], aware: bool = False, mixed: bool = False) -> Fleet:
@@ -193,11 +208,67 @@ DM_LOST = DamagedFleet(
 )
 
 
+#: Issue 27, the rare families as explicit examples (each is also drawn by ``fleets(families=True)``).
+#: A bare-AMD node next to a named AMD sibling with the same GPU and count, and a CPU-only pair.
+BARE_SIBLINGS = _fleet(
+    _node("n0", "AMD", "---", _card("nvidia", "Tesla T4")),
+    _node("n1", "AMD", "AMD EPYC 7763 64-Core Processor", _card("nvidia", "Tesla T4")),
+    {"name": "n2", "cpu": {"vendor": "AMD", "model": "---", "cores": 8}, "memory": "64Gi"},
+    {
+        "name": "n3",
+        "cpu": {"vendor": "AMD", "model": "AMD EPYC 7763 64-Core Processor", "cores": 8},
+        "memory": "64Gi",
+    },
+    aware=True,
+)
+#: Two products that differ only by ``_`` and ``-`` (issue 27 class 3).
+PRODUCT_TWINS = _fleet(
+    _node("n0", "AMD", "AMD EPYC 7763 64-Core Processor", _card("hygon", "DCU K100_AI")),
+    _node("n1", "AMD", "AMD EPYC 7763 64-Core Processor", _card("hygon", "DCU K100-AI")),
+)
+#: Two CPU names that differ only by ``_`` and ``-``, under awareness (their gKeys would collide).
+CPU_TWINS = _fleet(
+    {
+        "name": "n0",
+        "cpu": {"vendor": "AMD", "model": "AMD EPYC 7763 64-Core Processor", "cores": 8},
+        "memory": "64Gi",
+    },
+    {
+        "name": "n1",
+        "cpu": {"vendor": "AMD", "model": "AMD EPYC 7763 64_Core Processor", "cores": 8},
+        "memory": "64Gi",
+    },
+    aware=True,
+)
+#: One node with exactly one sliceable card.
+ONE_SLICEABLE_CARD = _fleet(_node("n0", "AMD", "AMD EPYC", {**_card("hygon", "DCU K100_AI"), "count": 1}))
+#: A CPU pool whose CPU name is 65 runes, two of them two-byte (display name cut to 64).
+LONG_DISPLAY = _fleet(
+    {
+        "name": "n0",
+        "cpu": {"vendor": "AMD", "model": "AMD EPYC Ωmega " + "é" * 50, "cores": 8},
+        "memory": "64Gi",
+    },
+    aware=True,
+)
+FAMILY_EXAMPLES = (BARE_SIBLINGS, PRODUCT_TWINS, CPU_TWINS, ONE_SLICEABLE_CARD, LONG_DISPLAY)
+#: Half plain fleets, half with a rare family.
+ANY_FLEET = st.one_of(fleets(), fleets(families=True))
+
+
+def with_families(test: Any) -> Any:
+    """``test`` with every rare family as an explicit example."""
+    for fleet in FAMILY_EXAMPLES:
+        test = example(fleet=fleet)(test)
+    return test
+
+
 # --- the invariants -----------------------------------------------------------------------------------
 @settings(max_examples=400)
-@given(fleet=fleets())
+@given(fleet=ANY_FLEET)
 @example(fleet=LONG_KEYS)
 @example(fleet=GENERIC_AWARE)
+@with_families
 def test_every_managed_node_is_counted_once_per_key(fleet: Fleet) -> None:
     plan = plan_of(fleet)
     nodes = nodes_of(fleet, plan)
@@ -254,20 +325,23 @@ def assert_quota_is_capacity(plan: PlannedChain) -> None:
 
 
 @settings(max_examples=300)
-@given(fleet=fleets())
+@given(fleet=ANY_FLEET)
 @example(fleet=GENERIC_AWARE)
+@with_families
 def test_every_flavor_is_in_exactly_one_queue(fleet: Fleet) -> None:
     assert_one_queue_per_flavor(plan_of(fleet))
 
 
 @settings(max_examples=300)
-@given(fleet=fleets())
+@given(fleet=ANY_FLEET)
+@with_families
 def test_a_flavor_selects_exactly_its_contributors(fleet: Fleet) -> None:
     assert_selectors_select_contributors(fleet, plan_of(fleet))
 
 
 @settings(max_examples=300)
-@given(fleet=fleets())
+@given(fleet=ANY_FLEET)
+@with_families
 def test_queue_quota_is_the_flavors_capacity(fleet: Fleet) -> None:
     assert_quota_is_capacity(plan_of(fleet))
 
@@ -352,8 +426,9 @@ def plan_problems(fleet: Fleet, plan: PlannedChain) -> list[str]:
 
 
 @settings(max_examples=300)
-@given(fleet=fleets())
+@given(fleet=ANY_FLEET)
 @example(fleet=LONG_KEYS)
+@with_families
 def test_every_object_passes_the_api_servers_rules(fleet: Fleet) -> None:
     plan = plan_of(fleet)
     assert plan_problems(fleet, plan) == []
@@ -387,8 +462,9 @@ def test_the_simulated_devices_pass_the_agents_checks(fleet: Fleet) -> None:
 
 
 @settings(max_examples=300)
-@given(fleet=fleets(max_nodes=4))
+@given(fleet=st.one_of(fleets(max_nodes=4), fleets(max_nodes=4, families=True)))
 @example(fleet=UNPUBLISHED)
+@with_families
 def test_fit_labels_admit_a_node_exactly_when_gate3_would(fleet: Fleet) -> None:
     plan = plan_of(fleet)
     for spec in fleet.scenario.nodes:
@@ -421,7 +497,7 @@ def test_fit_labels_admit_a_node_exactly_when_gate3_would(fleet: Fleet) -> None:
 
 
 @settings(max_examples=200)
-@given(fleet=fleets(), order=st.randoms(use_true_random=False))
+@given(fleet=ANY_FLEET, order=st.randoms(use_true_random=False))
 def test_the_plan_is_deterministic_in_the_fleet_and_its_node_order(fleet: Fleet, order: Any) -> None:
     first = plan_of(fleet).as_dict()
     assert plan_of(fleet).as_dict() == first
@@ -445,3 +521,218 @@ def test_a_partially_labelled_fleet_keeps_the_chains_invariants(damaged: Damaged
         assert_one_queue_per_flavor(plan)
         assert_quota_is_capacity(plan)
         assert plan_problems(fleet, plan) == []
+
+
+# --- issue 27: display names, other InstanceTypes, a node leaving under reservations -------------------
+def _display_sources(fleet: Fleet, plan: PlannedChain) -> set[str]:
+    """Every source a derived display name may come from: the products the Nodes advertise, the CPU
+    names, the collapsed pool's ``CPU-only``, and the keys a nameless product or CPU falls back to."""
+    out = {"CPU-only"}
+    out |= {s.cpu.model for s in fleet.scenario.nodes if not s.cpu.model.startswith("@")}
+    for labels in plan.node_labels.values():
+        out |= {
+            v for k, v in labels.items() if k.startswith(keys.ACCELERATABLE_PREFIX) and k.endswith(".product")
+        }
+    for it in plan.instance_types.values():
+        spec = it["spec"]
+        out |= {str(spec.get("acceleratorGroup") or ""), str(spec.get("generalGroup") or "")}
+    return out
+
+
+@settings(max_examples=300)
+@given(fleet=ANY_FLEET)
+@with_families
+def test_a_derived_display_name_is_its_source_cut_at_64_runes(fleet: Fleet) -> None:
+    """Reference Appendix A.3: ``displayName`` = the product (or ``CPU-only``), truncated to 64 runes."""
+    plan = plan_of(fleet)
+    allowed = {s[:64] for s in _display_sources(fleet, plan)}
+    for name, it in plan.instance_types.items():
+        shown = it["spec"]["displayName"]
+        assert len(shown) <= 64, name
+        assert shown in allowed, (name, shown)
+
+
+def _decide(
+    fleet: Fleet,
+    it: Mapping[str, Any],
+    flavors: list[Mapping[str, Any]],
+    hardware: list[Any],
+    topologies: frozenset[str],
+    queue: Mapping[str, Any] | None = None,
+) -> chain_queues.QueueDecision:
+    return chain_queues.decide(
+        chain_queues.QueueInputs(
+            instance_type=it,
+            queue=queue,
+            flavors=flavors,
+            nodes=hardware,
+            topologies=topologies,
+            active_checks=frozenset(),
+            aware=fleet.grouping.aware,
+            mixed_on_node=fleet.grouping.mixed,
+        )
+    )
+
+
+def _queue_flavors(body: Mapping[str, Any] | None) -> list[str]:
+    groups = ((body or {}).get("spec") or {}).get("resourceGroups") or ()
+    return [str(f["name"]) for g in groups for f in g.get("flavors") or ()]
+
+
+def _hardware(fleet: Fleet, plan: PlannedChain) -> list[Any]:
+    return [h for n in nodes_of(fleet, plan).values() if (h := node_hardware(n)) is not None]
+
+
+def assert_each_flavor_promised_once(fleet: Fleet, extra: list[dict[str, Any]]) -> None:
+    """The derived InstanceTypes of the fleet plus ``extra`` (an authored type takes the name of a derived
+    one it shares a name with: the derived one is create-only), each decided as a fresh queue: every flavor
+    is in exactly one queue."""
+    plan = plan_of(fleet)
+    hardware = _hardware(fleet, plan)
+    types = dict(plan.instance_types)
+    for it in extra:
+        name = it["metadata"]["name"]
+        derived = (it["metadata"].get("labels") or {}).get(keys.DERIVED_FROM_NODE) == "true"
+        if not derived or name not in types:
+            types[name] = it
+    flavors = list(plan.flavors.values())
+    promised: Counter[str] = Counter()
+    for it in types.values():
+        promised.update(
+            _queue_flavors(_decide(fleet, it, flavors, hardware, frozenset(plan.topologies)).body)
+        )
+    assert dict(promised) == dict.fromkeys(plan.flavors, 1), sorted(types)
+
+
+def _all_extra_types(fleet: Fleet) -> list[dict[str, Any]]:
+    """Every kind of extra InstanceType for every pool of the fleet."""
+    plan = plan_of(fleet)
+    plans = chain_flavors.plan_flavors(_hardware(fleet, plan), mixed_on_node=fleet.grouping.mixed)
+    aware = fleet.grouping.aware
+    out = []
+    for p in plans:
+        out.append(pools.derived_instance_type(p, aware=not aware))
+        for authored_aware in (True, False):
+            body = pools.derived_instance_type(p, aware=authored_aware)
+            for key in (keys.DERIVED_FROM_NODE, keys.OTHER_GROUPING, keys.QUEUE_ENTRANCE):
+                body["metadata"]["labels"].pop(key, None)
+            out.append(body)
+    return out
+
+
+#: Issue 27 class 2: H100 nodes on AMD and on Intel CPUs.
+H100_TWO_VENDORS = (
+    _node("n0", "AMD", "AMD EPYC 7763 64-Core Processor", _card("nvidia", "NVIDIA H100 80GB HBM3", count=8)),
+    _node(
+        "n1", "Intel", "Intel(R) Xeon(R) Platinum 8480+", _card("nvidia", "NVIDIA H100 80GB HBM3", count=8)
+    ),
+)
+
+
+@settings(max_examples=300)
+@given(fleet=ANY_FLEET, data=st.data())
+def test_no_flavor_is_promised_twice_whatever_instance_types_exist(fleet: Fleet, data: st.DataObject) -> None:
+    """Issue 27 class 2: admin-authored InstanceTypes of either grouping and derived ones of the other
+    grouping next to the fleet's own — each is in or out of scope by one rule, so no flavor's capacity is
+    promised to two queues."""
+    plan = plan_of(fleet)
+    plans = chain_flavors.plan_flavors(_hardware(fleet, plan), mixed_on_node=fleet.grouping.mixed)
+    assert_each_flavor_promised_once(fleet, data.draw(extra_types(plans, aware=fleet.grouping.aware)))
+
+
+@pytest.mark.parametrize("aware", [True, False])
+@pytest.mark.parametrize(
+    "nodes",
+    [
+        H100_TWO_VENDORS,
+        *(f.scenario.model_dump(by_alias=True, exclude_unset=True)["nodes"] for f in FAMILY_EXAMPLES),
+    ],
+    ids=[
+        "h100-two-vendors",
+        "bare-siblings",
+        "product-twins",
+        "cpu-twins",
+        "one-sliceable-card",
+        "long-display",
+    ],
+)
+def test_no_flavor_is_promised_twice_with_every_kind_of_instance_type(nodes: Any, aware: bool) -> None:
+    fleet = _fleet(*nodes, aware=aware)
+    assert_each_flavor_promised_once(fleet, _all_extra_types(fleet))
+
+
+def _finalizing(flavor: Mapping[str, Any]) -> dict[str, Any]:
+    meta = {
+        **flavor["metadata"],
+        "deletionTimestamp": _EPOCH,
+        "finalizers": ["kueue.x-k8s.io/resource-in-use"],
+    }
+    return {**flavor, "metadata": meta}
+
+
+def assert_a_leaving_node_drops_only_its_flavor(
+    fleet: Fleet, leaving: str, queues_before: Mapping[str, Mapping[str, Any]]
+) -> None:
+    """``leaving`` leaves the fleet while Kueue reports ``queues_before`` (reservations on some flavors).
+    Its flavors stay, finalizing, while a queue references them (Kueue's ``resource-in-use``). Each queue
+    that still has a live flavor drops the flavors whose nodes left in place: no ``HoldAndDrain``, the
+    groups are exactly the live plan (docs/chain.md "A leaving node drops its flavor in place")."""
+    before = plan_of(fleet)
+    racks = fleet.racks
+    if racks is not None:  # the inventory no longer lists it either
+        placement = {n: w for n, w in racks.placement.items() if n != leaving}
+        racks = fleets_mod.Racks(placement) if placement else None
+    after_fleet = Fleet(
+        Scenario(nodes=[n for n in fleet.scenario.nodes if n.name != leaving]), fleet.grouping, racks
+    )
+    after = plan_of(after_fleet)
+    hardware = _hardware(after_fleet, after)
+    gone = [_finalizing(f) for name, f in before.flavors.items() if name not in after.flavors]
+    flavors = [*after.flavors.values(), *gone]
+    after_labels = list(after.node_labels.values())
+    for name, it in after.instance_types.items():
+        queue = queues_before.get(name)
+        if queue is None:
+            continue
+        old = set(_queue_flavors(queue))
+        dropped = old - set(after.flavors)
+        # Only a node leaving: every dropped flavor selects no Node any more (not a rename or a new profile).
+        if any(_selects(_selector(before.flavors[f]), labels) for f in dropped for labels in after_labels):
+            continue
+        decision = _decide(after_fleet, it, flavors, hardware, frozenset(after.topologies), queue)
+        planned = _queue_flavors(after.cluster_queues.get(name))
+        if not planned:
+            continue  # nothing live is left: the no-live-flavor drain is the rule there
+        body = decision.body or {}
+        assert (body.get("spec") or {}).get("stopPolicy") != chain_queues.HOLD_AND_DRAIN, (name, decision)
+        assert sorted(_queue_flavors(body)) == sorted(planned), (name, decision)
+
+
+@settings(max_examples=200)
+@given(fleet=ANY_FLEET, data=st.data())
+def test_a_leaving_node_drops_only_its_flavor(fleet: Fleet, data: st.DataObject) -> None:
+    """Issue 27 class 1, over random fleets: any node leaves while Kueue reports reservations on any
+    subset of its queues' flavors."""
+    if len(fleet.scenario.nodes) < 2:
+        return
+    leaving = data.draw(st.sampled_from([n.name for n in fleet.scenario.nodes]))
+    before = plan_of(fleet)
+    assert_a_leaving_node_drops_only_its_flavor(
+        fleet, leaving, data.draw(existing_queues(before.cluster_queues))
+    )
+
+
+def test_the_four_card_nodes_leave_while_the_one_card_flavor_holds_a_reservation() -> None:
+    """The filed case: the T4 queue has a 1-card and a 4-card flavor; the 4-card nodes leave while a
+    Workload runs on the 1-card flavor (and while one runs on each)."""
+    t4 = "Tesla T4"
+    fleet = _fleet(
+        _node("n0", "AMD", "AMD EPYC", _card("nvidia", t4, count=1)),
+        _node("n1", "AMD", "AMD EPYC", _card("nvidia", t4, count=4)),
+    )
+    before = plan_of(fleet)
+    (queue,) = before.cluster_queues.values()
+    one_card = next(f for f in _queue_flavors(queue) if "-1d-" in f)
+    for reserved in ({one_card}, set(_queue_flavors(queue))):
+        queues = {name: fleets_mod.queue_with_usage(q, reserved) for name, q in before.cluster_queues.items()}
+        assert_a_leaving_node_drops_only_its_flavor(fleet, "n1", queues)
