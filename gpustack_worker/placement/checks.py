@@ -25,7 +25,8 @@ Kueue re-applies the entry as it read it, is co-owned by Kueue with the admin's 
 message), a Kueue change to anything but its reset, or one on a Workload Kueue never evicted. An entry
 edited in part after Kueue's reset is reported whole. The same holds for ``spec.active``, which both
 checks switch (the joint check parks a set, Gate 3 a Workload that never fits): one check writing over
-the other's switch is no edit either (:func:`is_sibling_switch`).
+the other's switch is no edit either (:func:`is_sibling_switch`), nor is Gate 3 taking ``spec.active``
+over by its own decision (``decides_active``: the park is announced by a ``NeverFits`` Event of its own).
 """
 
 from __future__ import annotations
@@ -173,14 +174,19 @@ def is_sibling_switch(path: FieldPath, check: str, owners: frozenset[str]) -> bo
     return path == _ACTIVE and bool(owners & (_CHECK_MANAGERS - {check}))
 
 
-def kueue_reset(check: str) -> Callable[[Resource, Mapping[str, Any], FieldPath], bool]:
+def kueue_reset(
+    check: str, *, decides_active: bool = False
+) -> Callable[[Resource, Mapping[str, Any], FieldPath], bool]:
     """The ``expected_change`` predicate of ``check``'s Workload Applier (:class:`~gpustack_worker.runtime.
     apply.Applier`): Kueue's resets of the entry, and the other check's switch of ``spec.active``, are
-    written over without a repair report."""
+    written over without a repair report. ``decides_active``: the check takes ``spec.active`` over by its
+    own decision whoever set it last (Gate 3 parks a Workload its creator made active, and parks again one
+    reactivated by hand that still does not fit): that write is announced by the check itself, never a
+    repair."""
 
     def expected(_resource: Resource, cached: Mapping[str, Any], path: FieldPath) -> bool:
         if path == _ACTIVE:
-            return is_sibling_switch(path, check, field_owners(cached, path))
+            return decides_active or is_sibling_switch(path, check, field_owners(cached, path))
         owners = field_owners(cached, path, _STATUS_SUBRESOURCE)
         return is_kueue_reset(cached, path, check, owners)
 

@@ -31,7 +31,9 @@ is retried the Workload carries Gate 3's record (an annotation, applied without 
 Gate 3's own key); after ``node-devices-never-fits-retries`` retries it is parked — the record and
 ``spec.active=false`` in one forced apply with the Workload's ``resourceVersion``, and a ``NeverFits``
 Warning Event on the Workload. A parked Workload is woken by every Node and ``Devices`` change (the
-Workload index ``gate3-parked`` lists them) and reactivated once it fits a node of its pool.
+Workload index ``gate3-parked`` lists them) and reactivated once it fits a node of its pool. The record is
+removed with a merge patch (Kueue's admission manager co-owns every annotation it read, so releasing it
+from our apply would not remove it).
 
 Kueue's reset of the entry on eviction is its protocol, not an edit: the Workload Applier's
 ``expected_change`` is :func:`~gpustack_worker.placement.checks.kueue_reset` (the informer keeps Kueue's
@@ -240,7 +242,7 @@ class NodeDevicesCheck:
             FIELD_MANAGER,
             cache=self.workloads,
             on_repair=repair_reporter(self.events, keys.NODE_DEVICES_CHECK),
-            expected_change=kueue_reset(keys.NODE_DEVICES_CHECK),
+            expected_change=kueue_reset(keys.NODE_DEVICES_CHECK, decides_active=True),
         )
         self.check_applier = Applier(client, FIELD_MANAGER, cache=self.checks)
         self._devices_memo: dict[str, tuple[str, DevicesFacts]] = {}
@@ -405,14 +407,32 @@ class NodeDevicesCheck:
     ) -> None:
         """Keep ``record`` on the Workload (None: drop Gate 3's, if it has one). Gate 3's own annotation,
         applied without a precondition: it says what the fleet offers, whichever version of the Workload."""
-        if record is None and gate3_parking.read_record(workload) is None:
+        if record is None:
+            await self._drop_record(workload)
             return
         body = workload_patch(workload)
         body["metadata"].pop("resourceVersion", None)
-        if record is not None:
-            body["metadata"]["annotations"] = {gate3_parking.RECORD: record.encode()}
+        body["metadata"]["annotations"] = {gate3_parking.RECORD: record.encode()}
         try:
             await self.workload_applier.apply(kinds.WORKLOAD, body, workload, force=True)
+        except NotFound:
+            return
+
+    async def _drop_record(self, workload: Mapping[str, Any]) -> None:
+        """Remove Gate 3's record. A merge patch, not an apply that releases it: Kueue's admission manager
+        re-applies the Workload's annotations as it read them with every status write of its own
+        (``baseSSAWorkload``), so it co-owns the record and a release alone would leave it in place."""
+        meta = _meta(workload)
+        if gate3_parking.RECORD not in (meta.get("annotations") or {}):
+            return
+        try:
+            await self.client.patch(
+                kinds.WORKLOAD,
+                str(meta.get("name")),
+                {"metadata": {"annotations": {gate3_parking.RECORD: None}}},
+                namespace=str(meta.get("namespace")),
+                field_manager=FIELD_MANAGER,
+            )
         except NotFound:
             return
 
@@ -449,5 +469,8 @@ class NodeDevicesCheck:
             _log.info("node-devices check parked a Workload that never fits", workload=key, message=message)
             self.events.warning(workload, reason=REASON_NEVER_FITS, action="Park", note=message)
         elif decision.action is Action.RESUME:
+            # Reactivated first, the record dropped after: an interrupted resume is an active Workload with
+            # a record, judged as any other (its verdict drops the record), never a parked one left behind.
             _log.info("node-devices check resumed a parked Workload: it fits the fleet now", workload=key)
+            await self._drop_record(workload)
         return Result.done()

@@ -317,3 +317,52 @@ def test_the_repair_reporter_posts_fields_repaired_on_the_workload() -> None:
     assert warning["regarding"] is workload
     assert warning["reason"] == REASON_FIELDS_REPAIRED and warning["action"] == "Apply"
     assert "team/w: status.admissionChecks[x].state changed by another field manager" in warning["note"]
+
+
+async def test_gate3_taking_spec_active_over_by_its_own_decision_is_no_repair() -> None:
+    """Gate 3 parks a Workload whose creator set ``spec.active``, after it kept its own annotation there:
+    the field is newly desired yet present with another value (what ``taken_fields`` cannot tell from an
+    edit). With ``decides_active`` that is no repair; a check without it reports it."""
+    stored = {
+        "apiVersion": kinds.WORKLOAD.api_version,
+        "kind": "Workload",
+        "metadata": {
+            "name": "w",
+            "namespace": "team",
+            "resourceVersion": "10",
+            "uid": "u",
+            "annotations": {"worker.gpustack.ai/never-fits": "{}"},
+            "managedFields": [
+                {"manager": "kueue", "operation": "Update", "fieldsV1": {"f:spec": {"f:active": {}}}},
+                {
+                    "manager": CHECK,
+                    "operation": "Apply",
+                    "fieldsV1": {"f:metadata": {"f:annotations": {"f:worker.gpustack.ai/never-fits": {}}}},
+                },
+            ],
+        },
+        "spec": {"active": True},
+    }
+    park = {
+        "apiVersion": kinds.WORKLOAD.api_version,
+        "kind": "Workload",
+        "metadata": {
+            "name": "w",
+            "namespace": "team",
+            "resourceVersion": "10",
+            "annotations": {"worker.gpustack.ai/never-fits": "{}"},
+        },
+        "spec": {"active": False},
+    }
+    for decides, reported in ((True, []), (False, [("spec.active",)])):
+        repairs: list[tuple[str, ...]] = []
+        applier = Applier(
+            Client(),  # type: ignore[arg-type]
+            CHECK,
+            cache=Cache(),
+            on_repair=lambda _r, _o, fields, out=repairs: out.append(fields),
+            expected_change=kueue_reset(CHECK, decides_active=decides),
+        )
+        cached = make_transform(WORKLOAD_MANAGERS)(copy.deepcopy(stored))
+        assert await applier.apply(kinds.WORKLOAD, park, cached, force=True) is not None
+        assert repairs == reported

@@ -57,6 +57,12 @@ FOUR_FREE = [free()] * 4
             id="8-card-node-half-held",
         ),
         pytest.param(
+            {"n1": [shared(2)] * 4 + [free()] * 4},
+            gpu(8),
+            "4 free whole nvidia card(s) on node n1",
+            id="cards-in-shared-use-are-not-free-whole-cards",
+        ),
+        pytest.param(
             {"n1": [free()] * 2, "n2": [exclusive(), free(), free(), free()]},
             gpu(4),
             "3 free whole nvidia card(s) on node n2",
