@@ -81,6 +81,7 @@ def card_status(draw: st.DrawFn, mfr: manufacturers.Manufacturer) -> dict[str, A
 def remaining_units(draw: st.DrawFn) -> int:
     return draw(
         st.one_of(
+            st.just(M),  # a whole card left, whatever the mode says (exclusive's edge)
             st.sampled_from([0, 1, SHARE - 1, SHARE, SHARE + 1, M - 1, M]),
             st.integers(0, 10).map(lambda n: n * SHARE),
             st.integers(0, M),
