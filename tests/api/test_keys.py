@@ -7,7 +7,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gpustack_worker.api import identity, keys, manufacturers, validation
-from gpustack_worker.api.normalize import fnv64a_hex
+from gpustack_worker.api.normalize import fnv64a_hex, normalize_name
 
 DEFAULT_PROFILE = "fnv64-87bf574bea2a4f23"  # reference §2.1.2 (DERIVED)
 
@@ -402,7 +402,10 @@ def _twin_keys(draw: st.DrawFn, *, lead: str) -> list[str]:
     runs = template.split("|")
     twins = []
     for _ in range(draw(st.integers(2, 4))):
-        seps = draw(st.lists(st.sampled_from("-_."), min_size=len(runs) - 1, max_size=len(runs) - 1))
+        # Mostly single separators (every normalised key); now and then a run of two, which a vendor_id or
+        # an authored type's group may hold and which must not read as the "--" that joins gKey and aKey.
+        sep = st.sampled_from([*"-_.-_.-_.", "--", "-.", "_-"])
+        seps = draw(st.lists(sep, min_size=len(runs) - 1, max_size=len(runs) - 1))
         upper = draw(st.sets(st.integers(0, len(runs) - 1), max_size=2))
         spelled = [r.upper() if i in upper else r for i, r in enumerate(runs)]
         twins.append(spelled[0] + "".join(s + r for s, r in zip(seps, spelled[1:], strict=True)))
@@ -412,6 +415,10 @@ def _twin_keys(draw: st.DrawFn, *, lead: str) -> list[str]:
 _OS_ARCH = [("linux", "amd64"), ("linux", "arm64"), ("windows", "amd64")]
 _LONG_A = "hygon-dcu-k100-ai-with-a-product-name-long-enough-to-be-shortened"[:63]
 _CPU = {keys.NFD_CPU_VENDOR: "Hygon"}
+
+
+def _normalised_without_underscore(key: str) -> bool:
+    return "_" not in key and normalize_name(key, "", 0, False) == key
 
 
 def _distinct(built: dict[tuple[object, ...], str]) -> None:
@@ -449,6 +456,12 @@ def _distinct(built: dict[tuple[object, ...], str]) -> None:
     a_keys=[_LONG_A, _LONG_A.replace("-", "_"), _LONG_A.replace("-", ".")],
     count=8,
     levels=[keys.PRIVATE_RACK],
+)
+@example(  # a gKey holding "--" must not read as the gKey "hygon" joined to the aKey "hygon-x"
+    g_keys=["hygon", "hygon--hygon-x"],
+    a_keys=["hygon-x"],
+    count=1,
+    levels=[],
 )
 def test_distinct_identities_get_distinct_valid_names_from_every_builder(
     g_keys: list[str], a_keys: list[str], count: int, levels: list[str]
@@ -508,16 +521,17 @@ def test_distinct_identities_get_distinct_valid_names_from_every_builder(
     ]
     for name in names:
         assert validation.is_dns1123_subdomain(name), name
-        # A key without "_" (a lowercase one) is spelled as it is: existing clusters see no rename.
         lq = keys.local_queue_name(name)
         assert validation.is_dns1123_label(lq) and validation.is_label_value(lq), lq
+    # A key the name normaliser builds (its own fixed point) without "_" is spelled as it is: existing
+    # clusters see no rename.
     for g in g_keys:
-        if g == g.lower() and "_" not in g:
+        if _normalised_without_underscore(g):
             assert keys.cpu_flavor_name(g, "linux", "amd64", count, profile) == (
                 f"gpustack--{g}-linux-amd64-{count}c-{profile}"
             )
     for a in a_keys:
-        if a == a.lower() and "_" not in a:
+        if _normalised_without_underscore(a):
             assert keys.pool_name("linux", "amd64", a) == f"gpustack--{a}-linux-amd64"
     # Label keys keep the key as it is (shortened when long): distinct and valid too.
     label_keys = {
