@@ -795,12 +795,18 @@ def _walk(want: Any, have: Any, path: str, out: list[FieldChange]) -> None:
 
 
 def field_diff(
-    desired: Mapping[str, Any], live: Mapping[str, Any], *, status_only: bool = False
+    desired: Mapping[str, Any],
+    live: Mapping[str, Any],
+    *,
+    status_only: bool = False,
+    whole_status: bool = False,
 ) -> list[FieldChange]:
     """The fields ``desired`` sets that ``live`` does not hold (pure). Only what ``desired`` sets is
     compared — what server-side apply would change: a field another writer added (a default, Kueue's
     status counts, a condition's time) is not a difference. Lists are compared item by item (a different
-    length is one change of the whole list); conditions by ``type``."""
+    length is one change of the whole list); conditions by ``type``. ``whole_status``: the status is applied
+    whole (an InstanceType's), so a field of the live one the desired one lacks is a removal (desired
+    None)."""
     out: list[FieldChange] = []
     sections = ("status",) if status_only else ("metadata", "spec", "status")
     for section in sections:
@@ -810,6 +816,12 @@ def field_diff(
         if section == "metadata":
             want = {k: v for k, v in want.items() if k in _META_FIELDS}
         _walk(want, live.get(section), section, out)
+    if whole_status:
+        # A status the controller applies whole (an InstanceType's): a field it no longer sets is removed.
+        found = live.get("status")
+        have: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+        wanted: Mapping[str, Any] = desired.get("status") or {}
+        out.extend(FieldChange(_join("status", k), have[k], None) for k in sorted(have) if k not in wanted)
     return out
 
 
@@ -843,12 +855,15 @@ def diff_chain(desired: DesiredChain, live: LiveCluster) -> tuple[list[Change], 
                     changed.add((kind, key))
                     have[key] = body
                     continue
-                fields = field_diff(body, found, status_only=kind in desired.create_only)
+                only = kind in desired.create_only
+                fields = field_diff(body, found, status_only=only, whole_status=only)
                 if fields:
                     action = _action(kind, body, found)
                     changes.append(Change(action, kind, name, ns or None, tuple(fields), body, step))
                     changed.add((kind, key))
-                    if action == "change":
+                    if action == "change" and kind in desired.create_only:
+                        have[key] = {**found, "status": body.get("status")}  # applied whole
+                    elif action == "change":
                         have[key] = applied(found, body)
             if step == 1:
                 for key in desired.delete.get(kind, ()):

@@ -131,6 +131,9 @@ def apply_changes(live: LiveCluster, changes: list[Change]) -> LiveCluster:
         elif c.kind == kinds.NODE.kind:
             assert at is not None  # the labels, as nfd-master and the topology controller leave them
             objs[at]["metadata"]["labels"] = dict(c.body["metadata"]["labels"])
+        elif c.kind == kinds.INSTANCE_TYPE.kind:
+            assert at is not None  # the InstanceType controller applies the status whole
+            objs[at] = {**objs[at], "status": copy.deepcopy(c.body["status"])}
         else:
             assert at is not None
             objs[at] = _merge(objs[at], c.body)
@@ -602,3 +605,14 @@ def test_a_flavor_name_held_by_an_object_not_the_chains_is_refused_and_the_queue
     assert [f.path for f in first.fields if f.path.startswith("spec")] == []  # the last plan kept
     held = f"refused by the chain (not written): ResourceFlavor {four['metadata']['name']} metadata.name"
     assert held in render_text(report)
+
+
+def test_a_status_applied_whole_shows_a_field_the_controller_no_longer_sets_as_removed() -> None:
+    """The InstanceType controller applies its status whole: a view it drops (the pool's first flavor
+    without descriptors) is removed by the apply, so the plan shows it as a change to absent."""
+    desired = {"status": {"phase": "Active"}}
+    live = {"status": {"phase": "Active", "detail": {"product": "T4"}}}
+    assert field_diff(desired, live, status_only=True) == []
+    assert field_diff(desired, live, status_only=True, whole_status=True) == [
+        FieldChange("status.detail", {"product": "T4"}, None)
+    ]
