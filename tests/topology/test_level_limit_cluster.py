@@ -294,6 +294,15 @@ async def test_a_16_level_source_stored_without_the_webhook_is_not_ready_and_pro
             await admin.patch(
                 kinds.TOPOLOGY_SOURCE, name, {"status": {"conditions": [ready_before]}}, subresource="status"
             )
+        # A status patch does not wake the controller, and its first reconcile may already have run (it
+        # then never sees the Ready=True written over its verdict): a new inventory revision wakes a
+        # writing source, so it decides once more after the patch.
+        await admin.patch(
+            kinds.CONFIG_MAP,
+            "sixteen",
+            {"data": {SNAPSHOT_KEY: _snapshot(levels, "sixteen-1b")}},
+            namespace=NS,
+        )
 
         async def refused() -> dict[str, Any] | None:
             src = await admin.get(kinds.TOPOLOGY_SOURCE, name)
