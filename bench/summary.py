@@ -41,6 +41,7 @@ SIZES: Final[dict[str, tuple[int, ...]]] = {
     "simulate": (5_000,),
     "agent": (1_000,),
     "latency": (1_000,),
+    "write": (2_000,),
     "chain": (1_000, 5_000, 20_000),
 }
 #: Within this distance of 1 (or 0) an exponent reads as linear (or constant): one run per size on a

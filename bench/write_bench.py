@@ -1,0 +1,334 @@
+"""What a write costs the client: our ``Client.apply`` next to client-go and a bare httpx client.
+
+One local control plane (etcd and kube-apiserver only: no Kueue, nfd-master or scheduler, so nothing
+else writes or reads while the writers run), N objects created once, then each writer in turn
+server-side applies the same N objects, ``--concurrency`` (8) requests in flight, force, one field
+manager, a new label value per pass (so every apply is a real write, never a no-op):
+
+- **client-go** (``bench/clientgo/``, built from the Go module cache by ``clientgo_build.py``): the
+  dynamic client's ``Apply``, rate limiter off (QPS and burst unlimited), HTTP/2 as client-go negotiates
+  it over TLS; **client-go h1**: the same over HTTP/1.1 only (what our Python clients speak);
+- **bare httpx**: one ``httpx.AsyncClient`` (the kubeconfig's CA and token, keep-alive for every
+  connection), a ``PATCH`` with the orjson body and the two query parameters — no kr8s, no retries, no
+  fence, no metrics, no spans: the floor of a Python client on httpx;
+- **ours**: ``Client.apply`` of the runtime (what the agent and the controller write through: kr8s'
+  ``call_api``, the wire fence, retries, metrics, spans).
+
+The kinds (``--kind``): ``nodefeature`` (default; the agent's object: ``NodeFeature`` ``bench-<node>``
+with the nfd node-name label and one spec label) or ``nodelabel`` (one label on a Node: the benches' raw
+reference write). Each writer runs once per round; the order rotates every round so the machine's drift
+is spread over all of them. Printed per writer: writes/s (each round, and over all rounds) and the client's
+CPU per write — process CPU time over the pass for the Python clients (measured in this process, nothing
+else running in it), for client-go its own ``getrusage`` over the writes (start-up excluded) and
+``getrusage(RUSAGE_CHILDREN)`` around the whole process (start-up included) — then the ratios **ours /
+client-go** and **ours / bare httpx**. No pass or fail. ``--json PATH`` writes the figures for
+``bench/summary.py``; ``--only`` picks writers (``py-spy record -- python bench/write_bench.py --only
+ours`` profiles our path alone).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import resource
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import orjson
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from clientgo_build import ensure_writer
+from summary import write_json  # bench/ is not a package: its own directory on the path
+
+from gpustack_worker.api import kinds
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+WRITERS = ("client-go", "client-go h1", "bare httpx", "ours")
+MANAGER = "gpustack-write-bench"
+LABEL = "bench.gpustack.ai/write"
+NAMESPACE = kinds.SYSTEM_NAMESPACE
+NODE_FEATURE_PATH = f"/apis/nfd.k8s-sigs.io/v1alpha1/namespaces/{NAMESPACE}/nodefeatures"
+
+
+def nodefeature_body(node: str, value: str) -> dict[str, Any]:
+    """The NodeFeature every writer applies for ``node`` (clientgo/main.go builds the same)."""
+    return {
+        "apiVersion": "nfd.k8s-sigs.io/v1alpha1",
+        "kind": "NodeFeature",
+        "metadata": {
+            "name": f"bench-{node}",
+            "namespace": NAMESPACE,
+            "labels": {"nfd.node.kubernetes.io/node-name": node},
+        },
+        "spec": {"labels": {LABEL: value}},
+    }
+
+
+def node_label_body(node: str, value: str) -> dict[str, Any]:
+    """One label on Node ``node`` (clientgo/main.go's ``-kind nodelabel``)."""
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": {LABEL: value}}}
+
+
+@dataclass
+class Pass:
+    writes: int
+    seconds: float
+    cpu_s: float
+    #: client-go only: getrusage(RUSAGE_CHILDREN) around the process (start-up included).
+    process_cpu_s: float | None = None
+
+    @property
+    def rate(self) -> float:
+        return self.writes / self.seconds
+
+    @property
+    def cpu_ms(self) -> float:
+        return self.cpu_s / self.writes * 1e3
+
+
+@dataclass
+class Results:
+    passes: dict[str, list[Pass]] = field(default_factory=dict)
+
+    def add(self, writer: str, measured: Pass) -> None:
+        self.passes.setdefault(writer, []).append(measured)
+
+    def rate(self, writer: str) -> float:
+        ps = self.passes[writer]
+        return sum(p.writes for p in ps) / sum(p.seconds for p in ps)
+
+    def cpu_ms(self, writer: str) -> float:
+        ps = self.passes[writer]
+        return sum(p.cpu_s for p in ps) / sum(p.writes for p in ps) * 1e3
+
+
+async def _workers(concurrency: int, items: list[Any], one: Callable[[Any], Awaitable[None]]) -> None:
+    todo = iter(items)
+
+    async def worker() -> None:
+        for item in todo:
+            await one(item)
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+async def _timed(concurrency: int, items: list[Any], one: Callable[[Any], Awaitable[None]]) -> Pass:
+    cpu0, start = time.process_time(), time.perf_counter()
+    await _workers(concurrency, items, one)
+    return Pass(len(items), time.perf_counter() - start, time.process_time() - cpu0)
+
+
+def _body_of(kind: str) -> Callable[[str, str], dict[str, Any]]:
+    return node_label_body if kind == "nodelabel" else nodefeature_body
+
+
+def _path_of(kind: str, body: dict[str, Any]) -> str:
+    name = body["metadata"]["name"]
+    return f"/api/v1/nodes/{name}" if kind == "nodelabel" else f"{NODE_FEATURE_PATH}/{name}"
+
+
+async def run_ours(client: Any, kind: str, names: list[str], value: str, concurrency: int) -> Pass:
+    resource_ = kinds.NODE if kind == "nodelabel" else kinds.NODE_FEATURE
+    bodies = [_body_of(kind)(n, value) for n in names]
+
+    async def one(body: dict[str, Any]) -> None:
+        await client.apply(resource_, body, field_manager=MANAGER, force=True)
+
+    return await _timed(concurrency, bodies, one)
+
+
+def bare_client(kubeconfig: Path, concurrency: int) -> httpx.AsyncClient:
+    """An httpx client from the kubeconfig's server, CA and token (the dev cluster's admin kubeconfig)."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    cluster = config["clusters"][0]["cluster"]
+    ctx = ssl.create_default_context(cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
+    token = config["users"][0]["user"]["token"]
+    limits = httpx.Limits(max_connections=concurrency * 2, max_keepalive_connections=concurrency * 2)
+    return httpx.AsyncClient(
+        base_url=cluster["server"],
+        verify=ctx,
+        limits=limits,
+        headers={"Authorization": f"Bearer {token}", "User-Agent": "gpustack-write-bench-bare"},
+        timeout=30.0,
+    )
+
+
+async def run_bare(
+    http: httpx.AsyncClient, kind: str, names: list[str], value: str, concurrency: int
+) -> Pass:
+    bodies = [_body_of(kind)(n, value) for n in names]
+    params = {"fieldManager": MANAGER, "force": "true"}
+    headers = {"Content-Type": "application/apply-patch+yaml"}
+
+    async def one(body: dict[str, Any]) -> None:
+        response = await http.patch(
+            _path_of(kind, body), params=params, headers=headers, content=orjson.dumps(body)
+        )
+        if response.status_code >= 400:
+            raise RuntimeError(f"bare httpx: {response.status_code} {response.text[:300]}")
+        orjson.loads(response.content)
+
+    return await _timed(concurrency, bodies, one)
+
+
+def run_clientgo(
+    binary: Path, kubeconfig: Path, names_file: Path, kind: str, value: str, concurrency: int, *, http1: bool
+) -> Pass:
+    argv = [
+        str(binary),
+        f"-kubeconfig={kubeconfig}",
+        f"-kind={kind}",
+        f"-names={names_file}",
+        f"-namespace={NAMESPACE}",
+        f"-label={LABEL}",
+        f"-value={value}",
+        f"-manager={MANAGER}",
+        f"-concurrency={concurrency}",
+    ]
+    if http1:
+        argv.append("-http1")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise RuntimeError(f"client-go writer failed ({proc.returncode}): {proc.stdout}{proc.stderr}")
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    child = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return Pass(int(out["writes"]), float(out["seconds"]), float(out["cpu_s"]), process_cpu_s=child)
+
+
+async def create_objects(client: Any, kind: str, names: list[str], concurrency: int) -> None:
+    """The objects every writer then updates (a create costs the server more than an update)."""
+    if kind == "nodelabel":
+
+        async def one(name: str) -> None:
+            await client.create(kinds.NODE, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+
+        await _workers(concurrency, names, one)
+    else:
+        await run_ours(client, kind, names, "0", concurrency)
+
+
+def report(results: Results, writers: list[str]) -> dict[str, Any]:
+    figures: dict[str, Any] = {}
+    print(f"{'writer':<14} {'writes/s (rounds)':<34} {'all':>7} {'CPU ms/write':>13}")
+    for writer in writers:
+        ps = results.passes[writer]
+        rounds = ", ".join(f"{p.rate:.0f}" for p in ps)
+        extra = ""
+        if ps[0].process_cpu_s is not None:
+            whole = sum(p.process_cpu_s or 0.0 for p in ps) / sum(p.writes for p in ps) * 1e3
+            extra = f"  (whole process, start-up included: {whole:.2f})"
+            figures[f"{writer} process CPU ms per write"] = round(whole, 3)
+        print(
+            f"{writer:<14} {rounds:<34} {results.rate(writer):>7.0f} {results.cpu_ms(writer):>13.2f}{extra}"
+        )
+        figures[f"{writer} writes per s"] = round(results.rate(writer), 1)
+        figures[f"{writer} CPU ms per write"] = round(results.cpu_ms(writer), 3)
+    pairs = [
+        ("ours", "client-go"),
+        ("ours", "client-go h1"),
+        ("ours", "bare httpx"),
+        ("bare httpx", "client-go"),
+    ]
+    for a, b in pairs:
+        if a in results.passes and b in results.passes:
+            ratio = results.rate(a) / results.rate(b)
+            cpu = results.cpu_ms(a) / results.cpu_ms(b)
+            print(f"  {a} / {b}: write rate {ratio:.2f}, CPU per write {cpu:.2f}x")
+            figures[f"{a} / {b} write rate"] = round(ratio, 3)
+            figures[f"{a} / {b} CPU per write"] = round(cpu, 3)
+    return figures
+
+
+async def bench(args: argparse.Namespace, directory: Path) -> None:
+    from gpustack_worker.devcluster.cluster import DevCluster
+    from gpustack_worker.runtime.client import Client
+
+    writers = [w for w in WRITERS if not args.only or w in args.only]
+    binary = ensure_writer() if any(w.startswith("client-go") for w in writers) else None
+    cluster = DevCluster(
+        directory,
+        with_kueue=False,
+        with_nfd=False,
+        with_scheduler=False,
+        log=lambda msg: print(f"  [devcluster] {msg}"),
+    )
+    cluster.start()
+    try:
+        client = await Client.connect(str(cluster.kubeconfig), user_agent="gpustack-write-bench-ours")
+        http = bare_client(cluster.kubeconfig, args.concurrency)
+        names = [f"node-{i:05d}" for i in range(args.objects)]
+        names_file = directory / "names.txt"
+        names_file.write_text("\n".join(names) + "\n")
+        await create_objects(client, args.kind, names, args.concurrency)
+        results = Results()
+        print(
+            f"write bench: {args.objects} {args.kind} objects, {args.concurrency} in flight, "
+            f"{args.rounds} rounds, load {os.getloadavg()[0]:.2f}"
+        )
+        for r in range(args.rounds):
+            order = writers[r % len(writers) :] + writers[: r % len(writers)]
+            for writer in order:
+                value = f"{writer.replace(' ', '-')}-{r}"
+                if writer.startswith("client-go"):
+                    assert binary is not None
+                    measured = await asyncio.to_thread(
+                        run_clientgo,
+                        binary,
+                        cluster.kubeconfig,
+                        names_file,
+                        args.kind,
+                        value,
+                        args.concurrency,
+                        http1=writer.endswith("h1"),
+                    )
+                elif writer == "bare httpx":
+                    measured = await run_bare(http, args.kind, names, value, args.concurrency)
+                else:
+                    measured = await run_ours(client, args.kind, names, value, args.concurrency)
+                results.add(writer, measured)
+        figures = report(results, writers)
+        figures["load average"] = round(os.getloadavg()[0], 2)
+        await http.aclose()
+        await client.close()
+        if args.json:
+            write_json(args.json, "write", args.objects, figures)
+    finally:
+        cluster.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--nodes", "--objects", dest="objects", type=int, default=2000)
+    parser.add_argument("--kind", choices=("nodefeature", "nodelabel"), default="nodefeature")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--only", type=lambda s: [w.strip() for w in s.split(",")], default=None)
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--dir", default=None, help="cluster directory (default: a temporary one)")
+    args = parser.parse_args()
+    if args.only and not set(args.only) <= set(WRITERS):
+        parser.error(f"--only takes writers of {', '.join(WRITERS)}")
+    if args.dir:
+        asyncio.run(bench(args, Path(args.dir)))
+        return
+    with tempfile.TemporaryDirectory(prefix="write-bench-") as tmp:
+        asyncio.run(bench(args, Path(tmp)))
+
+
+if __name__ == "__main__":
+    main()
