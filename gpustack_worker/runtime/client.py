@@ -27,15 +27,16 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import copy
 import gc
 import os
+import ssl
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 from urllib.parse import urlsplit
 
-import httpcore
 import httpx
 import kr8s
 import orjson
@@ -44,15 +45,16 @@ import yaml
 from opentelemetry import trace
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop_after_delay
 
-from gpustack_worker.runtime import wire
+from gpustack_worker.runtime import proxy, transport, wire
+from gpustack_worker.runtime.kubeconfig_check import kubeconfig_problem, load_kubeconfig
 from gpustack_worker.runtime.lines import byte_lines
 from gpustack_worker.runtime.metrics import CLIENT_REAUTHENTICATIONS, FENCED_WRITES, REST_REQUESTS
-from gpustack_worker.runtime.pool import make_linear
 from gpustack_worker.runtime.version import VERSION
 
 if TYPE_CHECKING:
     import builtins
-    from collections.abc import AsyncGenerator, Callable, Sequence
+    import contextvars
+    from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 
     from gpustack_worker.runtime.resources import Resource
 
@@ -66,6 +68,7 @@ __all__ = (
     "Gone",
     "KubeconfigError",
     "NotFound",
+    "RequestTimeout",
     "Unauthorized",
     "WriteFence",
     "api_of",
@@ -85,8 +88,6 @@ _PATCH_TYPES: Final = {
     "apply": "application/apply-patch+yaml",
 }
 _RETRIABLE_STATUS: Final = frozenset({401, 429, 500, 502, 503, 504})
-#: Connection-level failures (refused, reset, timed out): no answer from the server at all.
-TRANSPORT_ERRORS: Final = (httpx.TransportError, kr8s.APITimeoutError)
 #: ``DeleteOptions.propagationPolicy`` values.
 _PROPAGATION_POLICIES: Final = frozenset({"Background", "Foreground", "Orphan"})
 #: Default per-request timeout; kr8s' own default is "none at all".
@@ -212,6 +213,39 @@ class Gone(ApiError):
 _BY_STATUS: Final[dict[int, type[ApiError]]] = {401: Unauthorized, 404: NotFound, 409: Conflict, 410: Gone}
 
 
+class RequestTimeout(Exception):
+    """A request's deadline passed (:meth:`Client.connect`'s ``timeout_s``, for the whole request: waiting
+    for a connection, connecting, TLS, a proxy's CONNECT, writing, the response headers and body; for a
+    watch, its opening up to the headers). :attr:`phase` is where the request was (one of
+    :data:`~.wire.CONNECT`, :data:`~.wire.TLS_HANDSHAKE`, :data:`~.wire.PROXY_CONNECT`,
+    :data:`~.wire.REQUEST`, :data:`~.wire.HEADERS`, :data:`~.wire.BODY`); ``str`` is one line naming the
+    server, the request and the phase."""
+
+    def __init__(self, server: str, method: str, path: str, phase: str, seconds: float) -> None:
+        super().__init__(
+            f"{server}: {method} {path}: no {_PHASE_TEXT.get(phase, phase)} within {seconds:g} s"
+        )
+        self.server = server
+        self.method = method
+        self.path = path
+        self.phase = phase
+        self.seconds = seconds
+
+
+#: What :class:`RequestTimeout` says did not happen, by phase.
+_PHASE_TEXT: Final = {
+    wire.CONNECT: "connection",
+    wire.TLS_HANDSHAKE: "TLS handshake",
+    wire.PROXY_CONNECT: "proxy CONNECT",
+    wire.REQUEST: "request sent",
+    wire.HEADERS: "response headers",
+    wire.BODY: "complete response body",
+}
+
+#: Connection-level failures (refused, reset, timed out): no answer from the server at all.
+TRANSPORT_ERRORS: Final = (httpx.TransportError, RequestTimeout, kr8s.APITimeoutError)
+
+
 class _TransientError(Exception):
     """Internal marker: a connection-level failure worth retrying."""
 
@@ -249,7 +283,7 @@ class WriteFence(Protocol):
 def _retriable(exc: BaseException) -> bool:
     if isinstance(exc, ApiError):
         return exc.status in _RETRIABLE_STATUS
-    return isinstance(exc, httpx.TransportError | kr8s.APITimeoutError | _TransientError)
+    return isinstance(exc, httpx.TransportError | RequestTimeout | kr8s.APITimeoutError | _TransientError)
 
 
 def _retry_wait(state: Any) -> float:
@@ -265,7 +299,7 @@ def _retry_wait(state: Any) -> float:
 
 def _split(path: str) -> tuple[str, str]:
     """Split ``/apis/g/v/...`` into kr8s' ``base`` (``/apis``) and ``url`` (the rest)."""
-    _, root, rest = path.split("/", 2)
+    root, _, rest = path[1:].partition("/")
     return f"/{root}", rest
 
 
@@ -389,25 +423,98 @@ def _retrieved(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
-class _Api(kr8s.asyncio.Api):
-    """kr8s' ``Api`` sending our User-Agent: kr8s builds its session (again on every re-authentication)
-    with ``User-Agent: self.__version__``, so that property is what we override."""
+class _Api:
+    """One HTTP session to the API server, built by us from kr8s' configuration and credentials.
 
-    def __init__(self, *, user_agent: str, **kwargs: Any) -> None:
+    kr8s gives :attr:`auth` (kubeconfig or in-cluster service account: ``server``, ``token``,
+    ``ssl_context()``, ``proxy``, ``tls_server_name``, ``reauthenticate()``) and nothing else: the session
+    is an ``httpx.AsyncClient`` over our :class:`~.transport.Transport` (httpcore's pool on the fenced
+    network backend, through the proxy :func:`.proxy.route_for` chooses), built on first use and again
+    when certificate credentials change. :meth:`call_api` keeps kr8s' ``call_api`` shape (``base`` +
+    ``url``, an async context manager yielding the ``httpx.Response``), which the test doubles share."""
+
+    def __init__(
+        self, *, user_agent: str, kubeconfig: str | dict[str, Any] | None, context: str | None
+    ) -> None:
+        self.auth = kr8s.asyncio.Api(bypass_factory=True, kubeconfig=kubeconfig, context=context).auth
         self._user_agent = user_agent
-        super().__init__(**kwargs)
+        #: The session (None until the first request, and after :meth:`aclose`).
+        self.session: httpx.AsyncClient | None = None
+        self._lock = asyncio.Lock()
 
-    @property
-    def __version__(self) -> str:
-        return self._user_agent
+    async def _open(self) -> httpx.AsyncClient:
+        async with self._lock:
+            if self.session is not None:
+                return self.session
+            auth = self.auth
+            verify = await auth.ssl_context()  # type: ignore[no-untyped-call]
+            context = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context()
+            route = proxy.route_for(auth.server, proxy_url=auth.proxy, env=os.environ)
+            if route is not None:
+                _log.info(
+                    "API server through a proxy", server=auth.server, proxy=route.url, source=route.source
+                )
+            pool = transport.build_pool(auth.server, ssl_context=context, route=route)
+            headers = {"User-Agent": self._user_agent}
+            if auth.token:
+                headers["Authorization"] = f"Bearer {auth.token}"
+            self.session = httpx.AsyncClient(
+                base_url=auth.server,
+                headers=headers,
+                transport=transport.Transport(pool, sni_hostname=auth.tls_server_name or None),
+                timeout=None,  # the client bounds each request as a whole (Client._once)
+                trust_env=False,  # proxies are chosen by proxy.route_for, as kubectl chooses them
+                follow_redirects=True,
+            )
+            return self.session
 
-    async def _create_session(self) -> None:
-        """kr8s' session, its writes fenced on the wire (:func:`.wire.install`), every connection kept
-        alive (:func:`keep_alive_all`)."""
-        await super()._create_session()
-        assert self._session is not None
-        wire.install(self._session)
-        keep_alive_all(self._session)
+    @contextlib.asynccontextmanager
+    async def call_api(
+        self,
+        method: str = "GET",
+        version: str = "",
+        base: str = "",
+        url: str = "",
+        raise_for_status: bool = False,
+        stream: bool = False,
+        **kwargs: Any,
+    ) -> AsyncIterator[httpx.Response]:
+        """One request to ``base/url`` (``version`` is placed between them when set). The response is
+        yielded once its headers are in (its body unread: ``stream`` is accepted for kr8s' shape and
+        changes nothing); ``raise_for_status`` must be False (the client reads statuses itself)."""
+        assert not raise_for_status, "the client reads statuses itself"
+        session = self.session or await self._open()
+        path = "/".join(part for part in (base, version, url) if part)
+        request = session.build_request(method, path, **kwargs)
+        response = await session.send(request, stream=True)
+        try:
+            yield response
+        finally:
+            await response.aclose()
+
+    async def reauthenticate(self) -> None:
+        """Reload the credentials (kubeconfig, exec plugin or service-account token) into the session.
+
+        A bearer token is a default header of the session, replaced in place: the session is shared by
+        every open watch of the process, and a new one would cut them all. Certificate credentials live in
+        the TLS context, so they get a new session (the old one is closed)."""
+        await self.auth.reauthenticate()
+        session = self.session
+        if session is None or session.is_closed:
+            self.session = None
+            return  # the next request opens a session from the fresh credentials
+        token = self.auth.token
+        if token:
+            session.headers["Authorization"] = f"Bearer {token}"
+            return
+        self.session = None
+        await session.aclose()
+
+    async def aclose(self) -> None:
+        """Close the session (a later request opens a new one)."""
+        session, self.session = self.session, None
+        if session is not None:
+            await session.aclose()
 
 
 #: The fields of a kubeconfig's clusters and users that name a file (relative to the kubeconfig's own
@@ -471,16 +578,36 @@ def kubeconfig_source(
         return (existing[0] if existing else listed), where
     docs: list[tuple[str, Mapping[str, Any]]] = []
     for path in existing:
-        try:
-            with open(os.path.expanduser(path), "rb") as handle:
-                doc = yaml.safe_load(handle)
-        except (OSError, yaml.YAMLError) as exc:
-            reason = " ".join(str(exc).split())
-            raise KubeconfigError(f"kubeconfig {path}: cannot read it: {reason}", source=path) from exc
-        if doc is not None and not isinstance(doc, Mapping):
-            raise KubeconfigError(f"kubeconfig {path}: not a kubeconfig (a YAML mapping)", source=path)
+        doc, unreadable = load_kubeconfig(path)
+        if unreadable is None and doc is not None and not isinstance(doc, Mapping):
+            unreadable = kubeconfig_problem(doc, context=None, base_dir=None)
+        if unreadable is not None:
+            raise KubeconfigError(f"kubeconfig {path}: {unreadable}", source=path)
         docs.append((path, doc or {}))
     return merge_kubeconfigs(docs), where
+
+
+def check_kubeconfig(source: str | dict[str, Any] | None, where: str, context: str | None) -> None:
+    """Refuse the kubeconfig :func:`kubeconfig_source` chose when kr8s could not use it for ``context``:
+    one :class:`KubeconfigError` naming the file, the context and what is missing
+    (:func:`.kubeconfig_check.kubeconfig_problem`), before kr8s reads it (kr8s fails on such a file with
+    whatever Python raised while indexing into it). ``None`` is the default kubeconfig, checked when it
+    exists (else the in-cluster service account is used); a path that does not exist is left to kr8s (no
+    credentials)."""
+    if isinstance(source, dict):
+        found = kubeconfig_problem(source, context=context, base_dir=None)
+        if found is not None:
+            raise KubeconfigError(f"kubeconfig {where}: {found}", source=where)
+        return
+    path = os.path.expanduser(source or DEFAULT_KUBECONFIG)
+    if not os.path.isfile(path):
+        return
+    doc, found = load_kubeconfig(path)
+    if found is None:
+        found = kubeconfig_problem(doc, context=context, base_dir=os.path.dirname(os.path.abspath(path)))
+    if found is not None:
+        shown = source or DEFAULT_KUBECONFIG
+        raise KubeconfigError(f"kubeconfig {shown}: {found}", source=shown)
 
 
 async def _authenticate(api: _Api, where: str, context: str | None) -> None:
@@ -499,7 +626,7 @@ async def _authenticate(api: _Api, where: str, context: str | None) -> None:
                 source=where,
             ) from exc
         raise KubeconfigError(f"kubeconfig {where}: {text}", source=where) from exc
-    except (KeyError, TypeError, OSError) as exc:
+    except (KeyError, TypeError, OSError, yaml.YAMLError) as exc:  # what check_kubeconfig did not foresee
         raise KubeconfigError(f"kubeconfig {where}: cannot use it: {exc!r}", source=where) from exc
 
 
@@ -514,30 +641,6 @@ def _api_error_of(exc: kr8s.ServerError) -> ApiError:
     return err
 
 
-def keep_alive_all(session: httpx.AsyncClient) -> None:
-    """Let every connection pool of ``session`` keep each connection it may open (keep-alive limit =
-    connection limit), so no request pays for a new TCP and TLS handshake while the pool is in use.
-
-    httpcore 1.0 closes an idle connection whenever the pool holds more connections than the keep-alive
-    limit (``len([c.is_idle() for c in connections])`` counts all of them, idle or not). With httpx's
-    default limits (100 connections, 20 kept alive) a process with more than 20 requests and watches
-    open at once therefore closed every connection as soon as its response was read: the ``--all-nodes``
-    agent (24 workers, 3 watches) opened a new TLS connection for about two requests in three, which
-    cost it and the API server more CPU than the writes themselves. With the two limits equal the
-    condition can never hold before the pool is full; a pool at its limit still closes idle connections
-    for new ones, and httpx's keep-alive expiry (5 s) still closes connections left unused. Each pool
-    also gets :class:`~gpustack_worker.runtime.pool.LinearPool`'s bookkeeping pass (same decisions,
-    linear instead of quadratic in the number of connections)."""
-    transports: list[Any] = [getattr(session, "_transport", None)]
-    transports += [t for t in (getattr(session, "_mounts", None) or {}).values() if t is not None]
-    for transport in transports:
-        pool = getattr(transport, "_pool", None)
-        if not isinstance(pool, httpcore.AsyncConnectionPool):
-            raise TypeError(f"cannot set the keep-alive limit of {transport!r}: not an httpcore pool")
-        pool._max_keepalive_connections = pool._max_connections
-        make_linear(pool)  # the same pool decisions without httpcore's O(connections²) pass
-
-
 class Client:
     """Async Kubernetes API client over a kr8s-authenticated HTTP session.
 
@@ -545,9 +648,17 @@ class Client:
     """
 
     def __init__(
-        self, api: Any, *, max_attempts: int = 5, retry_deadline_s: float = 30.0, watch_api: Any | None = None
+        self,
+        api: Any,
+        *,
+        max_attempts: int = 5,
+        retry_deadline_s: float = 30.0,
+        watch_api: Any | None = None,
+        timeout_s: float | None = DEFAULT_TIMEOUT_S,
     ) -> None:
         self._api = api
+        #: Every request's deadline, whole (a watch: its opening); None only for test doubles.
+        self.timeout_s = timeout_s
         #: The session watches stream on (:meth:`connect` gives them their own; default: ``api``'s).
         self._watch_api = watch_api if watch_api is not None else api
         self._max_attempts = max_attempts
@@ -584,10 +695,12 @@ class Client:
 
         Raises :class:`KubeconfigError` when none of these yields credentials or the context does not
         exist, :class:`ApiError` when the server refuses the first request (``GET /version``: a 401 for a
-        rejected token), and ``httpx.TransportError`` when it cannot be reached.
+        rejected token), :class:`RequestTimeout` when it does not answer within ``timeout_s``, and
+        ``httpx.TransportError`` when it cannot be reached.
 
-        A private kr8s ``Api`` is created (not kr8s' per-loop singleton) so closing one client never
-        closes another's session. Every request carries ``User-Agent:`` :func:`user_agent_of`
+        Every request, this first one included, is bounded by ``timeout_s`` as a whole (a watch: its
+        opening; then its idle limit applies). The HTTP sessions are ours (:class:`_Api`): kr8s gives the
+        configuration and credentials only. Every request carries ``User-Agent:`` :func:`user_agent_of`
         ``(user_agent)``: processes name themselves and their identity
         (``gpustack-worker-controller/<identity> gpustack-worker/<version>``), so the API server's audit
         log attributes each write to a process and a version.
@@ -599,18 +712,27 @@ class Client:
         enough to make it quadratic — see docs/performance.md.)
         """
         path, where = kubeconfig_source(kubeconfig)
+        check_kubeconfig(path, where, context)
         agent = user_agent_of(user_agent)
-        api = _Api(bypass_factory=True, kubeconfig=path, context=context, user_agent=agent)
+        api = _Api(kubeconfig=path, context=context, user_agent=agent)
         await _authenticate(api, where, context)
-        try:
-            await api._check_version()  # the first request: reachable, and the credentials accepted
-        except kr8s.ServerError as exc:
-            raise _api_error_of(exc) from exc
-        api.timeout = timeout_s
-        watch_api = _Api(bypass_factory=True, kubeconfig=path, context=context, user_agent=agent)
+        watch_api = _Api(kubeconfig=path, context=context, user_agent=agent)
         await _authenticate(watch_api, where, context)  # its session opens with the first watch
-        watch_api.timeout = timeout_s
-        return cls(api, watch_api=watch_api)
+        client = cls(api, watch_api=watch_api, timeout_s=timeout_s)
+        try:
+            await client._first_request()
+        except BaseException:
+            await client.close()
+            raise
+        return client
+
+    async def _first_request(self) -> None:
+        """``GET /version``: the server is reachable and accepts the credentials (a 401 reloads them once,
+        as an expired token is reloaded on any request)."""
+        try:
+            await self._once("GET", "/version", params=None, content=None, content_type=None)
+        except Unauthorized:
+            await self._once("GET", "/version", params=None, content=None, content_type=None)
 
     def _apis(self) -> list[Any]:
         return [self._api] if self._watch_api is self._api else [self._api, self._watch_api]
@@ -623,25 +745,16 @@ class Client:
     async def reauthenticate(self) -> None:
         """Reload the credentials (kubeconfig, exec plugin or service-account token) after a 401.
 
-        kr8s re-reads them in ``auth.reauthenticate()`` but sends the bearer token as a default header
-        of its HTTP session. That session is shared by every open watch of this process, so the header
-        is replaced in place rather than the session recreated (which would cut all of them); only
-        certificate-based credentials, which live in the TLS context, get a new session.
+        Each session (:class:`_Api`) reloads them and replaces its bearer-token header in place (the
+        request session is shared by all workers and the watch session by every open watch: a new session
+        would cut them all); only certificate-based credentials, which live in the TLS context, get a new
+        session.
         """
         self.reauthentications += 1
         CLIENT_REAUTHENTICATIONS.inc()
         _log.info("reloading credentials after 401", host=self.host, reauthentications=self.reauthentications)
         for api in self._apis():
-            auth = api.auth
-            await auth.reauthenticate()
-            session = getattr(api, "_session", None)
-            token = getattr(auth, "token", None)
-            if session is None or session.is_closed:
-                continue  # kr8s creates the next session from the fresh credentials
-            if token:
-                session.headers["Authorization"] = f"Bearer {token}"
-            else:
-                await api._create_session()
+            await api.reauthenticate()
 
     # -- transport ---------------------------------------------------------------------------------
 
@@ -668,14 +781,30 @@ class Client:
         with _TRACER.start_as_current_span(f"k8s {method}") as span:
             span.set_attribute("http.request.method", method)
             span.set_attribute("url.path", path)
+            progress = wire.Progress()
+            token = wire.PROGRESS.set(progress)
+            deadline = asyncio.timeout(self.timeout_s)
             try:
-                async with self._api.call_api(
-                    method, version="", base=base, url=url, raise_for_status=False, **kwargs
-                ) as response:
+                async with (
+                    deadline,
+                    self._api.call_api(
+                        method, version="", base=base, url=url, raise_for_status=False, **kwargs
+                    ) as response,
+                ):
+                    progress.phase = wire.BODY
                     await response.aread()
             except (httpx.TransportError, kr8s.APITimeoutError):
                 self._count(method, "<error>")
                 raise
+            except TimeoutError as exc:
+                if not deadline.expired():
+                    raise
+                self._count(method, "<error>")
+                raise RequestTimeout(
+                    self.server, method, path, progress.phase, self.timeout_s or 0.0
+                ) from exc
+            finally:
+                wire.PROGRESS.reset(token)
             code = response.status_code
             span.set_attribute("http.response.status_code", code)
             self._count(method, code)
@@ -928,29 +1057,51 @@ class Client:
             params["labelSelector"] = label_selector
         if field_selector:
             params["fieldSelector"] = field_selector
-        base, url = _split(resource.collection_path(namespace))
-        timeout = httpx.Timeout(DEFAULT_TIMEOUT_S, read=float(timeout_seconds) + 30.0)
+        path = resource.collection_path(namespace)
+        base, url = _split(path)
+        # The opening (connection, TLS, request, headers) has the client's deadline; then each read
+        # waits at most the idle limit.
+        timeout = httpx.Timeout(None, read=float(timeout_seconds) + 30.0)
         with _TRACER.start_as_current_span("k8s WATCH") as span:
-            span.set_attribute("url.path", resource.collection_path(namespace))
+            span.set_attribute("url.path", path)
             span.set_attribute("k8s.resource_version", resource_version)
-            async with self._watch_api.call_api(
-                "GET", version="", base=base, url=url, stream=True, raise_for_status=False,
-                params=params, timeout=timeout,
-            ) as response:  # fmt: skip
-                self._count("WATCH", response.status_code)
-                if response.status_code >= 400:
-                    await response.aread()
-                    err = ApiError.from_status(response.status_code, _status_of(response))
-                    err.server, err.path = self.server, resource.collection_path(namespace)
-                    raise err
-                if on_open is not None:
-                    on_open()
-                async for line in byte_lines(response.aiter_bytes()):
-                    event = orjson.loads(line)
-                    if event.get("type") == "ERROR":
-                        status = event.get("object") or {}
-                        raise ApiError.from_status(int(status.get("code") or 500), status)
-                    yield event
+            progress = wire.Progress()
+            opened = wire.PROGRESS.set(progress)
+            token: contextvars.Token[wire.Progress | None] | None = opened
+            deadline = asyncio.timeout(self.timeout_s)
+            try:
+                async with deadline, self._watch_api.call_api(
+                    "GET", version="", base=base, url=url, stream=True, raise_for_status=False,
+                    params=params, timeout=timeout,
+                ) as response:  # fmt: skip
+                    self._count("WATCH", response.status_code)
+                    if response.status_code >= 400:
+                        progress.phase = wire.BODY
+                        await response.aread()
+                        err = ApiError.from_status(response.status_code, _status_of(response))
+                        err.server, err.path = self.server, path
+                        raise err
+                    deadline.reschedule(None)
+                    wire.PROGRESS.reset(opened)  # before the first yield, in the context it was set in
+                    token = None
+                    if on_open is not None:
+                        on_open()
+                    async for line in byte_lines(response.aiter_bytes()):
+                        event = orjson.loads(line)
+                        if event.get("type") == "ERROR":
+                            status = event.get("object") or {}
+                            raise ApiError.from_status(int(status.get("code") or 500), status)
+                        yield event
+            except TimeoutError as exc:
+                if not deadline.expired():
+                    raise
+                self._count("WATCH", "<error>")
+                raise RequestTimeout(
+                    self.server, "WATCH", path, progress.phase, self.timeout_s or 0.0
+                ) from exc
+            finally:
+                if token is not None:
+                    wire.PROGRESS.reset(token)
 
     async def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         """A real GET (not kr8s' LIST-and-poll); ``None`` when the object does not exist.
@@ -1071,6 +1222,6 @@ class Client:
     async def close(self) -> None:
         """Close the HTTP sessions."""
         for api in self._apis():
-            session = getattr(api, "_session", None)
-            if session is not None:
-                await session.aclose()
+            aclose = getattr(api, "aclose", None)
+            if aclose is not None:
+                await aclose()

@@ -175,6 +175,11 @@ APPLY_REPAIRS: Final = Counter(
     "Accepted applies that wrote back fields another field manager had changed (an edit undone).",
     ("field_manager", "kind"),
 )
+HTTP_POOL_STOCK: Final = Gauge(
+    "gpustack_http_pool_stock",
+    "1 when the API client's HTTP sessions use httpcore's own connection pool (its quadratic bookkeeping"
+    " pass) because the installed httpcore is not one the linear pass was verified on; 0 otherwise.",
+)
 CLIENT_REAUTHENTICATIONS: Final = Counter(
     "gpustack_client_reauthentications_total",
     "Credential reloads after the API server answered 401 (an expired or rotated token).",

@@ -92,7 +92,7 @@ class Staller:
         if self._until is not None:
             return  # once per process
         self._until = until
-        session = self.client._api._session
+        session = self.client._api.session
         session.event_hooks["request"].append(self._hook)
         loop = asyncio.get_running_loop()
         self.tasks = [loop.create_task(self._write(i)) for i in range(STALL_WRITES)]

@@ -47,16 +47,13 @@ class FakeApi:
     def __init__(self, *responses: FakeResponse, token: str | None = "old") -> None:
         self.responses = list(responses)
         self.calls: list[dict[str, Any]] = []
-        self.sessions_created = 0
-        self.auth = SimpleNamespace(server="https://127.0.0.1:6443", token=token, reauthenticate=self._reload)
-        self._session = SimpleNamespace(headers={"Authorization": f"Bearer {token}"}, is_closed=False)
+        self.auth = SimpleNamespace(server="https://127.0.0.1:6443", token=token)
         self.fresh_token = "new" if token else None
+        self.reloads = 0
 
-    async def _reload(self) -> None:
+    async def reauthenticate(self) -> None:
         self.auth.token = self.fresh_token
-
-    async def _create_session(self) -> None:
-        self.sessions_created += 1
+        self.reloads += 1
 
     @contextlib.asynccontextmanager
     async def call_api(self, method: str, **kwargs: Any) -> AsyncIterator[FakeResponse]:
@@ -216,24 +213,15 @@ async def test_a_refused_watch_raises_before_on_open(status: int, error: type[Ap
     assert opened == []
 
 
-async def test_reauthenticate_swaps_the_token_in_the_shared_session() -> None:
-    api = FakeApi(token="old")
-    client = Client(api)
-    session = api._session
+async def test_reauthenticate_reloads_the_credentials_of_every_session_and_counts() -> None:
+    """The request and watch sessions both reload (what a reload does to a session: test_transport)."""
+    api, watch_api = FakeApi(token="old"), FakeApi(token="old")
+    client = Client(api, watch_api=watch_api)
     before = REGISTRY.get_sample_value("gpustack_client_reauthentications_total") or 0.0
     await client.reauthenticate()
     assert REGISTRY.get_sample_value("gpustack_client_reauthentications_total") == before + 1
-    assert api._session is session  # not recreated: other informers' open watches survive
-    assert session.headers["Authorization"] == "Bearer new"
-    assert api.sessions_created == 0
+    assert (api.reloads, watch_api.reloads) == (1, 1)
     assert client.reauthentications == 1
-
-
-async def test_reauthenticate_without_a_token_rebuilds_the_session() -> None:
-    api = FakeApi(token=None)  # client certificates live in the TLS context
-    client = Client(api)
-    await client.reauthenticate()
-    assert api.sessions_created == 1
 
 
 async def test_the_cyclic_gc_is_paused_while_a_page_is_converted_and_back_after() -> None:

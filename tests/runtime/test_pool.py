@@ -1,8 +1,9 @@
 """runtime/pool.py: LinearPool makes httpcore's own decisions — over random pools (connections closed,
 expired, idle, busy, for one origin or another; requests queued or not; limits below and at the pool's
 size) its bookkeeping pass leaves the same connections in the same order, closes the same ones and gives
-every queued request the same connection as httpcore's ``AsyncConnectionPool`` pass; and the client's
-sessions use it."""
+every queued request the same connection as httpcore's ``AsyncConnectionPool`` pass (run on each httpcore
+version in ``LINEAR_POOL_HTTPCORE`` that ``nox -s http_deps`` installs); and sessions get it only on those
+versions."""
 
 from __future__ import annotations
 
@@ -15,8 +16,15 @@ import pytest
 import sniffio
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from prometheus_client import REGISTRY
 
-from gpustack_worker.runtime.pool import LinearPool, make_linear
+from gpustack_worker.runtime.pool import LINEAR_POOL_HTTPCORE, LinearHTTPProxy, LinearPool, pool_classes
+
+#: The equivalence tests compare with httpcore's own private pass, which the verified versions have.
+verified = pytest.mark.skipif(
+    httpcore.__version__ not in LINEAR_POOL_HTTPCORE,
+    reason=f"httpcore {httpcore.__version__} is not a verified version: sessions use its own pool",
+)
 
 ORIGINS = ("https://a.example:443/", "https://b.example:6443/")
 
@@ -87,6 +95,7 @@ def _outcome(pool: Any, requests: list[Any], closing: list[Any]) -> tuple[Any, .
     )
 
 
+@verified
 @settings(max_examples=400)
 @given(
     st.fixed_dictionaries(
@@ -110,6 +119,7 @@ def test_the_linear_pass_decides_as_httpcores_own(state: dict[str, Any]) -> None
         sniffio.current_async_library_cvar.reset(token)
 
 
+@verified
 def test_a_pool_of_many_idle_connections_is_read_linearly() -> None:
     """40 idle connections: httpcore asks each for is_idle once per idle connection (1,640 reads); ours
     asks each once."""
@@ -128,25 +138,27 @@ def test_a_pool_of_many_idle_connections_is_read_linearly() -> None:
         assert reads["n"] == most, kind
 
 
-async def test_the_clients_sessions_use_the_linear_pass() -> None:
-    import httpx
+def test_the_linear_pass_is_used_only_on_the_verified_httpcore_versions() -> None:
+    """The private pass on a verified version, httpcore's own pools (and the metric at 1) on any other."""
+    gauge = "gpustack_http_pool_stock"
+    for version in sorted(LINEAR_POOL_HTTPCORE):
+        classes = pool_classes(version)
+        assert (classes.direct, classes.http_proxy, classes.linear) == (LinearPool, LinearHTTPProxy, True)
+        assert REGISTRY.get_sample_value(gauge) == 0
+    for version in ("1.0.3", "1.0.10", "1.1.0", "2.0.0"):
+        classes = pool_classes(version)
+        assert classes.direct is httpcore.AsyncConnectionPool, version
+        assert classes.http_proxy is httpcore.AsyncHTTPProxy, version
+        assert classes.socks_proxy is httpcore.AsyncSOCKSProxy, version
+        assert not classes.linear
+        assert REGISTRY.get_sample_value(gauge) == 1
+    pool_classes()  # the installed version: the gauge says which pools the next session gets
+    assert REGISTRY.get_sample_value(gauge) == (0 if httpcore.__version__ in LINEAR_POOL_HTTPCORE else 1)
 
-    from gpustack_worker.runtime.client import keep_alive_all
 
-    async with httpx.AsyncClient() as session:
-        keep_alive_all(session)
-        pool = session._transport._pool  # type: ignore[attr-defined]
-        assert type(pool) is LinearPool
-        assert pool._max_keepalive_connections == pool._max_connections
-
-
-def test_only_httpcores_own_pool_is_swapped() -> None:
-    class Other(httpcore.AsyncConnectionPool):
-        pass
-
-    with pytest.raises(TypeError, match=r"not httpcore's own connection pool: .*Other"):
-        make_linear(Other())
-    pool = httpcore.AsyncConnectionPool()
-    make_linear(pool)
-    make_linear(pool)  # twice is fine
-    assert type(pool) is LinearPool
+def test_the_verified_versions_have_the_private_pass() -> None:
+    """On a verified version the method the linear pass replaces exists under that name (the gate is
+    only as good as its list: a listed version without the method would silently run httpcore's)."""
+    if httpcore.__version__ in LINEAR_POOL_HTTPCORE:
+        assert callable(getattr(httpcore.AsyncConnectionPool, "_assign_requests_to_connections", None))
+        assert callable(getattr(httpcore.AsyncHTTPProxy, "_assign_requests_to_connections", None))
