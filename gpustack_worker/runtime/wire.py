@@ -23,8 +23,10 @@ and raises :class:`FenceClosed`, which is not an httpcore exception: httpcore tr
 "the server may have answered early" and goes on to read, and httpx would map it to a retriable transport
 error. The client turns it into :class:`~gpustack_worker.runtime.client.Fenced`.
 
-:func:`install` puts the backend on every connection pool of an ``httpx.AsyncClient`` (kr8s builds the
-session; httpx has no public way to pass a network backend).
+The backend is passed to httpcore's pool through its public constructor (:mod:`.transport` builds the
+client's session). Its streams also say where a request is (:class:`Progress`, one per request, set by the
+client around it): connecting, in the TLS handshake, in a proxy's CONNECT, writing the request, waiting
+for the response headers; the client names that phase when the request's deadline passes.
 """
 
 from __future__ import annotations
@@ -42,17 +44,21 @@ import httpcore
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
-    import httpx
-
 __all__ = (
+    "BODY",
+    "CONNECT",
+    "HEADERS",
+    "PROGRESS",
+    "PROXY_CONNECT",
+    "REQUEST",
+    "TLS_HANDSHAKE",
     "Attempt",
     "FenceClosed",
     "FencedBackend",
     "GuardFence",
+    "Progress",
     "current",
     "fenced",
-    "install",
-    "installed",
     "time_left",
 )
 
@@ -116,15 +122,49 @@ def fenced(fence: GuardFence) -> Iterator[Attempt]:
         _CURRENT.reset(token)
 
 
+#: The phases of one request, in order (a request on a kept-alive connection starts at :data:`REQUEST`).
+CONNECT: Final = "connect"
+TLS_HANDSHAKE: Final = "TLS handshake"
+PROXY_CONNECT: Final = "proxy CONNECT"
+REQUEST: Final = "request"
+HEADERS: Final = "response headers"
+BODY: Final = "response body"
+
+
+class Progress:
+    """Where one request is: :attr:`phase` is one of the phases above. The client creates one per request
+    and sets :data:`PROGRESS` to it around the request; the backend's streams move it forward (a plain
+    attribute write at each step, no per-byte work); the client sets :data:`BODY` once the headers are in."""
+
+    __slots__ = ("phase",)
+
+    def __init__(self) -> None:
+        #: Waiting for a connection of the pool, or opening one.
+        self.phase: str = CONNECT
+
+
+#: The progress of the request the running task is making (None: nobody is asking).
+PROGRESS: Final[contextvars.ContextVar[Progress | None]] = contextvars.ContextVar(
+    "request_progress", default=None
+)
+
+
 class _Stream(httpcore.AsyncNetworkStream):
     """A non-blocking socket (optionally TLS over memory BIOs) whose request writes pass the fence."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, *, tunnel: bool = False) -> None:
         self._sock = sock
+        #: True while this is a connection to a proxy whose tunnel to the server is not open yet: what is
+        #: written and read until the server's TLS handshake is the proxy's CONNECT (or SOCKS) exchange.
+        self._tunnel = tunnel
+        #: Something was written (a proxy's TLS comes before the CONNECT, the server's after it).
+        self._wrote = False
         self._loop = asyncio.get_running_loop()
+        #: The innermost TLS session, once its handshake is done (what request bytes are written to).
         self._tls: ssl.SSLObject | None = None
-        self._incoming = ssl.MemoryBIO()
-        self._outgoing = ssl.MemoryBIO()
+        #: TLS sessions, the outermost (the socket's peer) first: two through an https:// proxy, the
+        #: server's inside the proxy's (see :meth:`start_tls`).
+        self._layers: list[_Layer] = []
         #: Bytes (ciphertext under TLS) handed to us and not yet accepted by the kernel.
         self._pending = bytearray()
         self._closed = False
@@ -141,6 +181,10 @@ class _Stream(httpcore.AsyncNetworkStream):
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109
         if not buffer:
             return
+        progress = PROGRESS.get()
+        if progress is not None:
+            progress.phase = PROXY_CONNECT if self._tunnel else REQUEST
+        self._wrote = True
         attempt = _CURRENT.get()
         try:
             async with asyncio.timeout(timeout):
@@ -176,7 +220,19 @@ class _Stream(httpcore.AsyncNetworkStream):
             self._pending += data
             return
         self._tls.write(data)
-        self._pending += self._outgoing.read()
+        self._pump()
+
+    def _pump(self) -> None:
+        """Move TLS output down the layers, in one synchronous step: each session's ciphertext is the
+        plaintext of the session under it, and the outermost's goes to :attr:`_pending` (the socket)."""
+        for level in range(len(self._layers) - 1, -1, -1):
+            data = self._layers[level].outgoing.read()
+            if not data:
+                continue
+            if level:
+                self._layers[level - 1].tls.write(data)
+            else:
+                self._pending += data
 
     def _send_some(self, attempt: Attempt | None) -> None:
         """One ``send`` of what is pending (the caller has just checked the fence)."""
@@ -204,7 +260,7 @@ class _Stream(httpcore.AsyncNetworkStream):
 
     async def _flush_control(self) -> None:
         """Send TLS protocol bytes (handshake, key updates): no request data, so not fenced."""
-        self._pending += self._outgoing.read()
+        self._pump()
         while self._pending:
             try:
                 sent = self._sock.send(self._pending)
@@ -217,32 +273,42 @@ class _Stream(httpcore.AsyncNetworkStream):
     # -- reading -----------------------------------------------------------------------------------
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
+        progress = PROGRESS.get()
+        if progress is not None and progress.phase == REQUEST:
+            progress.phase = HEADERS
         try:
             async with asyncio.timeout(timeout):
                 if self._tls is None:
                     return await self._loop.sock_recv(self._sock, max_bytes)
-                while True:
-                    try:
-                        data = self._tls.read(max_bytes)
-                    except ssl.SSLWantReadError:
-                        await self._receive()
-                        continue
-                    except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
-                        return b""  # like httpcore's anyio stream (standard_compatible=False)
-                    if self._outgoing.pending:
-                        await self._flush_control()
-                    return data
+                data = await self._read_level(len(self._layers) - 1, max_bytes)
+                if any(layer.outgoing.pending for layer in self._layers):
+                    await self._flush_control()
+                return data
         except TimeoutError as exc:
             raise httpcore.ReadTimeout(str(exc)) from exc
         except (OSError, ssl.SSLError) as exc:
             raise httpcore.ReadError(str(exc)) from exc
 
-    async def _receive(self) -> None:
-        data = await self._loop.sock_recv(self._sock, _READ_CHUNK)
+    async def _read_level(self, level: int, max_bytes: int) -> bytes:
+        """Plaintext of TLS layer ``level`` (-1: the socket's bytes); b"" at its end."""
+        if level < 0:
+            return await self._loop.sock_recv(self._sock, max_bytes)
+        tls = self._layers[level].tls
+        while True:
+            try:
+                return tls.read(max_bytes)
+            except ssl.SSLWantReadError:
+                await self._receive(level)
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                return b""  # like httpcore's anyio stream (standard_compatible=False)
+
+    async def _receive(self, level: int) -> None:
+        """Feed TLS layer ``level`` what the layer under it (or the socket) has."""
+        data = await self._read_level(level - 1, _READ_CHUNK)
         if data:
-            self._incoming.write(data)
+            self._layers[level].incoming.write(data)
         else:
-            self._incoming.write_eof()
+            self._layers[level].incoming.write_eof()
 
     # -- connection --------------------------------------------------------------------------------
 
@@ -252,9 +318,13 @@ class _Stream(httpcore.AsyncNetworkStream):
         server_hostname: str | None = None,
         timeout: float | None = None,  # noqa: ASYNC109
     ) -> httpcore.AsyncNetworkStream:
-        tls = ssl_context.wrap_bio(
-            self._incoming, self._outgoing, server_side=False, server_hostname=server_hostname
-        )
+        self._starting_tls()
+        # On a stream that is TLS already (an https:// proxy, then the server inside its CONNECT tunnel),
+        # the new session is layered over the last one: its records are that session's plaintext.
+        layer = _Layer(ssl_context, server_hostname)
+        tls = layer.tls
+        level = len(self._layers)
+        self._layers.append(layer)
         try:
             async with asyncio.timeout(timeout):
                 while True:
@@ -262,7 +332,7 @@ class _Stream(httpcore.AsyncNetworkStream):
                         tls.do_handshake()
                     except ssl.SSLWantReadError:
                         await self._flush_control()
-                        await self._receive()
+                        await self._receive(level)
                         continue
                     break
                 await self._flush_control()
@@ -277,6 +347,15 @@ class _Stream(httpcore.AsyncNetworkStream):
             raise
         self._tls = tls
         return self
+
+    def _starting_tls(self) -> None:
+        """A TLS handshake starts: the proxy's (before anything was written) or the server's (after a
+        proxy's CONNECT, which ends the tunnel's set-up, or on a direct connection)."""
+        progress = PROGRESS.get()
+        if progress is not None:
+            progress.phase = TLS_HANDSHAKE
+        if self._wrote:
+            self._tunnel = False
 
     async def aclose(self) -> None:
         self._close()
@@ -305,13 +384,33 @@ class _Stream(httpcore.AsyncNetworkStream):
         return None
 
 
+class _Layer:
+    """One TLS session over memory BIOs: ``incoming`` takes the ciphertext from below (the socket or the
+    session under it), ``outgoing`` holds the ciphertext for below."""
+
+    __slots__ = ("incoming", "outgoing", "tls")
+
+    def __init__(self, context: ssl.SSLContext, server_hostname: str | None) -> None:
+        self.incoming = ssl.MemoryBIO()
+        self.outgoing = ssl.MemoryBIO()
+        self.tls = context.wrap_bio(
+            self.incoming, self.outgoing, server_side=False, server_hostname=server_hostname
+        )
+
+
 def _set_done(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
 
 
 class FencedBackend(httpcore.AsyncNetworkBackend):
-    """httpcore's network backend for asyncio, with streams whose request writes pass the fence."""
+    """httpcore's network backend for asyncio, with streams whose request writes pass the fence.
+
+    ``tunnel``: the backend of a proxy's pool, whose connections go to the proxy and carry its CONNECT (or
+    SOCKS) exchange before the server's TLS (for :class:`Progress`)."""
+
+    def __init__(self, *, tunnel: bool = False) -> None:
+        self._tunnel = tunnel
 
     async def connect_tcp(
         self,
@@ -323,6 +422,9 @@ class FencedBackend(httpcore.AsyncNetworkBackend):
     ) -> httpcore.AsyncNetworkStream:
         loop = asyncio.get_running_loop()
         errors: list[OSError] = []
+        progress = PROGRESS.get()
+        if progress is not None:
+            progress.phase = CONNECT
         try:
             async with asyncio.timeout(timeout):
                 infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
@@ -343,7 +445,7 @@ class FencedBackend(httpcore.AsyncNetworkBackend):
                     except BaseException:
                         sock.close()
                         raise
-                    return _Stream(sock)
+                    return _Stream(sock, tunnel=self._tunnel)
         except TimeoutError as exc:
             raise httpcore.ConnectTimeout(str(exc)) from exc
         except OSError as exc:
@@ -377,29 +479,3 @@ class FencedBackend(httpcore.AsyncNetworkBackend):
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
-
-
-def install(session: httpx.AsyncClient) -> None:
-    """Put a :class:`FencedBackend` on every connection pool of ``session`` (its transport and the
-    proxy mounts httpx made from the environment). Raises ``TypeError`` when httpx/httpcore no longer
-    look as this module expects, so a version change cannot silently leave writes unfenced."""
-    backend = FencedBackend()
-    transports: list[Any] = [getattr(session, "_transport", None)]
-    transports += [t for t in (getattr(session, "_mounts", None) or {}).values() if t is not None]
-    for transport in transports:
-        pool = getattr(transport, "_pool", None)
-        if not isinstance(pool, httpcore.AsyncConnectionPool) or not hasattr(pool, "_network_backend"):
-            raise TypeError(f"cannot fence the writes of {transport!r}: not an httpcore connection pool")
-        if pool.connections:
-            raise TypeError(f"cannot fence the writes of {transport!r}: it already has connections")
-        pool._network_backend = backend
-
-
-def installed(session: httpx.AsyncClient) -> bool:
-    """True when every connection pool of ``session`` uses a :class:`FencedBackend`."""
-    transports: list[Any] = [getattr(session, "_transport", None)]
-    transports += [t for t in (getattr(session, "_mounts", None) or {}).values() if t is not None]
-    return all(
-        isinstance(getattr(getattr(t, "_pool", None), "_network_backend", None), FencedBackend)
-        for t in transports
-    )
