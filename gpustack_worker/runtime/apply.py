@@ -71,7 +71,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, cast, runtime_checkable
 
 import orjson
 import structlog
@@ -98,6 +98,7 @@ __all__ = (
     "dotted",
     "field_owners",
     "is_noop",
+    "is_own_change",
     "owned_fields",
     "resource_version_number",
     "taken_fields",
@@ -501,6 +502,170 @@ def field_owners(
     return frozenset(out)
 
 
+# -- own changes -------------------------------------------------------------------------------------
+
+#: Metadata a write changes besides the fields it sets: the version, the generation (bumped by any
+#: change of a tracked spec field, which the walk sees itself) and the managedFields (compared apart).
+_WRITE_BOOKKEEPING: Final = frozenset({"resourceVersion", "generation", "managedFields"})
+
+
+def _equal(a: Any, b: Any) -> bool:
+    """Deep equality of JSON values, a cached (frozen: tuples) and a plain (lists) spelling alike."""
+    if a is b:
+        return True
+    if type(a) is type(b) and not isinstance(a, float):
+        return bool(a == b)
+    if isinstance(a, Mapping):
+        return (
+            isinstance(b, Mapping)
+            and len(a) == len(b)
+            and all(k in b and _equal(v, b[k]) for k, v in a.items())
+        )
+    if _is_list(a):
+        return _is_list(b) and len(a) == len(b) and all(map(_equal, a, b))
+    if isinstance(b, Mapping) or _is_list(b):
+        return False
+    return _same_scalar(a, b, (), NO_HINTS)
+
+
+def _other_entries(obj: Mapping[str, Any], manager: str, subresource: str | None) -> list[Any]:
+    """The managedFields entries of ``obj`` other than ``manager``'s apply entry for ``subresource``."""
+    return [
+        entry
+        for entry in (obj.get("metadata") or {}).get("managedFields") or ()
+        if not (
+            entry.get("manager") == manager
+            and entry.get("operation", "Apply") == "Apply"
+            and (entry.get("subresource") or None) == (subresource or None)
+        )
+    ]
+
+
+def _keyed(items: Any, keys: Sequence[str]) -> dict[str, Any] | None:
+    """A keyed list's items by their managedFields element (None: an item without its keys, or twice)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        element = _item_key(item, keys)
+        if element is None or element in out:
+            return None
+        out[element] = item
+    return out
+
+
+class _OwnChange:
+    """The walk of :func:`is_own_change`: is every difference between two objects one the write makes?"""
+
+    __slots__ = ("hints", "inner", "released", "written")
+
+    def __init__(
+        self, written: frozenset[FieldPath], released: frozenset[FieldPath], hints: FieldHints
+    ) -> None:
+        self.written = written
+        self.released = released
+        self.hints = hints
+        self.inner = frozenset(p[:i] for p in written | released for i in range(len(p)))
+
+    def allowed(self, old: Any, new: Any, path: FieldPath, pattern: Pattern) -> bool:
+        if _equal(old, new):
+            return True
+        for i in range(len(path), 0, -1):
+            prefix = path[:i]
+            if prefix in self.written:
+                return True  # set by the write (whatever it stored there: defaults, canonical spelling)
+            if prefix in self.released:
+                return new is _MISSING  # released by the write: removed, or unchanged (co-owned) above
+        if path not in self.inner:
+            return False  # a change outside every field the write touches
+        if isinstance(old, Mapping) or isinstance(new, Mapping):
+            old = {} if old is _MISSING else old
+            new = {} if new is _MISSING else new
+            if not (isinstance(old, Mapping) and isinstance(new, Mapping)):
+                return False
+            return all(
+                self.allowed(
+                    old.get(key, _MISSING), new.get(key, _MISSING), (*path, f"f:{key}"), (*pattern, str(key))
+                )
+                for key in old.keys() | new.keys()
+            )
+        if _is_list(old) or _is_list(new):
+            old = () if old is _MISSING else old
+            new = () if new is _MISSING else new
+            if not (_is_list(old) and _is_list(new)):
+                return False
+            keys = self.hints.list_keys(pattern)
+            if keys is not None:
+                before, after = _keyed(old, keys), _keyed(new, keys)
+                if before is None or after is None:
+                    return False
+                item = (*pattern, ITEM)
+                return all(
+                    self.allowed(before.get(e, _MISSING), after.get(e, _MISSING), (*path, e), item)
+                    for e in before.keys() | after.keys()
+                )
+            if self.hints.is_set(pattern):
+                before_set, after_set = {_json(v) for v in old}, {_json(v) for v in new}
+                return all(
+                    self.allowed(
+                        True if e in before_set else _MISSING,
+                        True if e in after_set else _MISSING,
+                        (*path, f"v:{e}"),
+                        (*pattern, ITEM),
+                    )
+                    for e in before_set ^ after_set
+                )
+        return False
+
+
+def is_own_change(
+    old: Mapping[str, Any] | None,
+    new: Mapping[str, Any],
+    written: frozenset[FieldPath],
+    field_manager: str,
+    subresource: str | None = None,
+    *,
+    hints: FieldHints = NO_HINTS,
+) -> bool:
+    """Is every difference between ``old`` and ``new`` one that ``field_manager``'s apply of a body with
+    the fields ``written`` (:func:`desired_fields`) makes, computed from ``old``?
+
+    Allowed: any change at or under a written field (its value, however the server stored it); the
+    removal of a field ``old``'s entry of this manager owns and the body released; the resourceVersion,
+    generation and this manager's own managedFields entry. Anything else — another field's value, a label,
+    a finalizer, ``deletionTimestamp``, another managedFields entry the cache keeps, a released field
+    given another value — is a change the write did not make. ``old`` None (an ADDED event) is compared
+    with an empty object whose untracked metadata (name, uid, ...) may appear. Only what both objects hold
+    is compared: a field the cache's ingest transform drops is read by nobody. Keyed list items are
+    matched by key (their order is not compared).
+    """
+    manager_entry = None if old is None else _manager_fields(old, field_manager, subresource)
+    released = (manager_entry or frozenset()) - written
+    if not _equal(
+        _other_entries(old or {}, field_manager, subresource), _other_entries(new, field_manager, subresource)
+    ):
+        return False
+    walk = _OwnChange(written, released, hints)
+    before = _MISSING if old is None else old
+    for key in new.keys() | (old or {}).keys():
+        if key == "metadata":
+            meta_old = (old or {}).get("metadata") or {}
+            meta_new = new.get("metadata") or {}
+            for mkey in meta_old.keys() | meta_new.keys():
+                if mkey in _WRITE_BOOKKEEPING or (old is None and ("metadata", mkey) in _UNTRACKED):
+                    continue
+                path = ("f:metadata", f"f:{mkey}")
+                if not walk.allowed(
+                    meta_old.get(mkey, _MISSING), meta_new.get(mkey, _MISSING), path, ("metadata", mkey)
+                ):
+                    return False
+            continue
+        if old is None and (key,) in _UNTRACKED:
+            continue
+        previous = _MISSING if before is _MISSING else old.get(key, _MISSING)  # type: ignore[union-attr]
+        if not walk.allowed(previous, new.get(key, _MISSING), (f"f:{key}",), (str(key),)):
+            return False
+    return True
+
+
 # -- the applier -------------------------------------------------------------------------------------
 
 
@@ -522,14 +687,34 @@ def _write_key(
     return (resource.kind, str(meta.get("namespace") or ""), str(meta.get("name") or ""), subresource or "")
 
 
+class _Written(NamedTuple):
+    """What a write sets: its fields (:func:`desired_fields`) and the kind's hints (:func:`is_own_change`)."""
+
+    fields: frozenset[FieldPath]
+    hints: FieldHints
+
+
+class _Echo(NamedTuple):
+    """Our last accepted write of a key, for :meth:`Applier.is_own_echo`: the version it was computed from
+    (None: the object was not cached), the version the server answered, what it set, and — for a write
+    to an uncached object — whether the answer proves that our request created the object."""
+
+    base: int | None
+    version: int
+    written: _Written
+    created: bool
+
+
 class _InFlight:
-    """One write on its way: the version it was computed from (None: a create) and the watch events held
-    until its answer, each ``(its new version, release)`` (held only when its old version is ``base``)."""
+    """One write on its way: the version it was computed from (None: a create), what it sets, and the
+    watch events held until its answer, each ``(its new version, release)`` (held only when its old
+    version is ``base`` and its change is one the write makes)."""
 
-    __slots__ = ("base", "held")
+    __slots__ = ("base", "held", "written")
 
-    def __init__(self, base: int | None) -> None:
+    def __init__(self, base: int | None, written: _Written) -> None:
         self.base = base
+        self.written = written
         self.held: list[tuple[int | None, Callable[[], None]]] = []
 
 
@@ -579,9 +764,12 @@ class Applier:
         self._recent: OrderedDict[tuple[str, str, str, str], tuple[str, int, str]] = OrderedDict()
         #: The same key → (uid, resourceVersion, body digest, when) of a create the cache has not shown yet.
         self._unseen: OrderedDict[tuple[str, str, str, str], tuple[str, int, str, float]] = OrderedDict()
-        #: The same key → (resourceVersion the write was computed from, None for a create; resourceVersion
-        #: the server answered it with): the watch event of that very write (:meth:`is_own_echo`).
-        self._echoes: OrderedDict[tuple[str, str, str, str], tuple[int | None, int]] = OrderedDict()
+        #: The same key → our last accepted write, for telling the watch event of that very write
+        #: (:meth:`is_own_echo`).
+        self._echoes: OrderedDict[tuple[str, str, str, str], _Echo] = OrderedDict()
+        #: The last event :func:`is_own_change` judged (old, new, written, verdict): every handler of an
+        #: informer asks about the same event in turn.
+        self._judged: tuple[Any, Any, Any, bool] | None = None
         #: The same key → our write on its way (sent, not yet answered) and the watch events held until its
         #: answer says whether they are its echo (:meth:`hold_own_echo`).
         self._in_flight: dict[tuple[str, str, str, str], _InFlight] = {}
@@ -654,6 +842,7 @@ class Applier:
             key,
             cached,
             digest,
+            _Written(desired_fields(desired, resource.hints), resource.hints),
             lambda: self.client.apply(
                 resource, dict(desired), field_manager=manager, force=force, subresource=subresource
             ),
@@ -687,7 +876,12 @@ class Applier:
         digest = _digest(desired)
         manager = self.field_manager
         return await self._write(
-            key, None, digest, lambda: self.client.create(resource, dict(desired), field_manager=manager)
+            key,
+            None,
+            digest,
+            _Written(desired_fields(desired, resource.hints), resource.hints),
+            lambda: self.client.create(resource, dict(desired), field_manager=manager),
+            creates=True,
         )
 
     async def _write(
@@ -695,49 +889,77 @@ class Applier:
         key: tuple[str, str, str, str],
         cached: Mapping[str, Any] | None,
         digest: str,
+        sets: _Written,
         send: Callable[[], Awaitable[dict[str, Any]]],
+        *,
+        creates: bool = False,
     ) -> dict[str, Any]:
-        """``send()`` our write of ``key`` computed from ``cached``: on its way meanwhile (watch events that
-        may be its echo are held), remembered once answered, the held events decided on the answer."""
-        flight = self._take_off(key, cached)
-        answered = None
+        """``send()`` our write of ``key`` computed from ``cached``, setting ``sets`` (``creates``: a
+        create-only POST): on its way meanwhile (watch events that may be its echo are held), remembered
+        once answered, the held events decided on the answer."""
+        flight = self._take_off(key, cached, sets)
+        answered: int | None = None
+        created = False
         try:
             written = await send()
-            answered = self._remember(key, written, digest, cached)
+            created = cached is None and (creates or self._created_by(written, key[3]))
+            answered = self._remember(key, written, digest, cached, sets, created)
         finally:
-            self._land(key, flight, answered)
+            self._land(key, flight, answered, created)
         return written
 
-    def _take_off(self, key: tuple[str, str, str, str], cached: Mapping[str, Any] | None) -> _InFlight | None:
+    def _created_by(self, answer: Any, subresource: str) -> bool:
+        """Does the answer to our apply of an uncached object prove that our request created it? Every
+        managedFields entry it carries is this manager's — an object someone else created (whose
+        event our apply, a no-op there, would be answered with) carries its creator's entry."""
+        meta = answer.get("metadata") if isinstance(answer, Mapping) else None
+        entries = (meta or {}).get("managedFields") or ()
+        return all(
+            entry.get("manager") == self.field_manager and (entry.get("subresource") or "") == subresource
+            for entry in entries
+        )
+
+    def _take_off(
+        self, key: tuple[str, str, str, str], cached: Mapping[str, Any] | None, sets: _Written
+    ) -> _InFlight | None:
         """Record our write of ``key``, computed from ``cached``, as on its way (None: not recorded — the
         base version is unknown, or another write of ours to the key is already on its way)."""
         base = None if cached is None else _version_of(cached)
         if (cached is not None and base is None) or key in self._in_flight:
             return None
-        flight = _InFlight(base)
+        flight = _InFlight(base, sets)
         self._in_flight[key] = flight
         return flight
 
-    def _land(self, key: tuple[str, str, str, str], flight: _InFlight | None, answered: int | None) -> None:
+    def _land(
+        self, key: tuple[str, str, str, str], flight: _InFlight | None, answered: int | None, created: bool
+    ) -> None:
         """The write ``flight`` was answered at version ``answered`` (None: failed, cancelled or answered
-        without a version): drop the held events that were its echo, release the others."""
+        without a version; ``created``: the answer proves our request created the uncached object): drop
+        the held events that were its echo, release the others."""
         if flight is None:
             return
         if self._in_flight.get(key) is flight:
             del self._in_flight[key]
         for seen, release in flight.held:
-            if answered is None or seen != answered:
+            if answered is None or seen != answered or (flight.base is None and not created):
                 release()
 
     def _expect_echo(
-        self, key: tuple[str, str, str, str], cached: Mapping[str, Any] | None, version: int | None
+        self,
+        key: tuple[str, str, str, str],
+        cached: Mapping[str, Any] | None,
+        version: int | None,
+        sets: _Written,
+        created: bool,
     ) -> None:
-        """Record a write computed from ``cached`` and answered at ``version`` for :meth:`is_own_echo`."""
+        """Record a write computed from ``cached``, setting ``sets`` and answered at ``version`` for
+        :meth:`is_own_echo`."""
         base = None if cached is None else _version_of(cached)
         if version is None or (cached is not None and base is None):
             self._echoes.pop(key, None)  # a version missing on either side cannot be matched
             return
-        self._echoes[key] = (base, version)
+        self._echoes[key] = _Echo(base, version, sets, created)
         self._echoes.move_to_end(key)
         while len(self._echoes) > RECENT_WRITES_MAX:
             self._echoes.popitem(last=False)
@@ -749,37 +971,66 @@ class Applier:
         new: Mapping[str, Any],
         subresource: str | None = None,
     ) -> bool:
-        """Is the watch event ``old`` → ``new`` exactly this manager's last accepted write of the object:
-        ``new`` at the resourceVersion the server answered the write with, ``old`` at the one the write was
-        computed from (``old`` None: the write created the object)?
+        """Is the watch event ``old`` → ``new`` provably this manager's last accepted write of the object?
 
-        Then nothing changed between what the writing reconcile read and what it wrote, except what it
-        wrote: a reconcile woken by the event would find its desired state in place (a no-op), so a
-        controller may drop it. Any other event — someone else's change in between (``old`` is then a
-        later version than the write's base), a later version, a recreated object — is not an echo. Only
-        for events of a watch, in order: a relist compares the cached object with the listed one, which may
-        fold someone else's write into ours (the caller must not ask then). The version the server answered
-        is taken as our write's own: an apply the server found to be a no-op is answered with the current
-        version instead, which differs from the base only if our own entry's fields changed in between — a
-        write under this very field manager (another instance of this controller), whose version then
-        carries exactly what ours would have. The record is dropped once a later version is seen, or with
-        the oldest of :data:`RECENT_WRITES_MAX`.
+        Three things must hold. ``new`` is at the resourceVersion the server answered the write with;
+        ``old`` is at the one the write was computed from (``old`` None: the object was not cached — then
+        the answer must prove that our request created it: a create-only POST, or an apply answered with
+        no managedFields entry but ours). And old → new changed nothing but what the write makes
+        (:func:`is_own_change`: the fields it sets, the fields it released removed, the version and its own
+        managedFields entry) — nothing another writer changed and nothing else a reconcile reads.
+
+        The versions alone prove nothing: a server-side apply that changes nothing is not written and is
+        answered with the *current* version, which someone else may have made — at base B our entry still
+        owns a field G our body released; another manager's update of G takes it out of our entry (and
+        changes H); at that state our apply is a no-op, answered X, and B → X is theirs, though its
+        versions are our write's. The cache keeps no managedFields times, so the server's own word (our
+        entry's time moved) is not available at the event; the content is, and it decides. Its one
+        allowance: a foreign change that makes exactly what our write makes (removing the very fields we
+        released, nothing else) is dropped like our echo — a reconcile woken by it would find what our
+        echo shows.
+
+        Then a reconcile woken by the event would find its desired state in place (a no-op), so a
+        controller may drop it. Only for events of a watch, in order: a relist compares the cached object
+        with the listed one, which may fold someone else's write into ours (the caller must not ask then).
+        The record is dropped once a later version is seen, or with the oldest of :data:`RECENT_WRITES_MAX`.
         """
         meta = new.get("metadata") or {}
         key = _write_key(resource, meta, subresource)
         entry = self._echoes.get(key)
         if entry is None:
             return False
-        base, written = entry
         seen = resource_version_number(meta.get("resourceVersion"))
-        if seen is None or seen > written:
+        if seen is None or seen > entry.version:
             del self._echoes[key]
             return False
-        if seen != written:
+        if seen != entry.version:
             return False
-        if old is None or base is None:
-            return old is None and base is None
-        return _version_of(old) == base
+        if old is None or entry.base is None:
+            return (
+                old is None
+                and entry.base is None
+                and entry.created
+                and self._own_change(None, new, entry.written, subresource)
+            )
+        return _version_of(old) == entry.base and self._own_change(old, new, entry.written, subresource)
+
+    def _own_change(
+        self,
+        old: Mapping[str, Any] | None,
+        new: Mapping[str, Any],
+        written: _Written,
+        subresource: str | None,
+    ) -> bool:
+        """:func:`is_own_change` for this manager, remembered for the event every handler asks about."""
+        judged = self._judged
+        if judged is not None and judged[0] is old and judged[1] is new and judged[2] is written:
+            return judged[3]
+        verdict = is_own_change(
+            old, new, written.fields, self.field_manager, subresource, hints=written.hints
+        )
+        self._judged = (old, new, written, verdict)
+        return verdict
 
     def hold_own_echo(
         self,
@@ -790,11 +1041,13 @@ class Applier:
         release: Callable[[], None],
     ) -> bool:
         """:meth:`is_own_echo`, also for the watch event that arrives before our write's answer: True when
-        the event is our last write's echo (drop it), or when it may be the echo of the write still on its
-        way — ``old`` is the version that write was computed from — and is held until the answer: dropped
-        if it is exactly that write, else ``release()`` is called then (also when the write fails). False:
-        not ours, pass it on now. For a watch's events only, like :meth:`is_own_echo`; ``new`` None (a
-        deletion) is never held.
+        the event is provably our last write's echo (drop it), or when it may be the echo of the write
+        still on its way — ``old`` is the version that write was computed from and old → new changed
+        nothing but what that write makes (:func:`is_own_change`) — and is held until the answer: dropped
+        if it is exactly that write (``new`` at the answered version; for an uncached object, the answer
+        proves our request created it), else ``release()`` is called then (also when the write fails).
+        False: not provably ours, pass it on now. For a watch's events only, like :meth:`is_own_echo`;
+        ``new`` None (a deletion) is never held.
 
         About half of a busy controller's own echoes come before the answer is read (the server sends the
         watch event and the response at once), and each would wake a no-op reconcile of its key."""
@@ -809,6 +1062,8 @@ class Applier:
         old_version = None if old is None else _version_of(old)
         if (old is None) != (flight.base is None) or old_version != flight.base:
             return False  # computed from another version than our write's: someone else's change
+        if not self._own_change(old, new, flight.written, subresource):
+            return False  # a change our write does not make: someone else's, whatever the answer says
         flight.held.append((resource_version_number(meta.get("resourceVersion")), release))
         return True
 
@@ -886,7 +1141,13 @@ class Applier:
         return min(v for v in reached if v is not None)
 
     def _remember(
-        self, key: tuple[str, str, str, str], written: Any, digest: str, cached: Mapping[str, Any] | None
+        self,
+        key: tuple[str, str, str, str],
+        written: Any,
+        digest: str,
+        cached: Mapping[str, Any] | None,
+        sets: _Written,
+        created_by_us: bool,
     ) -> int | None:
         """Our accepted write of ``key``, computed from ``cached`` (None: the object was not cached, a
         create): for the own-write guards and for :meth:`is_own_echo`. Returns the version the server
@@ -896,7 +1157,7 @@ class Applier:
         uid = (meta or {}).get("uid")
         created = cached is None
         self._unseen.pop(key, None)
-        self._expect_echo(key, cached, version)
+        self._expect_echo(key, cached, version, sets, created_by_us)
         if version is None or not uid:
             self._recent.pop(key, None)
             return version
