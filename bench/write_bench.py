@@ -56,7 +56,7 @@ from gpustack_worker.api import kinds
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-WRITERS = ("client-go", "client-go h1", "bare httpx", "ours")
+WRITERS = ("client-go", "client-go h1", "bare httpx", "bare httpcore", "raw h1", "ours")
 MANAGER = "gpustack-write-bench"
 LABEL = "bench.gpustack.ai/write"
 NAMESPACE = kinds.SYSTEM_NAMESPACE
@@ -152,13 +152,10 @@ async def run_ours(client: Any, kind: str, names: list[str], value: str, concurr
 
 def bare_client(kubeconfig: Path, concurrency: int) -> httpx.AsyncClient:
     """An httpx client from the kubeconfig's server, CA and token (the dev cluster's admin kubeconfig)."""
-    config = yaml.safe_load(kubeconfig.read_text())
-    cluster = config["clusters"][0]["cluster"]
-    ctx = ssl.create_default_context(cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
-    token = config["users"][0]["user"]["token"]
+    server, ctx, token = _kubeconfig_parts(kubeconfig)
     limits = httpx.Limits(max_connections=concurrency * 2, max_keepalive_connections=concurrency * 2)
     return httpx.AsyncClient(
-        base_url=cluster["server"],
+        base_url=server,
         verify=ctx,
         limits=limits,
         headers={"Authorization": f"Bearer {token}", "User-Agent": "gpustack-write-bench-bare"},
@@ -182,6 +179,147 @@ async def run_bare(
         orjson.loads(response.content)
 
     return await _timed(concurrency, bodies, one)
+
+
+def _kubeconfig_parts(kubeconfig: Path) -> tuple[str, ssl.SSLContext, str]:
+    """(server, TLS context trusting the kubeconfig's CA, bearer token) of the dev cluster's kubeconfig."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    cluster = config["clusters"][0]["cluster"]
+    ctx = ssl.create_default_context(cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
+    return str(cluster["server"]), ctx, str(config["users"][0]["user"]["token"])
+
+
+async def run_httpcore(kubeconfig: Path, kind: str, names: list[str], value: str, concurrency: int) -> Pass:
+    """httpcore's own pool, called directly (no httpx client around it): what a transport that skips
+    httpx's request/response machinery costs."""
+    import httpcore
+
+    server, ctx, token = _kubeconfig_parts(kubeconfig)
+    bodies = [_body_of(kind)(n, value) for n in names]
+    query = "?fieldManager=" + MANAGER + "&force=true"
+    headers = [
+        (b"Authorization", f"Bearer {token}".encode()),
+        (b"Content-Type", b"application/apply-patch+yaml"),
+        (b"Accept", b"application/json"),
+        (b"User-Agent", b"gpustack-write-bench-httpcore"),
+    ]
+    async with httpcore.AsyncConnectionPool(
+        ssl_context=ctx, max_connections=concurrency * 2, max_keepalive_connections=concurrency * 2
+    ) as pool:
+
+        async def one(body: dict[str, Any]) -> None:
+            url = server + _path_of(kind, body) + query
+            response = await pool.request("PATCH", url, headers=headers, content=orjson.dumps(body))
+            if response.status >= 400:
+                raise RuntimeError(f"bare httpcore: {response.status} {response.content[:300]!r}")
+            orjson.loads(response.content)
+
+        return await _timed(concurrency, bodies, one)
+
+
+class _H1(asyncio.Protocol):
+    """One HTTP/1.1 keep-alive connection, one request at a time: the request in one ``write``, the answer
+    parsed from the bytes as they come (Content-Length or chunked). The floor of a Python client on
+    asyncio's TLS transport; no pool, no retries, no fence."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self._buf = bytearray()
+        self._waiter: asyncio.Future[tuple[int, bytes]] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self._buf += data
+        parsed = _parse_response(self._buf)
+        if parsed is not None and self._waiter is not None and not self._waiter.done():
+            self._buf.clear()
+            self._waiter.set_result(parsed)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_exception(exc or ConnectionError("closed"))
+
+    async def request(self, head: bytes, body: bytes) -> tuple[int, bytes]:
+        assert self.transport is not None
+        self._waiter = asyncio.get_running_loop().create_future()
+        self.transport.write(head + body)
+        return await self._waiter
+
+
+def _parse_response(buf: bytearray) -> tuple[int, bytes] | None:
+    end = buf.find(b"\r\n\r\n")
+    if end < 0:
+        return None
+    lines = bytes(buf[:end]).split(b"\r\n")
+    status = int(lines[0].split(b" ", 2)[1])
+    length, chunked = -1, False
+    for line in lines[1:]:
+        name, _, val = line.partition(b":")
+        name = name.strip().lower()
+        if name == b"content-length":
+            length = int(val)
+        elif name == b"transfer-encoding" and b"chunked" in val.lower():
+            chunked = True
+    start = end + 4
+    if not chunked:
+        if len(buf) - start < length:
+            return None
+        return status, bytes(buf[start : start + length])
+    out, pos = bytearray(), start
+    while True:
+        eol = buf.find(b"\r\n", pos)
+        if eol < 0:
+            return None
+        size = int(bytes(buf[pos:eol]).split(b";")[0], 16)
+        if size == 0:
+            return (status, bytes(out)) if buf.find(b"\r\n", eol + 2) >= 0 else None
+        if len(buf) < eol + 2 + size + 2:
+            return None
+        out += buf[eol + 2 : eol + 2 + size]
+        pos = eol + 2 + size + 2
+
+
+async def run_raw_h1(kubeconfig: Path, kind: str, names: list[str], value: str, concurrency: int) -> Pass:
+    server, ctx, token = _kubeconfig_parts(kubeconfig)
+    host, _, port = server.removeprefix("https://").partition(":")
+    loop = asyncio.get_running_loop()
+    conns = [
+        (await loop.create_connection(_H1, host, int(port), ssl=ctx, server_hostname=host))[1]
+        for _ in range(concurrency)
+    ]
+    idle: asyncio.Queue[_H1] = asyncio.Queue()
+    for conn in conns:
+        idle.put_nowait(conn)
+    bodies = [_body_of(kind)(n, value) for n in names]
+    fixed = (
+        f"Host: {host}:{port}\r\nAuthorization: Bearer {token}\r\nAccept: application/json\r\n"
+        "Content-Type: application/apply-patch+yaml\r\nUser-Agent: gpustack-write-bench-raw\r\n"
+    )
+    query = "?fieldManager=" + MANAGER + "&force=true"
+
+    async def one(body: dict[str, Any]) -> None:
+        content = orjson.dumps(body)
+        head = (
+            f"PATCH {_path_of(kind, body)}{query} HTTP/1.1\r\n{fixed}Content-Length: {len(content)}\r\n\r\n"
+        )
+        conn = await idle.get()
+        try:
+            status, answer = await conn.request(head.encode(), content)
+        finally:
+            idle.put_nowait(conn)
+        if status >= 400:
+            raise RuntimeError(f"raw h1: {status} {answer[:300]!r}")
+        orjson.loads(answer)
+
+    try:
+        return await _timed(concurrency, bodies, one)
+    finally:
+        for conn in conns:
+            if conn.transport is not None:
+                conn.transport.close()
 
 
 def run_clientgo(
@@ -242,6 +380,8 @@ def report(results: Results, writers: list[str]) -> dict[str, Any]:
         ("ours", "client-go"),
         ("ours", "client-go h1"),
         ("ours", "bare httpx"),
+        ("ours", "bare httpcore"),
+        ("ours", "raw h1"),
         ("bare httpx", "client-go"),
     ]
     for a, b in pairs:
@@ -298,6 +438,12 @@ async def bench(args: argparse.Namespace, directory: Path) -> None:
                     )
                 elif writer == "bare httpx":
                     measured = await run_bare(http, args.kind, names, value, args.concurrency)
+                elif writer == "bare httpcore":
+                    measured = await run_httpcore(
+                        cluster.kubeconfig, args.kind, names, value, args.concurrency
+                    )
+                elif writer == "raw h1":
+                    measured = await run_raw_h1(cluster.kubeconfig, args.kind, names, value, args.concurrency)
                 else:
                     measured = await run_ours(client, args.kind, names, value, args.concurrency)
                 results.add(writer, measured)
