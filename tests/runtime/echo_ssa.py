@@ -73,6 +73,21 @@ class Server:
     clock: int = 0
     deleting: bool = False
     events: list[Event] = field(default_factory=list)
+    #: version → (content, managers, deleting) as stored at that version.
+    states: dict[int, tuple[dict[FieldPath, str], dict[str, Entry], bool]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._snapshot()
+
+    def _snapshot(self) -> None:
+        self.states[self.version] = (dict(self.content), copy.deepcopy(self.managers), self.deleting)
+
+    def at(self, version: int) -> Server:
+        """A copy of the server as it was at ``version`` (to ask what a write would have made there)."""
+        content, managers, deleting = self.states[version]
+        return Server(
+            content=dict(content), managers=copy.deepcopy(managers), version=version, deleting=deleting
+        )
 
     def render(self) -> dict[str, Any]:
         """The object as the API server returns it (every managedFields entry, with its time)."""
@@ -112,6 +127,7 @@ class Server:
         old = self.render()
         self.content, self.managers = content, {m: e for m, e in managers.items() if e.fields}
         self.version += 1
+        self._snapshot()
         self.events.append(Event(old, self.render(), writer))
         return True
 
@@ -162,6 +178,7 @@ class Server:
         old = self.render()
         self.deleting = True
         self.version += 1
+        self._snapshot()
         self.events.append(Event(old, self.render(), "deleter"))
         return True
 
