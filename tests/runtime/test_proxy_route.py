@@ -269,25 +269,35 @@ octets = st.integers(0, 255)
 
 @example(a=10, b=20, c=255, d=1, bits=16, env_case="no_proxy")
 @example(a=10, b=21, c=0, d=1, bits=16, env_case="NO_PROXY")
+@example(a=10, b=20, c=0, d=1, bits=16, env_case="no_proxy over NO_PROXY")
+@example(a=10, b=20, c=0, d=1, bits=16, env_case="NO_PROXY over no_proxy")
 @given(
     a=octets,
     b=octets,
     c=octets,
     d=octets,
     bits=st.integers(0, 32),
-    env_case=st.sampled_from(["NO_PROXY", "no_proxy"]),
+    env_case=st.sampled_from(["NO_PROXY", "no_proxy", "no_proxy over NO_PROXY", "NO_PROXY over no_proxy"]),
 )
 def test_an_ip_server_in_a_no_proxy_cidr_is_direct_and_outside_it_proxied(
     a: int, b: int, c: int, d: int, bits: int, env_case: str
 ) -> None:
+    """Go's rule (``no_proxy`` read first) and client-go's CIDR rule (``NO_PROXY`` first) each alone."""
     server_ip = (a << 24) | (b << 16) | (c << 8) | d
     base = (10 << 24) | (20 << 16)
     mask = ((1 << 32) - 1) ^ ((1 << (32 - bits)) - 1)
     inside = (server_ip & mask) == (base & mask)
     dotted = ".".join(str((server_ip >> s) & 255) for s in (24, 16, 8, 0))
-    got = env_route(f"https://{dotted}:6443", HTTPS_PROXY="p", **{env_case: f"10.20.0.0/{bits}"})
-    loopback = a == 127
-    assert (got == NONE) == (inside or loopback)
+    cidr = f"10.20.0.0/{bits}"
+    env = {"HTTPS_PROXY": "p"}
+    if env_case == "no_proxy over NO_PROXY":
+        env |= {"no_proxy": cidr, "NO_PROXY": "example.org"}
+    elif env_case == "NO_PROXY over no_proxy":
+        env |= {"NO_PROXY": cidr, "no_proxy": "example.org"}
+    else:
+        env[env_case] = cidr
+    got = env_route(f"https://{dotted}:6443", **env)
+    assert (got == NONE) == (inside or a == 127)
 
 
 @given(
