@@ -46,7 +46,7 @@ from opentelemetry import trace
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop_after_delay
 
 from gpustack_worker.runtime import proxy, transport, wire
-from gpustack_worker.runtime.kubeconfig_check import kubeconfig_problem, load_kubeconfig
+from gpustack_worker.runtime.kubeconfig_check import document_problem, kubeconfig_problem, load_kubeconfig
 from gpustack_worker.runtime.lines import byte_lines
 from gpustack_worker.runtime.metrics import CLIENT_REAUTHENTICATIONS, FENCED_WRITES, REST_REQUESTS
 from gpustack_worker.runtime.version import VERSION
@@ -579,8 +579,7 @@ def kubeconfig_source(
     docs: list[tuple[str, Mapping[str, Any]]] = []
     for path in existing:
         doc, unreadable = load_kubeconfig(path)
-        if unreadable is None and doc is not None and not isinstance(doc, Mapping):
-            unreadable = kubeconfig_problem(doc, context=None, base_dir=None)
+        unreadable = unreadable or document_problem(doc)
         if unreadable is not None:
             raise KubeconfigError(f"kubeconfig {path}: {unreadable}", source=path)
         docs.append((path, doc or {}))
@@ -612,7 +611,12 @@ def check_kubeconfig(source: str | dict[str, Any] | None, where: str, context: s
 
 async def _authenticate(api: _Api, where: str, context: str | None) -> None:
     """Load ``api``'s credentials (kr8s: kubeconfig, else the in-cluster service account), its failures as
-    one :class:`KubeconfigError` that says where it looked."""
+    one :class:`KubeconfigError` that says where it looked.
+
+    kr8s reads a default namespace from the kubeconfig's ``current-context`` even when ``context`` names
+    another one, and fails when the file sets none (kubectl does not need it with ``--context``); the
+    client names the namespace of every request itself, so kr8s' default is set here and never read."""
+    api.auth.namespace = "default"
     try:
         await api.auth
     except ValueError as exc:
