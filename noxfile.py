@@ -1,5 +1,5 @@
 """Sessions: tests, lint, typecheck, crds, rbac, webhooks, kueue_config, settings_doc, demo, bench,
-lock, lock_check.
+http_deps, lock, lock_check.
 
 ``nox -s lint typecheck tests`` is CI.
 """
@@ -89,6 +89,52 @@ def bench(session: nox.Session) -> None:
     session.install("-e", ".[test]")
     session.run("python", "-m", "gpustack_worker.devcluster.build")
     session.run("python", "bench/summary.py", "run", *session.posargs)
+
+
+# The two ends of the httpx/httpcore range pyproject.toml allows (keep them equal to its bounds: the
+# lowest and the highest releases inside them); `http_deps` runs the runtime tests on each.
+HTTP_DEPS = {
+    "lowest": ("httpx==0.25.1", "httpcore==1.0.4"),
+    "highest": ("httpx==0.29.0", "httpcore==1.0.9"),
+}
+# The runtime's cluster tests that exercise the HTTP session (fence, keep-alive, transport, proxies).
+HTTP_CLUSTER_TESTS = (
+    "tests/runtime/test_leader_fencing_cluster.py",
+    "tests/runtime/test_leader_stall_cluster.py",
+    "tests/runtime/test_transport_cluster.py",
+    "tests/runtime/test_proxy_cluster.py",
+)
+
+
+@nox.session
+@nox.parametrize("end", list(HTTP_DEPS))
+def http_deps(session: nox.Session, end: str) -> None:
+    """The runtime tests (non-cluster, and the HTTP session's cluster tests) on the lowest and on the
+    highest httpx/httpcore pyproject.toml allows (`nox -s http_deps`), and the linear pool pass's
+    equivalence test on every httpcore release it is listed for (pool.LINEAR_POOL_HTTPCORE)."""
+    session.install("-e", ".[test]")
+    session.install(*HTTP_DEPS[end])
+    session.run(
+        "python",
+        "-c",
+        "import httpx, httpcore; print('httpx', httpx.__version__, 'httpcore', httpcore.__version__)",
+    )
+    session.run("python", "-m", "gpustack_worker.devcluster.build")
+    session.run("pytest", "-q", "-m", "not cluster", "tests/runtime", *session.posargs)
+    session.run("pytest", "-q", *HTTP_CLUSTER_TESTS, *session.posargs)
+    if end == "highest":
+        # The linear pool pass is used on the httpcore releases it is listed for: each one passes the
+        # equivalence test against its own pass.
+        listed = session.run(
+            "python",
+            "-c",
+            "from gpustack_worker.runtime.pool import LINEAR_POOL_HTTPCORE as v; print(*sorted(v))",
+            silent=True,
+        )
+        for version in str(listed).split():
+            session.install(f"httpcore=={version}")
+            session.run("pytest", "-q", "tests/runtime/test_pool.py")
+        session.install(*HTTP_DEPS[end])
 
 
 # The image's locks: the Containerfile installs only from these files (pip --require-hashes), and
