@@ -4,7 +4,8 @@ httpcore 1.0 closes an idle connection whenever its pool holds more connections 
 limit (httpx's default: 20 of 100), so a process with more requests and watches open at once than that
 closed each connection as soon as its response was read and paid a new TCP and TLS handshake for the
 next request: the ``--all-nodes`` agent (24 workers) opened a connection for about two requests in three.
-The real client and HTTP stack (kr8s, httpx, httpcore, our network backend) against the recording
+The real client and HTTP stack (kr8s' configuration, our session and transport, httpcore's pool, our
+network backend) against the recording
 HTTP(S) server of the wire tests: rounds of concurrent requests reuse the connections the first round
 opened, and the server sees none of them closed.
 """
