@@ -70,7 +70,11 @@ _conn = st.builds(
 def _pool(kind: type[httpcore.AsyncConnectionPool], state: dict[str, Any]) -> tuple[Any, list[Any]]:
     """A pool of ``kind`` holding ``state``'s connections and requests; new connections are labelled in
     the order they are opened, so two pools' choices compare by label."""
-    pool = kind(max_connections=state["max_connections"], max_keepalive_connections=state["keepalive"])
+    limits = {"max_connections": state["max_connections"], "max_keepalive_connections": state["keepalive"]}
+    if issubclass(kind, httpcore.AsyncHTTPProxy):
+        pool = kind(proxy_url="http://127.0.0.1:3128", **limits)
+    else:
+        pool = kind(**limits)
     pool._connections = [
         _Conn(f"c{i}", origin, closed, expired, idle, available)
         for i, (origin, closed, expired, idle, available) in enumerate(state["connections"])
@@ -111,10 +115,14 @@ def test_the_linear_pass_decides_as_httpcores_own(state: dict[str, Any]) -> None
     # A request's assignment sets an event of the running async library: say which one it is.
     token = sniffio.current_async_library_cvar.set("asyncio")
     try:
-        theirs, their_requests = _pool(httpcore.AsyncConnectionPool, state)
-        ours, our_requests = _pool(LinearPool, state)
-        expected = _outcome(theirs, their_requests, theirs._assign_requests_to_connections())
-        assert _outcome(ours, our_requests, ours._assign_requests_to_connections()) == expected
+        for stock, linear in (
+            (httpcore.AsyncConnectionPool, LinearPool),
+            (httpcore.AsyncHTTPProxy, LinearHTTPProxy),
+        ):
+            theirs, their_requests = _pool(stock, state)
+            ours, our_requests = _pool(linear, state)
+            expected = _outcome(theirs, their_requests, theirs._assign_requests_to_connections())
+            assert _outcome(ours, our_requests, ours._assign_requests_to_connections()) == expected, linear
     finally:
         sniffio.current_async_library_cvar.reset(token)
 
