@@ -18,15 +18,18 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from echo_ssa import MANAGER, THING, Delivery, ModelClient, Server, Watch, body_of, data, label
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from gpustack_worker.runtime.apply import Applier, FieldPath
 
-PATHS = (data("g"), data("k"), data("h"), label("team"), label("zone"))
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+PATHS = (data("g"), data("k"), data("h"), label("team"))
 VALUES = ("a", "b")
 
 
@@ -47,6 +50,7 @@ class Reconcile:
     after: tuple[Foreign, ...]  # ... between the server's handling and our answer
     early: int  # events delivered before the answer
     deleting: bool  # a deletion starts while ours is on its way
+    fresh: bool  # the cache has every earlier event when the reconcile reads it
 
 
 @dataclass(frozen=True)
@@ -54,21 +58,41 @@ class Deliver:
     count: int
 
 
+#: Other managers' updates: mostly of G, the field our bodies hold and release in turn.
+G, K, H, TEAM = data("g"), data("k"), data("h"), label("team")
 foreign = st.builds(
     Foreign,
     st.sampled_from(("kubectl-edit", "helper")),
-    st.dictionaries(st.sampled_from(PATHS), st.sampled_from((*VALUES, None)), min_size=1, max_size=3),
+    st.dictionaries(
+        st.sampled_from((G, G, G, K, H, TEAM)), st.sampled_from(("b", "b", None, "a")), min_size=1, max_size=2
+    ),
 )
+#: Our bodies: a few shapes that differ in which fields they hold (a field released while our entry still
+#: owns it is how a later apply of ours becomes a no-op at someone else's version), sometimes a value
+#: changed.
+ours = st.sampled_from(
+    (
+        {G: "a", K: "a"},
+        {K: "a"},
+        {G: "a", K: "a"},
+        {K: "a"},
+        {G: "a"},
+        {K: "a", TEAM: "a"},
+        {G: "a", TEAM: "a"},
+        {},
+    )
+) | st.dictionaries(st.sampled_from((G, K, TEAM)), st.sampled_from(VALUES), max_size=3)
 reconcile = st.builds(
     Reconcile,
-    st.dictionaries(st.sampled_from(PATHS), st.sampled_from(VALUES), max_size=3),
+    ours,
     st.lists(foreign, max_size=2).map(tuple),
     st.lists(foreign, max_size=1).map(tuple),
     st.integers(0, 4),
     st.sampled_from((False, False, False, True)),
+    st.booleans(),
 )
 steps = st.lists(
-    st.one_of(reconcile, foreign, st.builds(Deliver, st.integers(1, 3))), min_size=1, max_size=10
+    st.one_of(reconcile, reconcile, foreign, st.builds(Deliver, st.integers(1, 3))), min_size=2, max_size=12
 )
 initial = st.dictionaries(st.sampled_from(PATHS), st.sampled_from(VALUES), max_size=3)
 
@@ -86,7 +110,9 @@ async def _settle() -> None:
         await asyncio.sleep(0)
 
 
-async def run(start: dict[FieldPath, str], program: list[Any]) -> tuple[Server, Watch, list[Sent]]:
+async def run(
+    start: dict[FieldPath, str], program: list[Any], note: Callable[[str], None] = lambda _: None
+) -> tuple[Server, Watch, list[Sent]]:
     server = Server(content=dict(start))  # the object exists with these fields, owned by nobody yet
     client = ModelClient(server)
     applier = Applier(client, MANAGER, cache=Cache())  # type: ignore[arg-type]
@@ -98,6 +124,8 @@ async def run(start: dict[FieldPath, str], program: list[Any]) -> tuple[Server, 
         elif isinstance(step, Deliver):
             watch.deliver(step.count)
         else:
+            if step.fresh:
+                watch.deliver()
             base = int(watch.store["metadata"]["resourceVersion"])
             task = asyncio.ensure_future(applier.apply(THING, body_of(step.body), watch.store))
             await _settle()
@@ -114,6 +142,8 @@ async def run(start: dict[FieldPath, str], program: list[Any]) -> tuple[Server, 
                 server.mark_deleting()
             if client.process():
                 write.made = server.version
+            elif server.version != base:
+                note("an apply answered with someone else's version")
             for change in step.after:
                 server.update(change.manager, dict(change.changes))
             watch.deliver(step.early)
@@ -156,12 +186,28 @@ def check(server: Server, watch: Watch, sent: list[Sent]) -> None:
             assert not delivery.woken, f"our own write {write.base} → {write.made} woke the controller"
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def _issue(early: int, *changes: dict[FieldPath, str | None]) -> Any:
+    """The issue's interleaving: our body releases G while another manager's update takes it."""
+    before = tuple(Foreign("kubectl-edit", c) for c in changes)
+    return example(
+        {H: "a"},
+        [
+            Reconcile({G: "a", K: "a"}, (), (), 0, False, True),
+            Reconcile({K: "a"}, before, (), early, False, True),
+        ],
+    )
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(initial, steps)
+@_issue(3, {G: "b", H: "b"})  # the event before our answer
+@_issue(0, {G: "b", H: "b"})  # ... after it
+@_issue(0, {G: "b"})
+@_issue(3, {G: None, TEAM: "b"})
 def test_no_foreign_change_is_ever_dropped_and_our_provable_echoes_are(
     start: dict[FieldPath, str], program: list[Any]
 ) -> None:
-    server, watch, sent = asyncio.run(run(start, program))
+    server, watch, sent = asyncio.run(run(start, program, event))
     check(server, watch, sent)
 
 
@@ -169,9 +215,9 @@ def test_the_issues_interleaving_is_among_them() -> None:
     """The reproduction of ``test_echo_foreign_noop.py`` as a program of this property (a fixed example)."""
     g, k, h = data("g"), data("k"), data("h")
     program = [
-        Reconcile({g: "a", k: "b"}, (), (), 0, False),
+        Reconcile({g: "a", k: "b"}, (), (), 0, False, False),
         Deliver(1),
-        Reconcile({k: "b"}, (Foreign("kubectl-edit", {g: "b", h: "b"}),), (), 3, False),
+        Reconcile({k: "b"}, (Foreign("kubectl-edit", {g: "b", h: "b"}),), (), 3, False, False),
     ]
     server, watch, sent = asyncio.run(run({h: "a"}, program))
     assert [w.made for w in sent][1] is None, "our second apply is a no-op at the server"
