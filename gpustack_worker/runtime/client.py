@@ -454,7 +454,9 @@ class _Api:
                 _log.info(
                     "API server through a proxy", server=auth.server, proxy=route.url, source=route.source
                 )
-            pool = transport.build_pool(auth.server, ssl_context=context, route=route)
+            pool = transport.build_pool(
+                auth.server, ssl_context=context, route=route, tls_server_name=auth.tls_server_name or None
+            )
             headers = {"User-Agent": self._user_agent}
             if auth.token:
                 headers["Authorization"] = f"Bearer {auth.token}"

@@ -183,6 +183,7 @@ def build_pool(
     max_connections: int = MAX_CONNECTIONS,
     keepalive_expiry: float = KEEPALIVE_EXPIRY_S,
     http2: bool = False,
+    tls_server_name: str | None = None,
 ) -> httpcore.AsyncConnectionPool:
     """The connection pool of one session to ``server`` (``https://host:port``): direct, or through
     ``route``'s proxy (http://, https:// — TLS to the proxy, then TLS to the server inside the CONNECT
@@ -203,11 +204,13 @@ def build_pool(
             keepalive_expiry=keepalive_expiry,
             http1=True,
             http2=False,
-            network_backend=wire.FencedBackend(),
+            network_backend=wire.FencedBackend(server_name=tls_server_name),
         )
     # Through a proxy to an https server, each connection carries the proxy's exchange (CONNECT, or
     # SOCKS) before the server's TLS handshake; to an http server an HTTP proxy forwards the requests.
-    backend = wire.FencedBackend(tunnel=server.startswith("https://"))
+    # The server's TLS inside the tunnel gets the kubeconfig's tls-server-name (httpcore does not pass it).
+    https = server.startswith("https://")
+    backend = wire.FencedBackend(tunnel=https, server_name=tls_server_name if https else None)
     scheme = route.url.split(":", 1)[0].lower()
     if scheme in ("socks5", "socks5h"):
         if importlib.util.find_spec("socksio") is None:

@@ -152,8 +152,14 @@ PROGRESS: Final[contextvars.ContextVar[Progress | None]] = contextvars.ContextVa
 class _Stream(httpcore.AsyncNetworkStream):
     """A non-blocking socket (optionally TLS over memory BIOs) whose request writes pass the fence."""
 
-    def __init__(self, sock: socket.socket, *, tunnel: bool = False) -> None:
+    def __init__(
+        self, sock: socket.socket, *, tunnel: bool = False, server_name: str | None = None
+    ) -> None:
         self._sock = sock
+        #: The name the server's certificate is checked against when it is not the URL's host (the
+        #: kubeconfig's ``tls-server-name``): httpcore passes a request's ``sni_hostname`` to the TLS of a
+        #: direct connection but not to the server's TLS inside a proxy's tunnel (see :meth:`start_tls`).
+        self._server_name = server_name
         #: True while this is a connection to a proxy whose tunnel to the server is not open yet: what is
         #: written and read until the server's TLS handshake is the proxy's CONNECT (or SOCKS) exchange.
         self._tunnel = tunnel
@@ -319,6 +325,8 @@ class _Stream(httpcore.AsyncNetworkStream):
         timeout: float | None = None,  # noqa: ASYNC109
     ) -> httpcore.AsyncNetworkStream:
         self._starting_tls()
+        if self._server_name and not self._tunnel:  # the server's TLS (direct or tunnelled), no proxy's
+            server_hostname = self._server_name
         # On a stream that is TLS already (an https:// proxy, then the server inside its CONNECT tunnel),
         # the new session is layered over the last one: its records are that session's plaintext.
         layer = _Layer(ssl_context, server_hostname)
@@ -407,10 +415,12 @@ class FencedBackend(httpcore.AsyncNetworkBackend):
     """httpcore's network backend for asyncio, with streams whose request writes pass the fence.
 
     ``tunnel``: the backend of a proxy's pool, whose connections go to the proxy and carry its CONNECT (or
-    SOCKS) exchange before the server's TLS (for :class:`Progress`)."""
+    SOCKS) exchange before the server's TLS (for :class:`Progress`). ``server_name``: the kubeconfig's
+    ``tls-server-name``, given to the server's TLS (not an https proxy's), tunnelled ones included."""
 
-    def __init__(self, *, tunnel: bool = False) -> None:
+    def __init__(self, *, tunnel: bool = False, server_name: str | None = None) -> None:
         self._tunnel = tunnel
+        self._server_name = server_name
 
     async def connect_tcp(
         self,
@@ -445,7 +455,7 @@ class FencedBackend(httpcore.AsyncNetworkBackend):
                     except BaseException:
                         sock.close()
                         raise
-                    return _Stream(sock, tunnel=self._tunnel)
+                    return _Stream(sock, tunnel=self._tunnel, server_name=self._server_name)
         except TimeoutError as exc:
             raise httpcore.ConnectTimeout(str(exc)) from exc
         except OSError as exc:

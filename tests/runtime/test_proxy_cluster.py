@@ -209,3 +209,48 @@ async def test_an_environment_proxy_is_not_used_for_a_loopback_or_no_proxy_serve
     out = cli("catalog", kubeconfig=devcluster.kubeconfig, env=env)
     assert out.returncode == 0, out.stderr
     assert proxy.upstream() == before
+
+
+def kubeconfig_named(devcluster: DevCluster, path: Path, host: str) -> Path:
+    """The dev cluster's kubeconfig with its server named ``host`` (the certificate is checked against
+    ``localhost``, one of its names, through ``tls-server-name``)."""
+    config: dict[str, Any] = yaml.safe_load(devcluster.kubeconfig.read_text())
+    for cluster in config["clusters"]:
+        cluster["cluster"]["server"] = f"https://{host}:{devcluster.apiserver_port}"
+        cluster["cluster"]["tls-server-name"] = "localhost"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+#: 127.0.0.1 spelled so that Go's loopback rule does not see it (not an IP to ``netip.ParseAddr``, not
+#: ``localhost``): the resolver maps it to 127.0.0.1, so the environment proxy applies to it.
+NOT_LOOPBACK_TO_GO = "127.1"
+
+
+@pytest.mark.parametrize(
+    ("no_proxy", "through_proxy"),
+    [("", True), ("example.org,127.1", False), ("127.0.0.0/8", True), ("*", False)],
+    ids=["none", "name", "cidr-not-an-ip", "star"],
+)
+async def test_an_environment_proxy_carries_a_server_no_proxy_does_not_cover(
+    devcluster: DevCluster,
+    proxy: RealProxy,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    no_proxy: str,
+    through_proxy: bool,
+) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", proxy.url)
+    monkeypatch.setenv("NO_PROXY", no_proxy)
+    trust_proxy(proxy, monkeypatch)
+    kubeconfig = kubeconfig_named(devcluster, tmp_path / "kubeconfig", NOT_LOOPBACK_TO_GO)
+    target = f"{NOT_LOOPBACK_TO_GO}:{devcluster.apiserver_port}"
+    before = proxy.connects().count(target)
+    client = await Client.connect(str(kubeconfig), user_agent="proxy-test")
+    try:
+        items, _ = await client.list(NAMESPACE)
+        assert any(i["metadata"]["name"] == "default" for i in items)
+    finally:
+        await client.close()
+    # The requests were answered: the proxy had its chance, and carried them exactly when it applies.
+    assert (proxy.connects().count(target) > before) == through_proxy, proxy.connects()
