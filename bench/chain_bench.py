@@ -52,6 +52,7 @@ import datetime as dt
 import json
 import os
 import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -119,6 +120,7 @@ def converge_limit(n_nodes: int) -> float:
 def idle_limit(n_nodes: int) -> float:
     """Seconds the bench waits for the controller to go idle."""
     return max(IDLE_MIN_S, IDLE_S_PER_NODE * n_nodes)
+
 
 # --- the fleet ---------------------------------------------------------------------------------------
 _XEON_8259 = {"vendor": "Intel", "model": "Intel(R) Xeon(R) Platinum 8259CL CPU @ 2.50GHz", "cores": 96}
@@ -736,6 +738,48 @@ def _configmap(i: int) -> dict[str, Any]:
     }
 
 
+def clientgo_label_rates(
+    kubeconfig: Path, nodes: list[str], devices: list[str], out: Path
+) -> tuple[float, float]:
+    """client-go's server-side-apply rates (8 in flight) of one label on ``nodes`` and on ``devices``
+    (bench/clientgo, built by ``clientgo_build``); (0, 0) when the writer cannot be built."""
+    from clientgo_build import ensure_writer
+
+    from gpustack_worker.devcluster.build import BuildError
+
+    try:
+        binary = ensure_writer()
+    except BuildError as exc:
+        print(f"client-go reference writer not built: {exc}")
+        return 0.0, 0.0
+    rates = []
+    for what, names, extra in (
+        ("nodes", nodes, ["-kind=nodelabel"]),
+        (
+            "devices",
+            devices,
+            [
+                "-kind=label",
+                f"-gvr={kinds.DEVICES.group}/{kinds.DEVICES.version}/{kinds.DEVICES.plural}",
+                f"-objkind={kinds.DEVICES.kind}",
+            ],
+        ),
+    ):
+        names_file = out / f"clientgo-{what}.txt"
+        names_file.write_text("\n".join(names) + "\n")
+        proc = subprocess.run(
+            [str(binary), f"-kubeconfig={kubeconfig}", f"-names={names_file}", "-label=bench.gpustack.ai/raw",
+             "-value=cg", "-manager=chain-bench-clientgo", f"-concurrency={RAW_CONCURRENCY}", *extra],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            print(f"client-go writer failed on {what}: {proc.stdout}{proc.stderr}")
+            rates.append(0.0)
+            continue
+        rates.append(float(json.loads(proc.stdout.strip().splitlines()[-1])["writes_per_s"]))
+    return rates[0], rates[1]
+
+
 # --- profiling ---------------------------------------------------------------------------------------
 
 
@@ -1046,6 +1090,11 @@ async def bench_cluster(
         devices_rate_8 = await raw_apply_rate(
             admin, [(kinds.DEVICES, _devices_label(n, "8")) for n in device_names], RAW_CONCURRENCY
         )
+        # The same two writes from client-go (bench/clientgo, 8 in flight, no client rate limit, HTTP/2
+        # as client-go negotiates it): the reference a Go controller would be held to (issue 28).
+        cg_node_rate_8, cg_devices_rate_8 = await asyncio.to_thread(
+            clientgo_label_rates, cluster.kubeconfig, names, device_names, directory
+        )
 
         # --- the table ---------------------------------------------------------------------------
         node_writes = [e for e in chain_writes if e.resource == "nodes"]
@@ -1065,6 +1114,12 @@ async def bench_cluster(
             else None
         )
         cold_ratio = least_s / total_s if least_s is not None and total_s else None
+        cg_least_s = (
+            (n_desired - n_mirrors) / cg_node_rate_8 + (n_mirrors / cg_devices_rate_8 if n_mirrors else 0.0)
+            if cg_node_rate_8 and cg_devices_rate_8
+            else None
+        )
+        cg_ratio = cg_least_s / total_s if cg_least_s is not None and total_s else None
         report.add("nodes / accelerated / CPU-only", f"{n_nodes} / {accelerated} / {n_nodes - accelerated}")
         report.add(
             "chain objects desired",
@@ -1198,6 +1253,18 @@ async def bench_cluster(
             f"≥ {TARGET_RATIO}",
         )
         fig["cold ratio (least time at the raw rate / start → converged)"] = cold_ratio
+        report.add(
+            f"client-go raw SSA rate, {RAW_CONCURRENCY} in flight: Node label / Devices label",
+            f"{cg_node_rate_8:.0f} /s / {cg_devices_rate_8:.0f} /s",
+        )
+        fig[f"client-go raw SSA rate, Node label, {RAW_CONCURRENCY} in flight, /s"] = cg_node_rate_8
+        fig[f"client-go raw SSA rate, Devices label, {RAW_CONCURRENCY} in flight, /s"] = cg_devices_rate_8
+        report.add(
+            "cold ratio against client-go: least time at client-go's raw rates / start → converged",
+            f"{cg_ratio:.2f} ({cg_least_s:.1f} s)" if cg_ratio is not None and cg_least_s else "n/a",
+            "≥ 0.7",
+        )
+        fig["cold ratio against client-go's raw rates"] = cg_ratio
         report.add(
             "our Node-label write rate (first→last profile write)",
             f"{our_node_rate:.0f} /s over {_span(node_writes):.1f} s",

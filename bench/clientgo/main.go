@@ -44,7 +44,9 @@ func cpuSeconds() float64 {
 
 func main() {
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig of the API server")
-	kind := flag.String("kind", "nodefeature", "what to apply: nodefeature | nodelabel")
+	kind := flag.String("kind", "nodefeature", "what to apply: nodefeature | nodelabel | label (one label on cluster-scoped objects of -gvr)")
+	gvr := flag.String("gvr", "", "with -kind label: group/version/resource of the objects (\"\" group for the core API)")
+	objKind := flag.String("objkind", "", "with -kind label: the objects' kind")
 	names := flag.String("names", "", "file with one object name per line (the NodeFeatures' nodes, or the Nodes)")
 	namespace := flag.String("namespace", "default", "the NodeFeatures' namespace")
 	label := flag.String("label", "bench.gpustack.ai/write", "the label key written")
@@ -81,11 +83,22 @@ func main() {
 		fmt.Fprintln(os.Stderr, "client:", err)
 		os.Exit(2)
 	}
+	labelled, labelledKind, apiVersion := nodes, "Node", "v1"
+	if *kind == "label" {
+		parts := strings.Split(*gvr, "/")
+		if len(parts) != 3 || *objKind == "" {
+			fmt.Fprintln(os.Stderr, "-kind label needs -gvr group/version/resource and -objkind")
+			os.Exit(2)
+		}
+		labelled = schema.GroupVersionResource{Group: parts[0], Version: parts[1], Resource: parts[2]}
+		labelledKind, apiVersion = *objKind, labelled.GroupVersion().String()
+	}
+	clusterScoped := *kind == "nodelabel" || *kind == "label"
 	body := func(name string) *unstructured.Unstructured {
-		if *kind == "nodelabel" {
+		if clusterScoped {
 			return &unstructured.Unstructured{Object: map[string]any{
-				"apiVersion": "v1",
-				"kind":       "Node",
+				"apiVersion": apiVersion,
+				"kind":       labelledKind,
 				"metadata":   map[string]any{"name": name, "labels": map[string]any{*label: *value}},
 			}}
 		}
@@ -117,8 +130,8 @@ func main() {
 				}
 				obj := body(todo[i])
 				var err error
-				if *kind == "nodelabel" {
-					_, err = client.Resource(nodes).Apply(ctx, obj.GetName(), obj, opts)
+				if clusterScoped {
+					_, err = client.Resource(labelled).Apply(ctx, obj.GetName(), obj, opts)
 				} else {
 					_, err = client.Resource(nodeFeatures).Namespace(*namespace).Apply(ctx, obj.GetName(), obj, opts)
 				}

@@ -35,8 +35,9 @@ import ssl
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
+import httpcore
 import httpx
 import kr8s
 import orjson
@@ -78,6 +79,8 @@ __all__ = (
 )
 
 _TRACER: Final = trace.get_tracer(__name__)
+#: Characters a request path keeps as they are (RFC 3986 ``pchar`` and ``/``); any other is %-encoded.
+_PATH_SAFE: Final = "/:@-._~!$&'()*+,;="
 _log = structlog.get_logger(__name__)
 #: HTTP methods that change state; ``requests_by_method`` summed over these is the write count.
 WRITE_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -441,6 +444,10 @@ class _Api:
         #: The session (None until the first request, and after :meth:`aclose`).
         self.session: httpx.AsyncClient | None = None
         self._lock = asyncio.Lock()
+        #: The session's transport, server URL and TLS name, for :meth:`_direct` (set with the session).
+        self._transport: transport.Transport | None = None
+        self._origin = httpx.URL()
+        self._sni: str | None = None
 
     async def _open(self) -> httpx.AsyncClient:
         async with self._lock:
@@ -460,10 +467,13 @@ class _Api:
             headers = {"User-Agent": self._user_agent}
             if auth.token:
                 headers["Authorization"] = f"Bearer {auth.token}"
+            self._sni = auth.tls_server_name or None
+            self._transport = transport.Transport(pool, sni_hostname=self._sni)
+            self._origin = httpx.URL(auth.server)
             self.session = httpx.AsyncClient(
                 base_url=auth.server,
                 headers=headers,
-                transport=transport.Transport(pool, sni_hostname=auth.tls_server_name or None),
+                transport=self._transport,
                 timeout=None,  # the client bounds each request as a whole (Client._once)
                 trust_env=False,  # proxies are chosen by proxy.route_for, as kubectl chooses them
                 follow_redirects=True,
@@ -487,12 +497,70 @@ class _Api:
         assert not raise_for_status, "the client reads statuses itself"
         session = self.session or await self._open()
         path = "/".join(part for part in (base, version, url) if part)
+        if not stream and not session.event_hooks["request"]:
+            yield await self._direct(session, method, path, **kwargs)
+            return
         request = session.build_request(method, path, **kwargs)
         response = await session.send(request, stream=True)
         try:
             yield response
         finally:
             await response.aclose()
+
+    async def _direct(
+        self,
+        session: httpx.AsyncClient,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        content: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> httpx.Response:
+        """One whole request (its body read) straight on the session's httpcore pool: the same pool,
+        fenced backend, proxy route, TLS name and headers as :meth:`call_api`'s httpx path, without
+        httpx's per-request machinery (``build_request``'s URL merge and parse, cookie extraction, the
+        auth and redirect layers, the response stream wrappers) — about a third of the client's CPU per
+        write (docs/performance.md, issue 28). No redirect is followed (the API server sends none); a
+        compressed answer is decoded by the ``httpx.Response`` built from it. A session given request
+        hooks (tests instrumenting requests) takes the httpx path, which runs them."""
+        origin, core = self._origin, self._transport
+        assert core is not None, "opened with the session"
+        target = quote(path, safe=_PATH_SAFE)
+        if params:
+            target = f"{target}?{urlencode(params, quote_via=quote)}"
+        raw = [(b"Host", origin.netloc), *session.headers.raw]
+        if content is not None:
+            raw.append((b"Content-Length", str(len(content)).encode()))
+            if headers:
+                raw += [(k.encode(), v.encode()) for k, v in headers.items()]
+        extensions: dict[str, Any] = {"sni_hostname": self._sni} if self._sni else {}
+        request = httpcore.Request(
+            method.encode(),
+            httpcore.URL(
+                scheme=origin.raw_scheme, host=origin.raw_host, port=origin.port, target=target.encode()
+            ),
+            headers=raw,
+            content=content or b"",
+            extensions=extensions,
+        )
+        try:
+            answer = await core.pool.handle_async_request(request)
+            progress = wire.PROGRESS.get()
+            if progress is not None:
+                progress.phase = wire.BODY
+            try:
+                body = b"".join([part async for part in answer.stream])  # type: ignore[union-attr]
+            finally:
+                await answer.aclose()
+        except Exception as exc:
+            error = transport.mapped(exc, httpx.Request(method, origin.join(target)))
+            if error is exc:
+                raise
+            raise error from exc
+        return httpx.Response(
+            answer.status, headers=answer.headers, content=body, extensions=answer.extensions
+        )
 
     async def reauthenticate(self) -> None:
         """Reload the credentials (kubeconfig, exec plugin or service-account token) into the session.
