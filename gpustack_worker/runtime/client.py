@@ -459,7 +459,7 @@ class _Api:
             route = proxy.route_for(auth.server, proxy_url=auth.proxy, env=os.environ)
             if route is not None:
                 _log.info(
-                    "API server through a proxy", server=auth.server, proxy=route.url, source=route.source
+                    "API server through a proxy", server=auth.server, proxy=route.display, source=route.source
                 )
             pool = transport.build_pool(
                 auth.server, ssl_context=context, route=route, tls_server_name=auth.tls_server_name or None
