@@ -152,9 +152,7 @@ PROGRESS: Final[contextvars.ContextVar[Progress | None]] = contextvars.ContextVa
 class _Stream(httpcore.AsyncNetworkStream):
     """A non-blocking socket (optionally TLS over memory BIOs) whose request writes pass the fence."""
 
-    def __init__(
-        self, sock: socket.socket, *, tunnel: bool = False, server_name: str | None = None
-    ) -> None:
+    def __init__(self, sock: socket.socket, *, tunnel: bool = False, server_name: str | None = None) -> None:
         self._sock = sock
         #: The name the server's certificate is checked against when it is not the URL's host (the
         #: kubeconfig's ``tls-server-name``): httpcore passes a request's ``sni_hostname`` to the TLS of a
@@ -247,7 +245,9 @@ class _Stream(httpcore.AsyncNetworkStream):
         except (BlockingIOError, InterruptedError):
             return
         del self._pending[:sent]
-        if attempt is not None:
+        if attempt is not None and not self._tunnel:
+            # A proxy's CONNECT (or SOCKS) exchange, written by the request's task on a new tunnel, is
+            # checked like any write but is none of the request's bytes.
             attempt.bytes_sent += sent
 
     def _abort(self, attempt: Attempt | None) -> None:

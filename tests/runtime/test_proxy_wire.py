@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 import httpcore
 import pytest
 
-from gpustack_worker.runtime import wire
+from gpustack_worker.runtime import transport, wire
+from gpustack_worker.runtime.proxy import Route
 from tests.runtime.proxy_server import RealProxy, running_proxy
 from tests.runtime.test_fence_wire import Recorder, Script, serve, stop
 
@@ -49,17 +50,14 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, b
     return d / "cert.pem", d / "key.pem", cert
 
 
-def pool_through(proxy: RealProxy, server_ca: bytes) -> httpcore.AsyncHTTPProxy:
+def pool_through(proxy: RealProxy, server: Recorder, server_ca: bytes) -> httpcore.AsyncConnectionPool:
+    """The session's pool to ``server`` through ``proxy``, as the client builds it."""
     server_tls = ssl.create_default_context(cadata=server_ca.decode())
     proxy_tls = None
     if proxy.ca_pem is not None:
         proxy_tls = ssl.create_default_context(cadata=proxy.ca_pem.decode())
-    return httpcore.AsyncHTTPProxy(
-        proxy_url=proxy.url,
-        ssl_context=server_tls,
-        proxy_ssl_context=proxy_tls,
-        network_backend=wire.FencedBackend(),
-    )
+    route = Route(proxy.url, "test")
+    return transport.build_pool(server.url, ssl_context=server_tls, route=route, proxy_ssl_context=proxy_tls)
 
 
 def tunnels_to(proxy: RealProxy, server: Recorder) -> int:
@@ -69,7 +67,7 @@ def tunnels_to(proxy: RealProxy, server: Recorder) -> int:
 async def test_requests_go_through_the_proxy_with_tls_inside_tls(
     proxy: RealProxy, server: Recorder, certificate: tuple[Path, Path, bytes]
 ) -> None:
-    async with pool_through(proxy, certificate[2]) as pool:
+    async with pool_through(proxy, server, certificate[2]) as pool:
         for i in range(5):
             response = await pool.request("GET", f"{server.url}/api/v1/namespaces/default/configmaps/r{i}")
             assert response.status == 200
@@ -89,7 +87,7 @@ async def test_the_server_certificate_is_checked_inside_the_tunnel(
     proxy: RealProxy, server: Recorder
 ) -> None:
     other_ca, _ = _other_certificate()
-    async with pool_through(proxy, other_ca) as pool:
+    async with pool_through(proxy, server, other_ca) as pool:
         with pytest.raises(httpcore.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
             await pool.request("GET", f"{server.url}/version")
 
@@ -112,7 +110,7 @@ async def test_the_fence_refuses_a_write_through_the_proxy(
     answers: list[bool],
     nothing_sent: bool,
 ) -> None:
-    async with pool_through(proxy, certificate[2]) as pool:
+    async with pool_through(proxy, server, certificate[2]) as pool:
         assert (await pool.request("GET", f"{server.url}/version")).status == 200
         fence = Script(answers)
         with pytest.raises(wire.FenceClosed) as caught, wire.fenced(fence) as attempt:
@@ -127,3 +125,21 @@ async def test_the_fence_refuses_a_write_through_the_proxy(
         assert (await pool.request("GET", f"{server.url}/after")).status == 200
         assert server.complete("after")
         assert server.connections == 2
+
+
+async def test_a_write_refused_after_the_proxy_connect_reports_nothing_of_it_sent(
+    proxy: RealProxy, server: Recorder, certificate: tuple[Path, Path, bytes]
+) -> None:
+    """On a new tunnel the fenced write's task also writes the proxy's CONNECT (and, for an https proxy,
+    the TLS handshakes): those bytes are not the request's. Refused at the request's first send, nothing
+    of the request left (the client's message says so: refused, not incomplete)."""
+    async with pool_through(proxy, server, certificate[2]) as pool:
+        fence = Script([True, False])  # open at the CONNECT, closed at the request's headers
+        with pytest.raises(wire.FenceClosed) as caught, wire.fenced(fence) as attempt:
+            await pool.request("PATCH", f"{server.url}/configmaps/after-connect", content=b"{}")
+        assert fence.asked == 2, "the CONNECT and the request were not each checked"
+        assert tunnels_to(proxy, server) >= 1, "the CONNECT did not go out"
+        assert caught.value.bytes_sent == 0
+        assert attempt.bytes_sent == 0
+        assert attempt.incomplete
+        assert not server.saw_bytes_of("after-connect")
