@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Final
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ("ProxyError", "Route", "route_for", "socks_available")
+__all__ = ("ProxyError", "Route", "route_for", "socks_available", "split_credentials")
 
 #: Schemes a kubeconfig ``proxy-url`` may have (client-go's ``parseProxyURL``).
 KUBECONFIG_SCHEMES: Final = ("http", "https", "socks5")
@@ -78,6 +78,18 @@ class Route:
 
     def __str__(self) -> str:
         return f"via proxy {self.display} ({self.source})"
+
+
+def split_credentials(url: str) -> tuple[str, tuple[str, str] | None]:
+    """``url`` without its user and password, and them (percent-decoded), for the proxy's
+    ``Proxy-Authorization: Basic`` (or SOCKS) credentials, as Go's transport sends a proxy URL's userinfo.
+    httpcore drops a proxy URL's userinfo silently: they must be passed as ``proxy_auth``."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None:
+        return url, None
+    address = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    user = urllib.parse.unquote(parts.username)
+    return address, (user, urllib.parse.unquote(parts.password or ""))
 
 
 def socks_available() -> bool:

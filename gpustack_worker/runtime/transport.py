@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Final, Protocol, cast
 import httpcore
 import httpx
 
-from gpustack_worker.runtime import wire
+from gpustack_worker.runtime import proxy, wire
 from gpustack_worker.runtime.pool import pool_classes
 
 if TYPE_CHECKING:
@@ -212,14 +212,17 @@ def build_pool(
     https = server.startswith("https://")
     backend = wire.FencedBackend(tunnel=https, server_name=tls_server_name if https else None)
     scheme = route.url.split(":", 1)[0].lower()
+    # httpcore ignores a proxy URL's user:password; client-go sends them (proxy.split_credentials).
+    proxy_url, proxy_auth = proxy.split_credentials(route.url)
     if scheme in ("socks5", "socks5h"):
         if importlib.util.find_spec("socksio") is None:
             raise SocksUnavailable(
-                f"proxy {route.url} ({route.source}): a SOCKS proxy needs the socksio package"
+                f"proxy {proxy_url} ({route.source}): a SOCKS proxy needs the socksio package"
                 " (pip install 'httpx[socks]')"
             )
         socks: httpcore.AsyncConnectionPool = classes.socks_proxy(
-            proxy_url=route.url,
+            proxy_url=proxy_url,
+            proxy_auth=proxy_auth,
             ssl_context=context,
             max_connections=max_connections,
             max_keepalive_connections=max_connections,
@@ -233,7 +236,8 @@ def build_pool(
     if scheme == "https":
         proxy_context = http1_context(proxy_ssl_context or httpx.create_ssl_context())
     return classes.http_proxy(
-        proxy_url=route.url,
+        proxy_url=proxy_url,
+        proxy_auth=proxy_auth,
         ssl_context=context,
         proxy_ssl_context=proxy_context,
         max_connections=max_connections,

@@ -159,8 +159,9 @@ def _wait_until_it_accepts(process: subprocess.Popen[bytes], port_file: Path, lo
 
 
 @contextlib.contextmanager
-def running_proxy(directory: Path, *, tls: bool) -> Iterator[RealProxy]:
-    """Run proxy.py in ``directory`` (its logs, port file and certificates) until the block ends."""
+def running_proxy(directory: Path, *, tls: bool, basic_auth: str | None = None) -> Iterator[RealProxy]:
+    """Run proxy.py in ``directory`` (its logs, port file and certificates) until the block ends;
+    ``basic_auth`` (``user:password``): it answers 407 to a request without these credentials."""
     directory.mkdir(parents=True, exist_ok=True)
     port_file = directory / "port"
     log = directory / "proxy.log"
@@ -185,6 +186,8 @@ def running_proxy(directory: Path, *, tls: bool) -> Iterator[RealProxy]:
         "--plugins",
         f"{__name__}.ConnectLog",
     ]
+    if basic_auth is not None:
+        args += ["--basic-auth", basic_auth]
     ca_pem = None
     if tls:
         ca_pem, cert, key = make_ca_and_certificate()

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from gpustack_worker.runtime.proxy import ProxyError, Route, route_for
+from gpustack_worker.runtime.proxy import ProxyError, Route, route_for, split_credentials
 
 NONE = "<nil>"
 
@@ -311,3 +311,16 @@ def test_an_ip_server_in_a_no_proxy_cidr_is_direct_and_outside_it_proxied(
 )
 def test_loopback_servers_never_take_an_environment_proxy(server: str, env: dict[str, str]) -> None:
     assert route_for(server, proxy_url=None, env=env) is None
+
+
+@pytest.mark.parametrize(
+    ("url", "address", "credentials"),
+    [
+        ("http://proxy:3128", "http://proxy:3128", None),
+        ("http://kube@proxy:3128", "http://proxy:3128", ("kube", "")),
+        ("https://kube:p%40ss%3Aw%25rd@proxy:3128", "https://proxy:3128", ("kube", "p@ss:w%rd")),
+        ("http://a%20b:c@[2001:db8::1]:8080/", "http://[2001:db8::1]:8080/", ("a b", "c")),
+    ],
+)
+def test_split_credentials(url: str, address: str, credentials: tuple[str, str] | None) -> None:
+    assert split_credentials(url) == (address, credentials)

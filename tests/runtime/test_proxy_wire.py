@@ -143,3 +143,35 @@ async def test_a_write_refused_after_the_proxy_connect_reports_nothing_of_it_sen
         assert attempt.bytes_sent == 0
         assert attempt.incomplete
         assert not server.saw_bytes_of("after-connect")
+
+
+#: A password with characters a URL must escape (``@``, ``:``, ``%``), as it appears in the proxy URL.
+USER, PASSWORD = "kube", "p@ss:w%rd"
+ESCAPED = "p%40ss%3Aw%25rd"
+
+
+@pytest.fixture(scope="module")
+def authenticating_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealProxy]:
+    with running_proxy(
+        tmp_path_factory.mktemp("proxy-auth"), tls=False, basic_auth=f"{USER}:{PASSWORD}"
+    ) as p:
+        yield p
+
+
+def pool_with_url(url: str, server_ca: bytes) -> httpcore.AsyncConnectionPool:
+    server_tls = ssl.create_default_context(cadata=server_ca.decode())
+    return transport.build_pool("https://127.0.0.1", ssl_context=server_tls, route=Route(url, "test"))
+
+
+async def test_the_credentials_in_a_proxy_url_authenticate_the_connect(
+    authenticating_proxy: RealProxy, server: Recorder, certificate: tuple[Path, Path, bytes]
+) -> None:
+    """client-go sends a proxy URL's user and password (percent-decoded) as Proxy-Authorization: Basic."""
+    port = authenticating_proxy.port
+    async with pool_with_url(f"http://127.0.0.1:{port}", certificate[2]) as pool:
+        with pytest.raises(httpcore.ProxyError, match="407"):
+            await pool.request("GET", f"{server.url}/version")
+    assert not server.requests, "the proxy let an unauthenticated CONNECT through"
+    async with pool_with_url(f"http://{USER}:{ESCAPED}@127.0.0.1:{port}", certificate[2]) as pool:
+        assert (await pool.request("GET", f"{server.url}/version")).status == 200
+    assert tunnels_to(authenticating_proxy, server) == 1
