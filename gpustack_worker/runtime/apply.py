@@ -529,14 +529,13 @@ def _equal(a: Any, b: Any) -> bool:
 
 
 def _other_entries(obj: Mapping[str, Any], manager: str, subresource: str | None) -> list[Any]:
-    """The managedFields entries of ``obj`` other than ``manager``'s apply entry for ``subresource``."""
+    """The managedFields entries of ``obj`` other than ``manager``'s for ``subresource`` (its apply entry,
+    and the update entry a create-only POST of ours leaves)."""
     return [
         entry
         for entry in (obj.get("metadata") or {}).get("managedFields") or ()
         if not (
-            entry.get("manager") == manager
-            and entry.get("operation", "Apply") == "Apply"
-            and (entry.get("subresource") or None) == (subresource or None)
+            entry.get("manager") == manager and (entry.get("subresource") or None) == (subresource or None)
         )
     ]
 

@@ -169,8 +169,23 @@ def test_the_entry_of_another_subresource_decides_nothing_for_the_main_resource(
 
 @pytest.mark.parametrize(
     ("extra", "ours"),
-    [({}, True), ({"data": {"v": "1", "h": "theirs"}}, False), ({"metadata": {"labels": {"a": "b"}}}, False)],
-    ids=["exactly our fields", "a field of someone else", "a label of someone else"],
+    [
+        ({}, True),
+        ({"metadata": {"managedFields": [{**entry({"f:data": {"f:v": {}}}), "operation": "Update"}]}}, True),
+        ({"data": {"v": "1", "h": "theirs"}}, False),
+        ({"metadata": {"labels": {"a": "b"}}}, False),
+        (
+            {"metadata": {"managedFields": [entry({"f:data": {"f:h": {}}}, manager="our-other-controller")]}},
+            False,
+        ),
+    ],
+    ids=[
+        "exactly our fields",
+        "our create's update entry",
+        "a field of someone else",
+        "a label of someone else",
+        "another kept manager's entry",
+    ],
 )
 def test_an_added_object_holds_our_fields_only(extra: dict[str, Any], ours: bool) -> None:
     created = {
