@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.chain.catalog import catalog
 from gpustack_worker.cli.output import emit
+from gpustack_worker.cli.request_timeout import request_timeout_of
 from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.settings import SettingsError, settings_from
@@ -27,7 +28,10 @@ _COLUMNS = ("name", "acceleratable", "manufacturer", "product", "memory", "slice
 
 async def run(args: argparse.Namespace) -> int:
     client = await Client.connect(
-        args.kubeconfig, context=getattr(args, "context", None), user_agent="gpustack-worker-catalog"
+        args.kubeconfig,
+        context=getattr(args, "context", None),
+        timeout_s=request_timeout_of(args),
+        user_agent="gpustack-worker-catalog",
     )
     try:
         cm = await client.get(kinds.CONFIG_MAP, args.settings_configmap, args.namespace)

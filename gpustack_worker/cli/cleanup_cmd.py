@@ -287,6 +287,7 @@ def _print_document(text: str, fmt: str) -> None:
 
 async def run(args: argparse.Namespace) -> int:
     from gpustack_worker.cli import cleaning
+    from gpustack_worker.cli.request_timeout import request_timeout_of
     from gpustack_worker.runtime.client import Client
 
     json_out = args.output != "text"  # json or yaml: one document on stdout, progress on stderr
@@ -295,7 +296,10 @@ async def run(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr if json_out else sys.stdout, flush=True)
 
     client = await Client.connect(
-        args.kubeconfig, context=getattr(args, "context", None), user_agent=USER_AGENT
+        args.kubeconfig,
+        context=getattr(args, "context", None),
+        timeout_s=request_timeout_of(args),
+        user_agent=USER_AGENT,
     )
     try:
         inv = await inventory(client, args.namespace)  # a refused read: the CLI's one error line

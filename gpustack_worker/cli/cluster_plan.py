@@ -1009,12 +1009,16 @@ def report_list(report: PlanReport) -> tuple[dict[str, Any], list[str]]:
 
 async def _plan_live(args: argparse.Namespace, overrides: dict[str, str]) -> PlanReport:
     from gpustack_worker.cli.plan_cmd import InputError
+    from gpustack_worker.cli.request_timeout import request_timeout_of
     from gpustack_worker.cli.settings import WorkerSettings
     from gpustack_worker.runtime.client import Client
     from gpustack_worker.runtime.settings import SettingsError, settings_from
 
     client = await Client.connect(
-        args.kubeconfig, context=getattr(args, "context", None), user_agent="gpustack-worker-plan"
+        args.kubeconfig,
+        context=getattr(args, "context", None),
+        timeout_s=request_timeout_of(args),
+        user_agent="gpustack-worker-plan",
     )
     try:
         live = await read_live(client, namespace=args.namespace, settings_configmap=args.settings_configmap)

@@ -60,6 +60,7 @@ async def run(args: argparse.Namespace) -> int:
     async with running(
         getattr(args, "kubeconfig", None),
         context=getattr(args, "context", None),
+        request_timeout=getattr(args, "request_timeout", None),
         user_agent=f"{USER_AGENT}/{identity}",
     ) as proc:
         # Start-up preflight (docs/operations.md, Preflight): one line per missing piece, exit 1.

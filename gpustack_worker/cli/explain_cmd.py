@@ -163,6 +163,7 @@ async def explain(client: Client, kind: str, ref: str, roles: list[str]) -> expl
 async def run(args: argparse.Namespace) -> int:
     from gpustack_worker.cli import explaining
     from gpustack_worker.cli.output import emit
+    from gpustack_worker.cli.request_timeout import request_timeout_of
     from gpustack_worker.runtime.client import Client
 
     kind = {"md": "modeldeployment", "wl": "workload"}.get(args.kind, args.kind)
@@ -173,7 +174,10 @@ async def run(args: argparse.Namespace) -> int:
         print("explain: --role applies to modeldeployment only", file=sys.stderr)
         return 2
     client = await Client.connect(
-        args.kubeconfig, context=getattr(args, "context", None), user_agent="gpustack-worker-explain"
+        args.kubeconfig,
+        context=getattr(args, "context", None),
+        timeout_s=request_timeout_of(args),
+        user_agent="gpustack-worker-explain",
     )
     try:
         result = await explain(client, kind, args.name, list(args.role))

@@ -28,8 +28,8 @@ BROKEN_PIPE_EXIT = 141
 
 
 def add_kubeconfig_flags(p: argparse.ArgumentParser) -> None:
-    """``--kubeconfig`` and ``--context``, for every command that talks to an API server
-    (:meth:`gpustack_worker.runtime.client.Client.connect` resolves them)."""
+    """``--kubeconfig``, ``--context`` and ``--request-timeout`` (:mod:`.request_timeout`), for every command
+    that talks to an API server (:meth:`gpustack_worker.runtime.client.Client.connect` resolves them)."""
     p.add_argument(
         "--kubeconfig",
         default=None,
@@ -40,6 +40,9 @@ def add_kubeconfig_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--context", default=None, help="the kubeconfig context to use (default: its current-context)"
     )
+    from gpustack_worker.cli.request_timeout import add_request_timeout_flag
+
+    add_request_timeout_flag(p)
 
 
 def _common_api_flags(p: argparse.ArgumentParser) -> None:

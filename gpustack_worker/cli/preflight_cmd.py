@@ -101,17 +101,38 @@ async def _raw(
     headers: Sequence[tuple[str, str]] = (),
 ) -> tuple[int, dict[str, Any]]:
     """One request, any path, with headers (impersonation: a header may repeat); the status and the
-    decoded body. Errors are answers here (a 404 is a finding), so nothing is raised for a status."""
+    decoded body. Errors are answers here (a 404 is a finding), so nothing is raised for a status.
+
+    It goes to the client's session directly, so it is bounded here as the client bounds its own
+    requests: the whole request within ``client.timeout_s`` (``--request-timeout``), else
+    :class:`~gpustack_worker.runtime.client.RequestTimeout` naming the phase it stopped in."""
     import orjson
+
+    from gpustack_worker.runtime import wire
+    from gpustack_worker.runtime.client import RequestTimeout
 
     root, _, rest = path.lstrip("/").partition("/")
     kwargs: dict[str, Any] = {"headers": [("Content-Type", "application/json"), *headers]}
     if body is not None:
         kwargs["content"] = orjson.dumps(body)
-    async with client._api.call_api(
-        method, version="", base=f"/{root}", url=rest, raise_for_status=False, **kwargs
-    ) as response:
-        await response.aread()
+    progress = wire.Progress()
+    token = wire.PROGRESS.set(progress)
+    deadline = asyncio.timeout(client.timeout_s)
+    try:
+        async with (
+            deadline,
+            client._api.call_api(
+                method, version="", base=f"/{root}", url=rest, raise_for_status=False, **kwargs
+            ) as response,
+        ):
+            progress.phase = wire.BODY
+            await response.aread()
+    except TimeoutError as exc:
+        if not deadline.expired():
+            raise
+        raise RequestTimeout(client.server, method, path, progress.phase, client.timeout_s or 0.0) from exc
+    finally:
+        wire.PROGRESS.reset(token)
     try:
         data = orjson.loads(response.content) if response.content else {}
     except orjson.JSONDecodeError:
@@ -313,6 +334,7 @@ async def gather(client: Client, args: argparse.Namespace) -> list[preflighting.
 
 async def run(args: argparse.Namespace) -> int:
     from gpustack_worker.cli import preflighting
+    from gpustack_worker.cli.request_timeout import request_timeout_of
     from gpustack_worker.runtime.client import Client
 
     try:
@@ -322,7 +344,10 @@ async def run(args: argparse.Namespace) -> int:
         print(f"preflight: {exc}", file=sys.stderr)
         return 2
     client = await Client.connect(
-        args.kubeconfig, context=getattr(args, "context", None), user_agent="gpustack-worker-preflight"
+        args.kubeconfig,
+        context=getattr(args, "context", None),
+        timeout_s=request_timeout_of(args),
+        user_agent="gpustack-worker-preflight",
     )
     try:
         results = await gather(client, args)  # a refused read: the CLI's one error line (cli/errors.py)

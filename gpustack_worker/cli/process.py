@@ -41,12 +41,18 @@ class Process:
 
 @contextlib.asynccontextmanager
 async def running(
-    kubeconfig: str | None, *, user_agent: str | None = None, context: str | None = None
+    kubeconfig: str | None,
+    *,
+    user_agent: str | None = None,
+    context: str | None = None,
+    request_timeout: float | None = None,
 ) -> AsyncIterator[Process]:
     """Configure logging and tracing, connect, log the start-up line, and turn SIGTERM/SIGINT into a
     graceful stop.
 
-    ``kubeconfig`` and ``context`` are ``--kubeconfig`` and ``--context`` (:meth:`Client.connect`).
+    ``kubeconfig`` and ``context`` are ``--kubeconfig`` and ``--context`` (:meth:`Client.connect`);
+    ``request_timeout`` is ``--request-timeout`` (None: the ``api-timeout-seconds`` start-up setting), the
+    deadline of every request.
     ``user_agent`` names the process and its identity on every request
     (``gpustack-worker-controller/<identity>``, ``gpustack-worker-agent/<node>``; the client adds
     ``gpustack-worker/<version>``), so the API server's audit log attributes each write to the process
@@ -55,7 +61,10 @@ async def running(
     configure_logging(boot.log_level)
     configure_tracing()
     client = await Client.connect(
-        kubeconfig, context=context, timeout_s=boot.api_timeout_seconds, user_agent=user_agent
+        kubeconfig,
+        context=context,
+        timeout_s=boot.api_timeout_seconds if request_timeout is None else request_timeout,
+        user_agent=user_agent,
     )
     _log.info(
         "gpustack-worker starting",

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpustack_worker.cli.request_timeout import request_timeout_of
 from gpustack_worker.runtime.client import TRANSPORT_ERRORS, Client
 from gpustack_worker.runtime.settings import SettingsError, settings_from
 from gpustack_worker.simulate.apply import ApplyFailed, apply_scenario
@@ -82,7 +83,10 @@ async def run(args: argparse.Namespace) -> int:
         return 2
     try:
         client = await Client.connect(
-            args.kubeconfig, context=getattr(args, "context", None), user_agent=USER_AGENT
+            args.kubeconfig,
+            context=getattr(args, "context", None),
+            timeout_s=request_timeout_of(args),
+            user_agent=USER_AGENT,
         )
     except (OSError, ValueError, TypeError, KeyError, *TRANSPORT_ERRORS) as exc:
         # kr8s reports an unusable kubeconfig with whatever its parser raised (TypeError on a file

@@ -182,7 +182,8 @@ def _transport(exc_type: type[httpx.TransportError], message: str) -> httpx.Tran
     [
         (
             _transport(httpx.ConnectError, "[Errno 111] Connection refused"),
-            f"{SERVER}: cannot connect: [Errno 111] Connection refused",
+            f"{SERVER}: cannot connect: connection refused "
+            "(is the API server running, and is this its address?)",
         ),
         (
             _transport(httpx.ReadTimeout, "timed out"),
