@@ -427,6 +427,17 @@ def _retrieved(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
+def request_target(path: str, params: Mapping[str, str] | None) -> str:
+    """The request-target of ``path`` with ``params`` as its query (what :meth:`_Api._direct` sends):
+    the path %-encoded but for RFC 3986 ``pchar`` and ``/``, each parameter name and value %-encoded
+    whole (a space as ``%20``, ``&``, ``=``, ``+``, ``,``, ``(`` and ``!`` encoded too), so the server
+    reads back exactly ``path`` and ``params`` (a label selector such as ``a in (x,y),!b`` included)."""
+    target = quote(path, safe=_PATH_SAFE)
+    if params:
+        target = f"{target}?{urlencode(params, quote_via=quote, safe='')}"
+    return target
+
+
 class _Api:
     """One HTTP session to the API server, built by us from kr8s' configuration and credentials.
 
@@ -527,9 +538,7 @@ class _Api:
         hooks (tests instrumenting requests) takes the httpx path, which runs them."""
         origin, core = self._origin, self._transport
         assert core is not None, "opened with the session"
-        target = quote(path, safe=_PATH_SAFE)
-        if params:
-            target = f"{target}?{urlencode(params, quote_via=quote)}"
+        target = request_target(path, params)
         raw = [(b"Host", origin.netloc), *session.headers.raw]
         if content is not None:
             raw.append((b"Content-Length", str(len(content)).encode()))
