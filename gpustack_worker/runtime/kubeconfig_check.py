@@ -144,7 +144,7 @@ def _cluster_problem(name: str, cluster: Mapping[str, Any], base_dir: str | None
     return None
 
 
-def _exec_problem(plugin: object, base_dir: str | None) -> str | None:
+def _exec_problem(plugin: object) -> str | None:
     if not isinstance(plugin, Mapping):
         return "exec is not a mapping"
     command = plugin.get("command")
@@ -164,11 +164,10 @@ def _exec_problem(plugin: object, base_dir: str | None) -> str | None:
         and all(isinstance(item, Mapping) and {"name", "value"} <= item.keys() for item in env)
     ):
         return f'exec plugin "{command}": env is not a list of name/value pairs'
-    if os.sep in command:
-        found = _file_problem(f'exec plugin "{command}"', command, base_dir)
-        if found is None:
+    if os.sep in command:  # kr8s runs it as given: relative to the working directory
+        if os.path.isfile(os.path.expanduser(command)):
             return None
-        return f'exec plugin "{command}" not found'
+        return f'exec plugin "{command}" not found (looked for from the working directory)'
     if shutil.which(command) is None:
         return f'exec plugin "{command}" not found in $PATH'
     return None
@@ -201,7 +200,7 @@ def _user_problem(name: str, user: Mapping[str, Any], base_dir: str | None) -> s
         if not user.get("token"):  # kr8s reads no token-file: the requests would go out anonymous
             return where("token-file is not supported by this client (set token, or use an exec plugin)")
     if "exec" in user:
-        found = _exec_problem(user["exec"], base_dir)
+        found = _exec_problem(user["exec"])
         if found:
             return where(found)
     if "username" in user or "password" in user:

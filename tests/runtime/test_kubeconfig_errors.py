@@ -283,7 +283,8 @@ ROWS: list[tuple[str, Any, str | None, str]] = [
             )
         ),
         None,
-        'context "a": user "u": exec plugin "./bin/missing" not found',
+        'context "a": user "u": exec plugin "./bin/missing" not found '
+        "(looked for from the working directory)",
     ),
     (
         "exec without command",
