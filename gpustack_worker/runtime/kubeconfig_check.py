@@ -33,6 +33,7 @@ import binascii
 import os
 import shutil
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, Final
 
 import yaml
@@ -46,6 +47,8 @@ _PEM_DATA: Final = {
     "users": ("client-certificate-data", "client-key-data"),
 }
 _SERVER_SCHEMES: Final = ("https://", "http://")
+#: The body of an entry written as ``cluster: null`` (``user:``, ``context:``).
+_EMPTY: Final[Mapping[str, Any]] = MappingProxyType({})
 
 
 def load_kubeconfig(path: str) -> tuple[Any, str | None]:
@@ -80,7 +83,7 @@ def _named(
             return {}, f'{item_key} "{entry["name"]}" in {list_key} has no {item_key} field'
         body = entry.get(item_key)
         if body is None:
-            body = {}
+            body = _EMPTY  # kr8s indexes into it when it is used
         if not isinstance(body, Mapping):
             return {}, f'{item_key} "{entry["name"]}": its {item_key} is a {_kind(body)}, not a mapping'
         found.setdefault(str(entry["name"]), body)  # the first definition of a name wins (kubectl)
@@ -260,6 +263,8 @@ def kubeconfig_problem(doc: object, *, context: str | None, base_dir: str | None
     elif context not in contexts:
         return None  # the client's own text: context "x" does not exist in <where>
     body = contexts[context]
+    if body is _EMPTY:
+        return f'context "{context}" is empty (context: null)'
     for list_key, item_key in (("clusters", "cluster"), ("users", "user")):
         ref = body.get(item_key)
         if not ref:
@@ -268,6 +273,8 @@ def kubeconfig_problem(doc: object, *, context: str | None, base_dir: str | None
             return f'context "{context}": its {item_key} is a {_kind(ref)}, not a name'
         if ref not in named[list_key]:
             return f'context "{context}" names {item_key} "{ref}", which is not in the file'
+        if named[list_key][ref] is _EMPTY:
+            return f'context "{context}": {item_key} "{ref}" is empty ({item_key}: null)'
     cluster_name, user_name = str(body["cluster"]), str(body["user"])
     found = _cluster_problem(cluster_name, named["clusters"][cluster_name], base_dir)
     user = _user_problem(user_name, named["users"][user_name], base_dir) if found is None else found
