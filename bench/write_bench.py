@@ -11,8 +11,11 @@ manager, a new label value per pass (so every apply is a real write, never a no-
 - **bare httpx**: one ``httpx.AsyncClient`` (the kubeconfig's CA and token, keep-alive for every
   connection), a ``PATCH`` with the orjson body and the two query parameters — no kr8s, no retries, no
   fence, no metrics, no spans: the floor of a Python client on httpx;
+- **bare httpcore**: httpcore's pool called directly (no httpx client around it), and **raw h1**: one
+  ``write`` per request on asyncio's TLS transport, the answer parsed by hand — the floors a leaner
+  request path can reach;
 - **ours**: ``Client.apply`` of the runtime (what the agent and the controller write through: kr8s'
-  ``call_api``, the wire fence, retries, metrics, spans).
+  session, the wire fence, retries, metrics, spans).
 
 The kinds (``--kind``): ``nodefeature`` (default; the agent's object: ``NodeFeature`` ``bench-<node>``
 with the nfd node-name label and one spec label) or ``nodelabel`` (one label on a Node: the benches' raw
