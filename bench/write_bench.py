@@ -14,8 +14,8 @@ manager, a new label value per pass (so every apply is a real write, never a no-
 - **bare httpcore**: httpcore's pool called directly (no httpx client around it), and **raw h1**: one
   ``write`` per request on asyncio's TLS transport, the answer parsed by hand — the floors a leaner
   request path can reach;
-- **ours**: ``Client.apply`` of the runtime (what the agent and the controller write through: kr8s'
-  session, the wire fence, retries, metrics, spans).
+- **ours**: ``Client.apply`` of the runtime (what the agent and the controller write through: the
+  session's httpcore pool on the fenced backend, retries, metrics, spans).
 
 The kinds (``--kind``): ``nodefeature`` (default; the agent's object: ``NodeFeature`` ``bench-<node>``
 with the nfd node-name label and one spec label) or ``nodelabel`` (one label on a Node: the benches' raw
