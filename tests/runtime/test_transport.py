@@ -27,7 +27,7 @@ import yaml
 from test_fence_wire import self_signed
 
 from gpustack_worker.runtime import wire
-from gpustack_worker.runtime.client import TRANSPORT_ERRORS, Client, RequestTimeout, _Api
+from gpustack_worker.runtime.client import TRANSPORT_ERRORS, Client, RequestTimeout, Unauthorized, _Api
 from gpustack_worker.runtime.pool import LINEAR_POOL_HTTPCORE, LinearHTTPProxy, LinearPool
 from gpustack_worker.runtime.resources import CONFIG_MAP
 from gpustack_worker.runtime.transport import (
@@ -479,3 +479,37 @@ async def test_reloaded_certificate_credentials_get_a_new_session(
     assert api.session is None and session.is_closed, "certificates live in the TLS context: a new session"
     assert await api._open() is not session
     await api.aclose()
+
+
+async def test_the_first_request_reloads_rejected_credentials_once(
+    tmp_path: Path, tls_files: tuple[Path, Path, bytes]
+) -> None:
+    """``GET /version`` answered 401 then 200: the credentials are reloaded once and ``connect`` succeeds;
+    answered 401 twice: the 401 is raised (never a loop)."""
+    answers: list[int] = []
+
+    def server(refusals: int) -> Any:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(ConnectionError, ssl.SSLError):
+                while await _head(reader):
+                    refused = len(answers) < refusals
+                    answers.append(401 if refused else 200)
+                    body = orjson.dumps({"kind": "Status", "code": 401}) if refused else VERSION
+                    await _answer(writer, body, "401 Unauthorized" if refused else "200 OK")
+            writer.close()
+
+        return handle
+
+    tls = _tls_server_context(tls_files[0], tls_files[1])
+    async with serving(server(1), tls) as port:
+        kubeconfig = write_kubeconfig(tmp_path / "kc", f"https://127.0.0.1:{port}", tls_files[2])
+        client = await Client.connect(kubeconfig, timeout_s=5.0)
+        await client.close()
+    assert answers == [401, 200]
+    assert client.reauthentications == 1
+    answers.clear()
+    async with serving(server(5), tls) as port:
+        kubeconfig = write_kubeconfig(tmp_path / "kc2", f"https://127.0.0.1:{port}", tls_files[2])
+        with pytest.raises(Unauthorized):
+            await Client.connect(kubeconfig, timeout_s=5.0)
+    assert answers == [401, 401]
