@@ -106,13 +106,19 @@ async def _raw(
     It goes to the client's session directly, so it is bounded here as the client bounds its own
     requests: the whole request within ``client.timeout_s`` (``--request-timeout``), else
     :class:`~gpustack_worker.runtime.client.RequestTimeout` naming the phase it stopped in."""
+    from urllib.parse import parse_qsl
+
     import orjson
 
     from gpustack_worker.runtime import wire
     from gpustack_worker.runtime.client import RequestTimeout
 
-    root, _, rest = path.lstrip("/").partition("/")
+    # The query goes as parameters: the client's session %-encodes a path whole (a '?' in it included).
+    where, _, query = path.partition("?")
+    root, _, rest = where.lstrip("/").partition("/")
     kwargs: dict[str, Any] = {"headers": [("Content-Type", "application/json"), *headers]}
+    if query:
+        kwargs["params"] = dict(parse_qsl(query, keep_blank_values=True))
     if body is not None:
         kwargs["content"] = orjson.dumps(body)
     progress = wire.Progress()

@@ -527,7 +527,7 @@ class _Api:
         *,
         params: Mapping[str, str] | None = None,
         content: bytes | None = None,
-        headers: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
     ) -> httpx.Response:
         """One whole request (its body read) straight on the session's httpcore pool: the same pool,
         fenced backend, proxy route, TLS name and headers as :meth:`call_api`'s httpx path, without
@@ -542,8 +542,9 @@ class _Api:
         raw = [(b"Host", origin.netloc), *session.headers.raw]
         if content is not None:
             raw.append((b"Content-Length", str(len(content)).encode()))
-            if headers:
-                raw += [(k.encode(), v.encode()) for k, v in headers.items()]
+        if headers:  # a mapping, or pairs where a name may repeat (preflight's impersonation headers)
+            pairs = headers.items() if isinstance(headers, Mapping) else headers
+            raw += [(k.encode(), v.encode()) for k, v in pairs]
         extensions: dict[str, Any] = {"sni_hostname": self._sni} if self._sni else {}
         request = httpcore.Request(
             method.encode(),
