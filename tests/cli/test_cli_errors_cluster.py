@@ -55,12 +55,23 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
     )
 
 
+def _is_log_record(line: str) -> bool:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(record, dict) and "event" in record and "level" in record
+
+
 def _one_error_line(result: subprocess.CompletedProcess[str]) -> str:
-    """The single stderr line of a failed command (asserting there is exactly one, and no traceback)."""
+    """The single error line of a failed command (asserting there is exactly one, and no traceback). The
+    controller and the agent log before it (JSON records on stderr, e.g. the credentials reloaded after a
+    401 on their first request); nothing else may be there."""
     assert result.returncode == 1, (result.returncode, result.stderr)
     assert "Traceback" not in result.stderr
-    lines = result.stderr.splitlines()
+    lines = [line for line in result.stderr.splitlines() if not _is_log_record(line)]
     assert len(lines) == 1, result.stderr
+    assert result.stderr.rstrip("\n").endswith(lines[0]), result.stderr
     assert lines[0].startswith(PREFIX), lines[0]
     return lines[0].removeprefix(PREFIX)
 
