@@ -35,7 +35,15 @@ from typing import Final
 import httpx
 import kr8s
 
-from gpustack_worker.runtime.client import ApiError, Fenced, KubeconfigError, NotFound, RequestTimeout, api_of
+from gpustack_worker.runtime.client import (
+    ApiError,
+    Fenced,
+    KubeconfigError,
+    NotFound,
+    ProxyUnreachable,
+    RequestTimeout,
+    api_of,
+)
 from gpustack_worker.runtime.proxy import ProxyError
 from gpustack_worker.runtime.transport import Http2Refused, SocksUnavailable
 
@@ -145,6 +153,11 @@ def _transport_cause(exc: BaseException) -> str:
     for link in _chain(exc):
         if isinstance(link, ssl.SSLError):
             return _tls_cause(link)
+    if isinstance(exc, ProxyUnreachable):
+        # Not the API server's fault: the proxy in front of it could not be reached.
+        unreached = _unreached(exc)
+        reason = (unreached or "").split(" (is the API server", 1)[0] or str(exc.__cause__ or "")
+        return f"cannot connect to the proxy ({exc.via}): {reason or 'no connection'}"
     if isinstance(exc, httpx.ProxyError):
         return f"the proxy refused the tunnel to the server (its answer to CONNECT: {exc})"
     if isinstance(exc, httpx.RemoteProtocolError):

@@ -173,10 +173,20 @@ def _quiet_stdout() -> None:
         os.close(devnull)
 
 
+#: The commands that configure logging themselves (the two processes, from their boot settings).
+_CONFIGURES_LOGGING = frozenset({"controller", "agent"})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse, run the command, and turn every failure into one line on stderr and exit code 1
     (:func:`gpustack_worker.cli.errors.error_line`); a closed output pipe exits quietly."""
     args = build_parser().parse_args(argv)
+    if args.command not in _CONFIGURES_LOGGING:
+        from gpustack_worker.runtime.telemetry import configure_logging
+
+        # A command's standard output is its result (``-o json`` is parsed): the library's log lines
+        # (a proxy in use, a stock connection pool) go to stderr, and only warnings unless --debug.
+        configure_logging("DEBUG" if debugging(args) else "WARNING")
     try:
         code = _run(args)
         sys.stdout.flush()

@@ -136,7 +136,9 @@ async def _raw(
     except TimeoutError as exc:
         if not deadline.expired():
             raise
-        raise RequestTimeout(client.server, method, path, progress.phase, client.timeout_s or 0.0) from exc
+        raise RequestTimeout(
+            client.server, method, path, progress.phase, client.timeout_s or 0.0, via=client.via
+        ) from exc
     finally:
         wire.PROGRESS.reset(token)
     try:

@@ -70,6 +70,7 @@ __all__ = (
     "Gone",
     "KubeconfigError",
     "NotFound",
+    "ProxyUnreachable",
     "RequestTimeout",
     "Unauthorized",
     "WriteFence",
@@ -225,15 +226,38 @@ class RequestTimeout(Exception):
     :data:`~.wire.REQUEST`, :data:`~.wire.HEADERS`, :data:`~.wire.BODY`); ``str`` is one line naming the
     server, the request and the phase."""
 
-    def __init__(self, server: str, method: str, path: str, phase: str, seconds: float) -> None:
+    def __init__(
+        self, server: str, method: str, path: str, phase: str, seconds: float, *, via: str = ""
+    ) -> None:
+        through = f" ({via})" if via else ""
         super().__init__(
-            f"{server}: {method} {path}: no {_PHASE_TEXT.get(phase, phase)} within {seconds:g} s"
+            f"{server}: {method} {path}: no {_PHASE_TEXT.get(phase, phase)} within {seconds:g} s{through}"
         )
         self.server = server
         self.method = method
         self.path = path
         self.phase = phase
         self.seconds = seconds
+        #: The proxy the request went through (``via proxy <url> (<source>)``), ``""`` when direct.
+        self.via = via
+
+
+class ProxyUnreachable(httpx.ConnectError):
+    """The connection to the proxy the session goes through could not be made (refused, no route, its
+    name not resolving, timed out): the API server was never asked. :attr:`via` names the proxy and where
+    the setting came from, so the error does not blame the API server."""
+
+    def __init__(self, via: str, cause: Exception) -> None:
+        super().__init__(f"cannot connect to the proxy ({via}): {cause}")
+        self.via = via
+
+
+def _proxy_failure(exc: Exception, progress: wire.Progress, via: str) -> Exception | None:
+    """:class:`ProxyUnreachable` for ``exc`` when it failed the connection to the proxy itself (routed
+    through one, still opening the TCP connection: the proxy's address is the one being connected)."""
+    if via and progress.phase == wire.CONNECT and isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+        return ProxyUnreachable(via, exc)
+    return None
 
 
 #: What :class:`RequestTimeout` says did not happen, by phase.
@@ -456,6 +480,8 @@ class _Api:
         #: The session (None until the first request, and after :meth:`aclose`).
         self.session: httpx.AsyncClient | None = None
         self._lock = asyncio.Lock()
+        #: The proxy the session goes through (:func:`.proxy.route_for`), known once it is opened.
+        self.route: proxy.Route | None = None
         #: The session's transport, server URL and TLS name, for :meth:`_direct` (set with the session).
         self._transport: transport.Transport | None = None
         self._origin = httpx.URL()
@@ -469,6 +495,7 @@ class _Api:
             verify = await auth.ssl_context()  # type: ignore[no-untyped-call]
             context = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context()
             route = proxy.route_for(auth.server, proxy_url=auth.proxy, env=os.environ)
+            self.route = route
             if route is not None:
                 _log.info(
                     "API server through a proxy", server=auth.server, proxy=route.display, source=route.source
@@ -819,6 +846,13 @@ class Client:
         except Unauthorized:
             await self._once("GET", "/version", params=None, content=None, content_type=None)
 
+    @property
+    def via(self) -> str:
+        """``via proxy <url> (<source>)`` when the session goes through a proxy, else ``""`` (errors name
+        it next to the server)."""
+        route = getattr(self._api, "route", None)
+        return str(route) if route is not None else ""
+
     def _apis(self) -> list[Any]:
         return [self._api] if self._watch_api is self._api else [self._api, self._watch_api]
 
@@ -878,15 +912,18 @@ class Client:
                 ):
                     progress.phase = wire.BODY
                     await response.aread()
-            except (httpx.TransportError, kr8s.APITimeoutError):
+            except (httpx.TransportError, kr8s.APITimeoutError) as exc:
                 self._count(method, "<error>")
+                unreachable = _proxy_failure(exc, progress, self.via)
+                if unreachable is not None:
+                    raise unreachable from exc
                 raise
             except TimeoutError as exc:
                 if not deadline.expired():
                     raise
                 self._count(method, "<error>")
                 raise RequestTimeout(
-                    self.server, method, path, progress.phase, self.timeout_s or 0.0
+                    self.server, method, path, progress.phase, self.timeout_s or 0.0, via=self.via
                 ) from exc
             finally:
                 wire.PROGRESS.reset(token)
@@ -1201,8 +1238,14 @@ class Client:
                     raise
                 self._count("WATCH", "<error>")
                 raise RequestTimeout(
-                    self.server, "WATCH", path, progress.phase, self.timeout_s or 0.0
+                    self.server, "WATCH", path, progress.phase, self.timeout_s or 0.0, via=self.via
                 ) from exc
+            except httpx.TransportError as exc:
+                unreachable = _proxy_failure(exc, progress, self.via)
+                if unreachable is None:
+                    raise
+                self._count("WATCH", "<error>")
+                raise unreachable from exc
             finally:
                 if token is not None:
                     wire.PROGRESS.reset(token)

@@ -59,9 +59,21 @@ def _below_threshold(
     return event_dict
 
 
+class _CurrentStderr:
+    """Whatever ``sys.stderr`` is when a line is written (not when logging was configured): a command run
+    in-process (a test capturing its output, an embedding program) may replace and close the stream the
+    configuration saw."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure_logging(level: str = "INFO", *, json: bool = True) -> None:
     """Route structlog (and stdlib logging) to stderr as JSON lines at ``level``."""
-    logging.basicConfig(stream=sys.stderr, level=_numeric(level), format="%(message)s")
+    logging.basicConfig(stream=_CurrentStderr(), level=_numeric(level), format="%(message)s")
     set_log_level(level)
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
@@ -76,7 +88,7 @@ def configure_logging(level: str = "INFO", *, json: bool = True) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),  # the live filter decides
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(_CurrentStderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=True,
     )
 

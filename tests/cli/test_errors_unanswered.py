@@ -11,11 +11,13 @@ timeout is generous: it only catches a hang, no elapsed time is asserted.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from typing import TYPE_CHECKING
 
 import pytest
+import yaml
 
 from gpustack_worker.cli.request_timeout import ENV
 from tests.runtime.unanswered_servers import Server, kubeconfig, serving
@@ -84,7 +86,30 @@ def test_a_command_against_a_server_that_stops_answering_ends_with_one_line_nami
         path = kubeconfig(tmp_path / "kubeconfig", server)
         out = _run(*command, "--kubeconfig", str(path), "--request-timeout", "0.5")
         assert server.accepted >= 1  # it reached the server: the deadline, not a refusal, ended it
-    assert _the_error_line(out) == f"{_api_server(server)}: GET /version: {words} {HINT}"
+    via = f" (via proxy {server.url} (kubeconfig proxy-url))" if behaviour.startswith("proxy") else ""
+    assert _the_error_line(out) == f"{_api_server(server)}: GET /version: {words}{via} {HINT}"
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=[c[0] for c in COMMANDS])
+def test_a_proxy_that_cannot_be_reached_is_named_not_the_api_server(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    """The kubeconfig's proxy refuses connections (nothing listens on its port): the line says the proxy
+    could not be reached and which setting named it — not that the API server may not be running."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]  # bound, never listening: connections to it are refused
+        with serving("silent", tmp_path) as server:
+            path = kubeconfig(tmp_path / "kc", server)
+            config = yaml.safe_load(path.read_text())
+            config["clusters"][0]["cluster"]["proxy-url"] = f"http://127.0.0.1:{port}"
+            path.write_text(yaml.safe_dump(config))
+            out = _run(*command, "--kubeconfig", str(path), "--request-timeout", "5")
+            assert server.accepted == 0  # the API server was never asked
+    assert _the_error_line(out) == (
+        f"{server.url}: cannot connect to the proxy (via proxy http://127.0.0.1:{port} (kubeconfig"
+        " proxy-url)): connection refused"
+    )
 
 
 @pytest.mark.parametrize("command", COMMANDS[2:], ids=[c[0] for c in COMMANDS[2:]])

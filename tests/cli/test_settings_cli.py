@@ -68,14 +68,14 @@ def captured_logging() -> Iterator[io.StringIO]:
     root_level = logging.getLogger().level
     stream = io.StringIO()
     real_stderr = sys.stderr
-    sys.stderr = stream  # configure_logging binds the stream it finds
     try:
         telemetry.configure_logging("INFO")
-    finally:
-        sys.stderr = real_stderr
-    try:
+        # The lines go to whatever sys.stderr is when written, which pytest's capture replaces between
+        # set-up and the test: write them to this stream instead.
+        structlog.configure(logger_factory=structlog.PrintLoggerFactory(stream))
         yield stream
     finally:
+        sys.stderr = real_stderr
         telemetry.set_log_level("INFO")
         structlog.configure(**saved)
         logging.getLogger().setLevel(root_level)

@@ -54,7 +54,9 @@ async def test_the_first_request_to_a_server_that_stops_answering_ends_with_the_
         phase,
         DEADLINE,
     )
-    assert describe(err) == f"{api_server}: GET /version: {words} {HINT}"
+    via = f" (via proxy {server.url} (kubeconfig proxy-url))" if behaviour.startswith("proxy") else ""
+    assert err.via == via.strip(" ()") + (")" if via else "")
+    assert describe(err) == f"{api_server}: GET /version: {words}{via} {HINT}"
 
 
 async def test_a_later_request_that_gets_no_answer_ends_too(tmp_path: Path) -> None:

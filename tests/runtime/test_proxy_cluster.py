@@ -256,11 +256,6 @@ async def test_an_environment_proxy_carries_a_server_no_proxy_does_not_cover(
     assert (proxy.connects().count(target) > before) == through_proxy, proxy.connects()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="CLI commands outside the controller/agent leave structlog unconfigured, so the client's "
-    "'API server through a proxy' info line goes to stdout and breaks -o json (cli/main.py: issue 28)",
-)
 def test_a_cli_command_through_a_proxy_prints_only_its_output(
     devcluster: DevCluster, proxy: RealProxy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
