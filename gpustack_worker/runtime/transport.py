@@ -22,7 +22,7 @@ them, so callers (the retry policy, ``cli/errors.py``) see ``httpx.TransportErro
 from __future__ import annotations
 
 import importlib.util
-from typing import TYPE_CHECKING, Final, Protocol, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 import httpcore
 import httpx
@@ -195,17 +195,18 @@ def build_pool(
             " connection under every request and watch multiplexed on it"
         )
     classes = pool_classes()
-    context = http1_context(ssl_context)
+    # What every pool kind shares: our TLS context to the server, every connection kept alive while the
+    # pool has room, HTTP/1.1 only.
+    common: dict[str, Any] = {
+        "ssl_context": http1_context(ssl_context),
+        "max_connections": max_connections,
+        "max_keepalive_connections": max_connections,
+        "keepalive_expiry": keepalive_expiry,
+        "http1": True,
+        "http2": False,
+    }
     if route is None:
-        return classes.direct(
-            ssl_context=context,
-            max_connections=max_connections,
-            max_keepalive_connections=max_connections,
-            keepalive_expiry=keepalive_expiry,
-            http1=True,
-            http2=False,
-            network_backend=wire.FencedBackend(server_name=tls_server_name),
-        )
+        return classes.direct(network_backend=wire.FencedBackend(server_name=tls_server_name), **common)
     # Through a proxy to an https server, each connection carries the proxy's exchange (CONNECT, or
     # SOCKS) before the server's TLS handshake; to an http server an HTTP proxy forwards the requests.
     # The server's TLS inside the tunnel gets the kubeconfig's tls-server-name (httpcore does not pass it).
@@ -221,15 +222,7 @@ def build_pool(
                 " (pip install 'httpx[socks]')"
             )
         socks: httpcore.AsyncConnectionPool = classes.socks_proxy(
-            proxy_url=proxy_url,
-            proxy_auth=proxy_auth,
-            ssl_context=context,
-            max_connections=max_connections,
-            max_keepalive_connections=max_connections,
-            keepalive_expiry=keepalive_expiry,
-            http1=True,
-            http2=False,
-            network_backend=backend,
+            proxy_url=proxy_url, proxy_auth=proxy_auth, network_backend=backend, **common
         )
         return socks
     proxy_context = None
@@ -238,12 +231,7 @@ def build_pool(
     return classes.http_proxy(
         proxy_url=proxy_url,
         proxy_auth=proxy_auth,
-        ssl_context=context,
         proxy_ssl_context=proxy_context,
-        max_connections=max_connections,
-        max_keepalive_connections=max_connections,
-        keepalive_expiry=keepalive_expiry,
-        http1=True,
-        http2=False,
         network_backend=backend,
+        **common,
     )
