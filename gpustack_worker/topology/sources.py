@@ -9,7 +9,9 @@ NodeFeatures to apply and delete, the conditions, the status fields and when to 
   arm first deletes the NodeFeatures it owns and drops its finalizer.
 - **configMap / webhook** (writing): decode and validate the complete snapshot before anything changes;
   one NodeFeature per described Node with exactly that Node's writable labels; Nodes omitted from the
-  snapshot, and Nodes another writing source also selects (ownership conflict), lose theirs.
+  snapshot, and Nodes another writing source also selects (ownership conflict), lose theirs. The
+  ``Ready``/``Valid`` message says how many selected Nodes the snapshot leaves out, and names a few
+  (:func:`coverage`; the reason stays ``Observed``, the spec's).
 - **failures** of a writing arm (the spec, the read, the snapshot): a source that never succeeded owns
   nothing; otherwise the last valid NodeFeatures stay, ``Ready=False/Stale``, until ``maxStaleness``
   after the last good state, then they are removed (``Expired``).
@@ -36,7 +38,7 @@ from gpustack_worker.topology.nodefeatures import nodefeature_body
 from gpustack_worker.topology.spec_check import level_limit_errors, parse_duration, spec_errors
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Collection, Mapping, Sequence
 
     from gpustack_worker.topology.field_error import FieldError
 
@@ -47,9 +49,11 @@ __all__ = (
     "SourceDecision",
     "SourceInputs",
     "arm_of",
+    "coverage",
     "decide",
     "is_writing",
     "lapsed_state",
+    "listed",
 )
 
 READY: Final = "Ready"
@@ -61,6 +65,8 @@ STALE: Final = "Stale"
 EXPIRED: Final = "Expired"
 #: What :func:`lapsed_state` may answer (the label values of ``gpustack_topologysources_stale_or_expired``).
 LAPSED_STATES: Final = ((STALE,), (EXPIRED,))
+#: How many Node names a condition message lists before "and N more".
+NAMES_SHOWN: Final = 3
 #: How soon a source in an ownership conflict looks again (reference §6.5: "a 1-minute conflict retry").
 CONFLICT_RETRY_S: Final = 60.0
 #: The reason for a spec the admission webhook would have refused (it was created while the webhook was
@@ -137,6 +143,9 @@ class SourceDecision:
     requeue_after: float | None = None
     #: No status to write (the source is being deleted).
     deleting: bool = False
+    #: Selected Nodes the applied snapshot does not describe (a writing source; sorted): they get none of
+    #: its labels. Said in the ``Ready``/``Valid`` message (:func:`coverage`), read by ``plan``.
+    undescribed: list[str] = field(default_factory=list)
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -273,6 +282,24 @@ def _level_limit(
     return SourceDecision(kind, delete=owned, status=base, conditions=conditions, finalizer=True)
 
 
+def listed(names: Sequence[str], shown: int = NAMES_SHOWN) -> str:
+    """``a, b, c and 9 more``: the first ``shown`` names, then how many were left out."""
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
+
+
+def coverage(revision: str, selected: Collection[str], described: Collection[str]) -> str:
+    """What an applied snapshot covers of the selected Nodes, in words (the ``Ready``/``Valid`` message):
+    ``revision 'r' describes 3 of 12 selected node(s); 9 selected node(s) not in it get none of its
+    labels: a, b, c and 6 more`` — never just the described count while more Nodes are selected."""
+    missing = sorted(n for n in selected if n not in described)
+    count = len(selected) - len(missing)
+    said = f"revision {revision!r} describes {count} of {len(selected)} selected node(s)"
+    if not missing:
+        return said
+    return f"{said}; {len(missing)} selected node(s) not in it get none of its labels: {listed(missing)}"
+
+
 def _summary(errors: Sequence[str]) -> str:
     more = len(errors) - 1
     return errors[0] + (f" (and {more} more)" if more > 0 else "")
@@ -354,12 +381,13 @@ def _writing(
         or not status.get("lastSuccessfulRefreshTime")
     ):
         status_out["lastSuccessfulRefreshTime"] = _format_time(fetched_at)
-    described = f"revision {revision!r} describes {len(labels_by_node)} node(s)"
+    undescribed = sorted(n for n in inp.selected if n not in labels_by_node)
+    described = coverage(revision, inp.selected, labels_by_node)
     if conflicted:
         others = sorted({s for n in conflicted for s in inp.conflicts[n]})
         msg = (
             f"{len(conflicted)} selected node(s) are also selected by writing source(s) {', '.join(others)} "
-            f"(e.g. {', '.join(conflicted[:3])}): their NodeFeatures are removed and every node of this "
+            f"(e.g. {listed(conflicted)}): their NodeFeatures are removed and every node of this "
             "source falls back to the hostname-only profile until one source selects them"
         )
         conditions = _three(
@@ -385,6 +413,7 @@ def _writing(
         conditions=conditions,
         finalizer=True,
         requeue_after=requeue,
+        undescribed=undescribed,
     )
 
 

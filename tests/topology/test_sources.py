@@ -13,6 +13,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.runtime import conditions
@@ -783,3 +785,95 @@ def test_webhook_success_then_failure_expires_maxstaleness_after_the_last_good_a
         (6, "Expired", 60.0, True),
     ]
     assert src["status"]["lastSuccessfulRefreshTime"] == stamp(t0)
+
+
+# --- coverage: selected Nodes the applied snapshot does not describe -----------------------------------
+
+
+def _fleet(count: int) -> dict[str, dict[str, str]]:
+    return {f"node-{i:02d}": {keys.HOSTNAME: f"node-{i:02d}"} for i in range(1, count + 1)}
+
+
+def _racked(names: list[str]) -> dict[str, dict[str, str]]:
+    return {n: {R: "region-a", Z: "zone-a", K: "rack-01"} for n in names}
+
+
+@pytest.mark.parametrize("arm", ARMS)
+def test_a_snapshot_describing_3_of_12_selected_nodes_names_how_many_and_which_are_left_out(
+    arm: dict[str, Any],
+) -> None:
+    """The issue's case: 12 Nodes selected, 3 described — Ready stays True/Observed (the spec's reasons)
+    and the message says 3 of 12 and names the 9 others (three, then "and 6 more")."""
+    selected = _fleet(12)
+    d = run(
+        source(arm),
+        read=Fetched(snapshot(nodes=_racked(["node-01", "node-02", "node-03"]))),
+        selected=selected,
+    )
+    assert conds(d)["Ready"] == ("True", "Observed")
+    for type_ in ("Ready", "Valid"):
+        assert message(d, type_) == LEFT.format(3, 9) + "of its labels: node-04, node-05, node-06 and 6 more"
+    assert d.undescribed == [f"node-{i:02d}" for i in range(4, 13)]
+    assert d.status["selectedNodes"] == 12
+    assert len(d.apply) == 3
+
+
+#: The message of a revision describing some of 12 selected nodes, before the names left out.
+LEFT = "revision 'inventory-42' describes {} of 12 selected node(s); {} selected node(s) not in it get none "
+
+
+@pytest.mark.parametrize(
+    ("described", "expected"),
+    [
+        (12, "revision 'inventory-42' describes 12 of 12 selected node(s)"),
+        (11, LEFT.format(11, 1) + "of its labels: node-12"),
+        (9, LEFT.format(9, 3) + "of its labels: node-10, node-11, node-12"),
+        (0, LEFT.format(0, 12) + "of its labels: node-01, node-02, node-03 and 9 more"),
+    ],
+)
+def test_coverage_says_every_left_out_node_up_to_three_names(described: int, expected: str) -> None:
+    selected = _fleet(12)
+    names = sorted(selected)[:described]
+    d = run(source(config_map_arm()), read=Fetched(snapshot(nodes=_racked(names))), selected=selected)
+    assert message(d, "Ready") == expected
+    assert d.undescribed == sorted(selected)[described:]
+
+
+def test_coverage_is_said_under_an_ownership_conflict_too() -> None:
+    selected = _fleet(5)
+    d = run(
+        source(config_map_arm()),
+        read=Fetched(snapshot(nodes=_racked(["node-01"]))),
+        selected=selected,
+        conflicts={"node-05": ["other"]},
+    )
+    assert conds(d)["Valid"] == ("True", "Observed")
+    assert "describes 1 of 5 selected node(s); 4 selected node(s) not in it" in message(d, "Valid")
+    assert "node-02, node-03, node-04 and 1 more" in message(d, "Valid")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    total=st.integers(min_value=0, max_value=30),
+    picks=st.sets(st.integers(min_value=1, max_value=30)),
+)
+def test_the_message_counts_every_selected_node_and_names_only_left_out_ones(
+    total: int, picks: set[int]
+) -> None:
+    """Property: described + left out = selected; every name shown is selected and left out; the count
+    of names shown plus "and N more" is the number left out."""
+    selected = _fleet(total)
+    names = sorted(f"node-{i:02d}" for i in picks if i <= total)
+    d = run(source(config_map_arm()), read=Fetched(snapshot(nodes=_racked(names))), selected=selected)
+    msg = message(d, "Ready")
+    assert f"describes {len(names)} of {total} selected node(s)" in msg
+    left = sorted(set(selected) - set(names))
+    assert d.undescribed == left
+    if not left:
+        assert ";" not in msg
+        return
+    shown = msg.split("labels: ", 1)[1]
+    head, _, more = shown.partition(" and ")
+    listed_names = head.split(", ")
+    assert listed_names == left[: len(listed_names)]
+    assert len(listed_names) + (int(more.split()[0]) if more else 0) == len(left)
