@@ -100,6 +100,15 @@ class Manager:
         """The informers added directly and those of every registry."""
         return [*self.informers, *(inf for reg in self.registries for inf in reg.informers)]
 
+    def _synced_informers(self) -> list[Informer]:
+        """Every informer :meth:`_wait_synced` waits for: those added directly, every registry's (also one
+        registered while the caches synced) and the settings source's. The ``caches synced`` line counts
+        these, so its number is the number of informers that listed."""
+        informers = self._all_informers()
+        if self.settings is not None:
+            informers.append(self.settings.informer)
+        return informers
+
     def _runner_stopped(self, name: str, runner: asyncio.Future[Any]) -> None:
         """Record and log that ``runner`` ended on its own: the process is to exit non-zero."""
         self.failed = name
@@ -156,7 +165,7 @@ class Manager:
             # well under a megabyte. Cached objects are still freed by reference counting when replaced.
             gc.freeze()
             self.synced.set()
-            _log.info("caches synced", informers=len(self.informers))
+            _log.info("caches synced", informers=len(self._synced_informers()))
             if self.elector is not None:
                 campaign = asyncio.ensure_future(self.elector.campaign())
                 await asyncio.wait((campaign, stopper), return_when=asyncio.FIRST_COMPLETED)
@@ -189,10 +198,7 @@ class Manager:
             synced.result()
             return True
         except TimeoutError:
-            informers = self._all_informers()
-            if self.settings is not None:
-                informers.append(self.settings.informer)
-            pending = [describe(inf) for inf in informers if not inf.has_synced]
+            pending = [describe(inf) for inf in self._synced_informers() if not inf.has_synced]
             raise CacheSyncTimeout(
                 f"caches did not sync within {self.cache_sync_timeout}s: "
                 + (", ".join(pending) or "(every informer listed; a late registration is still syncing)")
