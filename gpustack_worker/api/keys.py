@@ -78,7 +78,11 @@ RDMA_NUMA: Final = "feature.gpustack.ai/rdma.numa"
 # --- NFD --------------------------------------------------------------------------------------------
 NFD_NODE_NAME: Final = "nfd.node.kubernetes.io/node-name"
 NFD_FEATURE_LABELS_ANNOTATION: Final = "nfd.node.kubernetes.io/feature-labels"
+#: NFD's namespace (its Helm chart's and its manifests' default).
+NFD_NAMESPACE: Final = "node-feature-discovery"
 PART_OF: Final = "app.kubernetes.io/part-of"
+#: The label the API server sets on every Namespace to its name (selectors pick Namespaces by name).
+NAMESPACE_NAME: Final = "kubernetes.io/metadata.name"
 WORKER_PART_OF: Final = "gpustack-operator-worker"
 
 # --- topology ---------------------------------------------------------------------------------------
@@ -137,6 +141,8 @@ JOINT_CHECK: Final = "gpustack-model-deployment-joint"
 JOINT_CONTROLLER: Final = "worker.gpustack.ai/model-deployment-joint"
 #: The chain controllers' Events' ``reportingController`` (a write one object's reconcile was refused).
 CHAIN_CONTROLLER: Final = "worker.gpustack.ai/chain"
+#: The ModelDeployment controller's Events' ``reportingController`` (a role that renders no Pods).
+MODEL_DEPLOYMENT_CONTROLLER: Final = "worker.gpustack.ai/model-deployment"
 #: Kueue ties a Pod to its Workload (annotation, the Workload's name) and PodSet (label): Gate 3's
 #: inflight accounting reads both (reference §3.2).
 KUEUE_WORKLOAD_ANNOTATION: Final = "kueue.x-k8s.io/workload"
@@ -435,3 +441,9 @@ def catalog_name(a_key: str = "", g_key: str = "", *, aware: bool) -> str:
     """InstanceTypeFlavor catalog entry name: the pool name without os/arch (same grouping rule)."""
     head = _group_head(a_key, g_key, aware=aware)
     return _object("gpustack--", head, "")
+
+
+#: The annotation ``gpustack-worker kueue-config --merge`` writes on the Kueue ConfigMap it rewrote: a JSON
+#: record of the team's values it replaced and the keys it added (``api/kueue_merge_record.py``);
+#: ``cleanup --kueue-config`` restores them from it and removes it.
+KUEUE_CONFIG_MERGE_ANNOTATION: Final = "worker.gpustack.ai/kueue-config-merge"

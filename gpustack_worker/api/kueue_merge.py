@@ -16,7 +16,18 @@ chain what it needs" — ``preflight`` fails when it is non-empty, ``kueue-confi
   effective value (the file's, else Kueue v0.19's default) — in ``featureGates``, or in the
   ``--feature-gates`` flag when Kueue is started with it (Kueue refuses both at once);
 - ``managedJobsNamespaceSelector`` does not select the worker's system namespace (Kueue's default selects
-  it): their selector gets one more ``NotIn`` value (or requirement), so it only ever narrows.
+  it): their selector gets one more ``NotIn`` value (or requirement), so it only ever narrows;
+- ``resources.excludeResourcePrefixes`` removed: Kueue refuses it together with ``IgnoreUndeclared``
+  (``pkg/config/validation.go``, ``validateQuotaCheckStrategy``).
+
+Each :class:`Change` is an *add* (a key the team does not set, or a selector narrowed to leave the system
+namespace alone) or a *conflict* (:attr:`Change.accept` non-empty): it replaces a value the team set —
+their transformation of one of our inputs, a gate they set (in the file or the flag) to the other value,
+an explicit ``quotaCheckStrategy``, their ``excludeResourcePrefixes`` — or adds an integration that
+changes what Kueue manages given their ``manageJobsWithoutQueueName: true`` (Kueue's Pod webhook and job
+reconciler then take every Pod / Job without a queue name in the namespaces the selector selects,
+``pkg/controller/jobs/pod/pod_webhook.go``, ``jobframework/reconciler.go``). ``kueue-config --merge``
+refuses a conflict unless each of its override names is passed with ``--accept``.
 
 Pure: no I/O; the input is never modified.
 """
@@ -35,6 +46,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 __all__ = (
+    "ACCEPT_KINDS",
     "DEFAULT_FRAMEWORKS",
     "DEFAULT_QUOTA_CHECK",
     "KUEUE_GATE_DEFAULTS",
@@ -64,14 +76,32 @@ DEFAULT_QUOTA_CHECK: Final = "BlockUndeclared"
 NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
 
 
+#: The kinds of ``--accept KIND:NAME`` override, and what NAME is.
+ACCEPT_KINDS: Final[dict[str, str]] = {
+    "transformation": "an input resource the team transforms otherwise",
+    "gate": "a feature gate the team set to the other value",
+    "integration": "a framework added while manageJobsWithoutQueueName is true",
+    "setting": "a key the team set (resources.quotaCheckStrategy, resources.excludeResourcePrefixes)",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class Change:
-    """One key the chain needs changed: where, what it was (``None``: unset), what it becomes, why."""
+    """One key the chain needs changed: where, what it was (``None``: unset), what it becomes, why.
+
+    ``accept``: the overrides (``KIND:NAME``) that must be passed for it — empty for an add (a key the
+    team does not set), one or more for a conflict (a value the team set, or a consequence for what
+    Kueue manages); ``why`` then says the consequence in a few words."""
 
     path: str
     was: Any
     now: Any
     why: str
+    accept: tuple[str, ...] = ()
+
+    @property
+    def conflict(self) -> bool:
+        return bool(self.accept)
 
     def describe(self) -> str:
         return f"{self.path}: {_show(self.was)} -> {_show(self.now)} ({self.why})"
@@ -164,6 +194,72 @@ def _same_transformation(theirs: Mapping[str, Any], ours: Mapping[str, Any]) -> 
     return all(same_quantity(outputs[k], v) for k, v in ours["outputs"].items())
 
 
+def _framework_changes(config: Mapping[str, Any]) -> list[Change]:
+    """``integrations.frameworks`` with ours added; a conflict per framework added while
+    ``manageJobsWithoutQueueName: true`` (Kueue then manages every Pod / Job without a queue name in the
+    namespaces ``managedJobsNamespaceSelector`` selects)."""
+    listed = (config.get("integrations") or {}).get("frameworks")
+    frameworks = list(listed or DEFAULT_FRAMEWORKS)
+    missing = [f for f in kueue_config.FRAMEWORKS if f not in frameworks]
+    if not missing:
+        return []
+    if config.get("manageJobsWithoutQueueName") is True:
+        selector = config.get("managedJobsNamespaceSelector")
+        where = (
+            "every namespace but kube-system and Kueue's"
+            if selector is None
+            else f"the namespaces {_show(selector)} selects"
+        )
+        what = " and ".join("every Pod" if f == "pod" else f"every {f.rsplit('/', 1)[-1]}" for f in missing)
+        why = (
+            f"with manageJobsWithoutQueueName: true Kueue would manage {what} without a queue name in {where}"
+        )
+        accept = tuple(f"integration:{f}" for f in missing)
+    else:
+        why, accept = f"adds {', '.join(missing)} (role replicas are Kueue pod groups)", ()
+    return [Change("integrations.frameworks", listed, sorted({*frameworks, *missing}), why, accept)]
+
+
+def _gate_changes(config: Mapping[str, Any], gate_flags: Mapping[str, bool] | None) -> list[Change]:
+    """Our gates by their effective value; a gate the team set to the other value is a conflict."""
+    in_file = config.get("featureGates")
+    if gate_flags is not None and in_file is not None:
+        raise ValueError(
+            "featureGates is set in the file and Kueue is started with --feature-gates: Kueue refuses both "
+            '("feature gates for CLI and configuration cannot both specified"); keep one'
+        )
+    gates: Mapping[str, Any] = gate_flags if gate_flags is not None else (in_file or {})
+    wrong = {
+        name: value
+        for name, value in kueue_config.FEATURE_GATES.items()
+        if bool(gates.get(name, KUEUE_GATE_DEFAULTS.get(name, False))) != value
+    }
+    if not wrong:
+        return []
+    set_otherwise = tuple(f"gate:{name}" for name in sorted(wrong) if name in gates)
+    why_set = "process-wide: placement changes for every team's topology-aware queues"
+    if gate_flags is not None:
+        return [
+            Change(
+                "--feature-gates",
+                format_gate_flag(gates) or None,
+                format_gate_flag({**gates, **wrong}),
+                f"sets {', '.join(sorted(wrong))}" + (f"; {why_set}" if set_otherwise else ""),
+                set_otherwise,
+            )
+        ]
+    return [
+        Change(
+            f"featureGates.{name}",
+            gates.get(name),
+            value,
+            why_set if name in gates else "the chain's topology-aware queues",
+            (f"gate:{name}",) if name in gates else (),
+        )
+        for name, value in sorted(wrong.items())
+    ]
+
+
 def required_changes(
     config: Mapping[str, Any],
     *,
@@ -180,13 +276,23 @@ def required_changes(
     theirs = {str(t.get("input")): t for t in resources.get("transformations") or () if isinstance(t, dict)}
     for ours in kueue_config.transformations():
         current = theirs.get(ours["input"])
-        if current is None or not _same_transformation(current, ours):
+        if current is None:
+            changes.append(
+                Change(
+                    f"resources.transformations[{ours['input']}]",
+                    None,
+                    ours,
+                    "Workloads are charged in credits",
+                )
+            )
+        elif not _same_transformation(current, ours):
             changes.append(
                 Change(
                     f"resources.transformations[{ours['input']}]",
                     current,
                     ours,
-                    "Workloads are charged in credits" if current is None else "replaces the team's entry",
+                    f"their entry goes: every Workload asking {ours['input']} is charged credits instead",
+                    (f"transformation:{ours['input']}",),
                 )
             )
     strategy = resources.get("quotaCheckStrategy")
@@ -196,42 +302,25 @@ def required_changes(
                 "resources.quotaCheckStrategy",
                 strategy,
                 "IgnoreUndeclared",
-                "a queue covering only cpu or only credits must not reject what it does not declare",
+                "every queue then admits resources it does not declare"
+                if strategy is not None
+                else "a queue covering only cpu or only credits must not reject what it does not declare",
+                ("setting:resources.quotaCheckStrategy",) if strategy is not None else (),
             )
         )
-    frameworks = list((config.get("integrations") or {}).get("frameworks") or DEFAULT_FRAMEWORKS)
-    missing = [f for f in kueue_config.FRAMEWORKS if f not in frameworks]
-    if missing:
+    excluded = resources.get("excludeResourcePrefixes")
+    if excluded:
         changes.append(
             Change(
-                "integrations.frameworks",
-                (config.get("integrations") or {}).get("frameworks"),
-                sorted({*frameworks, *missing}),
-                f"adds {', '.join(missing)} (role replicas are Kueue pod groups)",
+                "resources.excludeResourcePrefixes",
+                excluded,
+                None,
+                "Kueue refuses it with IgnoreUndeclared: the excluded resources count in quotas again",
+                ("setting:resources.excludeResourcePrefixes",),
             )
         )
-    gates_in_flag = gate_flags is not None
-    gates: Mapping[str, Any] = gate_flags if gate_flags is not None else (config.get("featureGates") or {})
-    wrong = {
-        name: value
-        for name, value in kueue_config.FEATURE_GATES.items()
-        if bool(gates.get(name, KUEUE_GATE_DEFAULTS.get(name, False))) != value
-    }
-    if wrong:
-        if gates_in_flag:
-            changes.append(
-                Change(
-                    "--feature-gates",
-                    format_gate_flag(gates) or None,
-                    format_gate_flag({**gates, **wrong}),
-                    f"sets {', '.join(sorted(wrong))}",
-                )
-            )
-        else:
-            changes.extend(
-                Change(f"featureGates.{name}", gates.get(name), value, "the chain's topology-aware queues")
-                for name, value in sorted(wrong.items())
-            )
+    changes.extend(_framework_changes(config))
+    changes.extend(_gate_changes(config, gate_flags))
     selector = config.get("managedJobsNamespaceSelector")
     kueue_namespace = str(config.get("namespace") or kueue_config.KUEUE_NAMESPACE)
     if selects_namespace(selector, system_namespace, kueue_namespace=kueue_namespace):
@@ -270,6 +359,8 @@ def merge(
             )
         elif change.path == "resources.quotaCheckStrategy":
             out.setdefault("resources", {})["quotaCheckStrategy"] = change.now
+        elif change.path == "resources.excludeResourcePrefixes":
+            out.setdefault("resources", {}).pop("excludeResourcePrefixes", None)
         elif change.path == "integrations.frameworks":
             out.setdefault("integrations", {})["frameworks"] = list(change.now)
         elif change.path.startswith("featureGates."):

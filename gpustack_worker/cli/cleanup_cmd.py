@@ -14,6 +14,14 @@ and waits (bounded by ``--timeout``) until the API server shows it done before t
   of ours owns; an object that is gone meanwhile is skipped (an apply would create it);
 * finalizers — the compare-and-swap JSON patch of :mod:`gpustack_worker.runtime.finalizers`.
 
+``--kueue-config``: last, revert what ``kueue-config --merge`` changed in Kueue's ConfigMap
+(``--kueue-configmap``, default ``kueue-system/kueue-manager-config``). The evidence that the changes are
+ours is the record the merge left in the annotation ``worker.gpustack.ai/kueue-config-merge``: without it
+the ConfigMap is left alone. The team's values come back where the key still holds ours (their original
+file byte for byte when nothing changed since the merge); a key they changed since is kept and named. The
+write is a PUT carrying the ``resourceVersion`` read, so a concurrent edit is refused, not overwritten;
+``--dry-run`` only says what would be restored.
+
 Exit 0 when done (or listed with ``--dry-run``), 1 when a step failed or timed out, 3 when refused because
 the controller holds its Lease (``--force`` skips that check). ``-o json`` or ``-o yaml`` prints one document.
 """
@@ -43,6 +51,8 @@ USER_AGENT: Final = "gpustack-worker-cleanup"
 #: Exit code of a refusal (the controller still holds its Lease).
 REFUSED: Final = 3
 _POLL_S: Final = 0.5
+#: Kueue's configuration ConfigMap (Kueue's Helm chart and manifests).
+KUEUE_CONFIGMAP: Final = "kueue-system/kueue-manager-config"
 
 _RESOURCES: Final[Mapping[str, Resource]] = {
     r.kind: r
@@ -89,6 +99,17 @@ def add_parser(sub: Any) -> None:
 
     add_kubeconfig_flags(p)
     p.add_argument("--namespace", default=SYSTEM_NAMESPACE, help="system namespace (default: %(default)s)")
+    p.add_argument(
+        "--kueue-config",
+        action="store_true",
+        help="also revert what kueue-config --merge changed in Kueue's ConfigMap (its record annotation)",
+    )
+    p.add_argument(
+        "--kueue-configmap",
+        default=KUEUE_CONFIGMAP,
+        metavar="NAMESPACE/NAME",
+        help="Kueue's configuration ConfigMap (default: %(default)s)",
+    )
     add_output_flag(p)
 
 
@@ -275,6 +296,40 @@ async def execute(client: Client, p: cleaning.Plan, *, wait_s: float, say: Any) 
     return {"done": run.done, "skipped": run.skipped, "stuck": stuck, "complete": not stuck}
 
 
+async def revert_kueue_config(client: Client, ref: str, *, dry_run: bool, say: Any) -> bool:
+    """Revert the recorded ``kueue-config --merge`` of the ConfigMap ``ref`` (``NAMESPACE/NAME``); False
+    when the write was refused (the ConfigMap changed meanwhile)."""
+    from gpustack_worker.cli import kueue_config_cmd
+    from gpustack_worker.runtime.client import Conflict
+
+    namespace, _, name = ref.partition("/")
+    cm = await client.get(kinds.CONFIG_MAP, name, namespace)
+    if cm is None:
+        say(f"kueue-config: no ConfigMap {ref}: nothing to revert")
+        return True
+    try:
+        body, _, reverted = kueue_config_cmd.revert_document(cm, "")
+    except ValueError as exc:
+        say(f"kueue-config: ConfigMap {ref} left alone: {exc}")
+        return True
+    verb = "would revert" if dry_run else "revert"
+    say(f"kueue-config: {verb} ConfigMap {ref}: {kueue_config_cmd.summary(reverted)}")
+    for line in reverted.kept:
+        say(f"   kept: {line}")
+    if dry_run:
+        return True
+    try:
+        await client.replace(kinds.CONFIG_MAP, body)
+    except Conflict as exc:
+        say(f"kueue-config: ConfigMap {ref} changed meanwhile, nothing written ({exc}); run cleanup again")
+        return False
+    say(
+        f"kueue-config: restart Kueue so it reads it: kubectl -n {namespace} rollout restart "
+        "deployment/kueue-controller-manager"
+    )
+    return True
+
+
 def _print_document(text: str, fmt: str) -> None:
     """The JSON document ``text`` as it is (``-o json``) or as YAML (``-o yaml``, :mod:`.output`)."""
     from gpustack_worker.cli.output import emit
@@ -312,10 +367,15 @@ async def run(args: argparse.Namespace) -> int:
             if p.refusal and not args.force:
                 print(f"cleanup: refused: {p.refusal}", file=sys.stderr)
                 return REFUSED
+            if args.kueue_config:
+                await revert_kueue_config(client, args.kueue_configmap, dry_run=True, say=say)
             return 0
         if not json_out:
             print(cleaning.render_text(p, dry_run=False), end="")
         outcome = await execute(client, p, wait_s=args.timeout, say=say)  # refused: the one error line
+        if outcome["complete"] and args.kueue_config:
+            reverted = await revert_kueue_config(client, args.kueue_configmap, dry_run=False, say=say)
+            outcome = {**outcome, "complete": reverted, "stuck": [] if reverted else [args.kueue_configmap]}
     finally:
         await client.close()
     if json_out:
