@@ -45,7 +45,7 @@ the served certificate against the rendered ``caBundle`` under the name
 Asserted: every process passes its rendered readiness and liveness probes; the chain converges to what
 its own pure functions plan for the fleet under the rendered settings (ResourceFlavors, the Topology,
 InstanceTypes, ClusterQueues Active and TopologyReady with the planned quotas, a LocalQueue in every
-non-system namespace; ``bench/chain_bench.py``'s ``expected_chain``/``missing``); the rendered
+namespace the settings select; ``bench/chain_bench.py``'s ``expected_chain``/``missing``); the rendered
 validating webhook, served from the rendered Secret's certificate, refuses an invalid TopologySource and
 admits a valid one; no process exited, and each exits 0 on SIGTERM within its
 ``terminationGracePeriodSeconds`` (all at once, as in a rollout).
@@ -71,16 +71,12 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from bench import chain_bench
 from gpustack_worker.api import kinds, webhooks
-from gpustack_worker.chain import localqueues
 from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.devcluster import build, versions, worker_webhooks
+from gpustack_worker.devcluster.pki import self_signed
 from gpustack_worker.devcluster.procs import ManagedProcess, free_port
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.settings import env_name, settings_from
@@ -247,25 +243,7 @@ def _external_name(service: Doc) -> Doc:
 
 def _self_signed(common_name: str, dns_names: list[str], hours: int) -> tuple[bytes, bytes]:
     """A self-signed serving certificate (its own CA) and its key, PEM."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    crt = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=hours))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in dns_names]), False)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False)
-        .sign(key, hashes.SHA256())
-    )
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    return crt.public_bytes(serialization.Encoding.PEM), key_pem
+    return self_signed(common_name, dns_names, validity=datetime.timedelta(hours=hours))
 
 
 def _tls_secret(name: str, crt: bytes, key: bytes, annotations: dict[str, str] | None = None) -> Doc:
@@ -519,11 +497,8 @@ async def chart_run(
         objs = [chain_bench.stage3(s) for s in load_scenario(scenario_file).nodes if s.name in placed]
         settings = _rendered_settings(docs, pods.specs[f"{controller['metadata']['name']}-0"])
         exp = chain_bench.expected_chain(objs, settings)
-        exp.namespaces = sorted(
-            n["metadata"]["name"]
-            for n in (await admin.list(kinds.NAMESPACE))[0]
-            if not localqueues.is_system_namespace(n["metadata"]["name"], NAMESPACE)
-        )
+        namespaces = (await admin.list(kinds.NAMESPACE))[0]
+        exp.namespaces = chain_bench.local_queue_namespaces(namespaces, settings, system_namespace=NAMESPACE)
         for name, spec in pods.specs.items():
             print(f"[chart-run] {name}: {' '.join(spec.argv)}")
         print(f"[chart-run] expected: {len(exp.flavors)} flavors, {sorted(exp.types)}, {exp.namespaces}")

@@ -13,8 +13,6 @@ proxy.py's own access log (written when a connection closes) is kept too (:meth:
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
-import ipaddress
 import os
 import socket
 import subprocess
@@ -24,10 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from gpustack_worker.devcluster.pki import Authority
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -99,49 +94,9 @@ class RealProxy:
 
 def make_ca_and_certificate() -> tuple[bytes, bytes, bytes]:
     """A CA (PEM) and a certificate for 127.0.0.1/localhost it signed, with its key: (ca, cert, key)."""
-    now = dt.datetime.now(dt.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpustack test proxy CA")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(days=1))
-        .not_valid_after(now + dt.timedelta(days=2))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(days=1))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    pem = serialization.Encoding.PEM
-    key_pem = key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    return ca.public_bytes(pem), cert.public_bytes(pem), key_pem
+    ca = Authority.create("gpustack test proxy CA", path_length=0)
+    cert, key = ca.issue("127.0.0.1", hosts=("127.0.0.1", "localhost"))
+    return ca.cert_pem, cert, key
 
 
 def _wait_until_it_accepts(process: subprocess.Popen[bytes], port_file: Path, log: Path) -> int:

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import datetime as dt
-import ipaddress
 import socketserver
 import ssl
 import tempfile
@@ -25,14 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
+from gpustack_worker.devcluster.pki import self_signed
 from gpustack_worker.runtime import wire
 from gpustack_worker.runtime.client import Client, Fenced
 from gpustack_worker.runtime.resources import CONFIG_MAP
@@ -147,34 +142,14 @@ class _Handler(socketserver.BaseRequestHandler):
             self.server.connection_ended()
 
 
-def self_signed() -> tuple[bytes, bytes]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fence-wire-test")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(days=1))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    return cert.public_bytes(serialization.Encoding.PEM), key_pem
+def certificate_pair() -> tuple[bytes, bytes]:
+    """A self-signed certificate for 127.0.0.1 and its key, PEM."""
+    return self_signed("fence-wire-test")
 
 
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, bytes]:
-    cert, key = self_signed()
+    cert, key = certificate_pair()
     d = tmp_path_factory.mktemp("tls")
     (d / "cert.pem").write_bytes(cert)
     (d / "key.pem").write_bytes(key)
@@ -417,7 +392,7 @@ def test_no_byte_leaves_after_the_fence_closed(closes_at: int, size: int, tls: b
     """Whatever check the fence closes at, the server gets the request complete only if the fence was
     open at every check; otherwise it gets nothing when the fence closed before the first byte, and an
     incomplete request (on a closed connection) after it; the message says which."""
-    cert, key = self_signed()
+    cert, key = certificate_pair()
 
     async def scenario(tmp: Path) -> None:
         (tmp / "cert.pem").write_bytes(cert)

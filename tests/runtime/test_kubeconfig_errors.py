@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
-import datetime
 import os
 import stat
 from typing import TYPE_CHECKING, Any, cast
@@ -19,14 +18,11 @@ from typing import TYPE_CHECKING, Any, cast
 import kr8s
 import pytest
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpustack_worker.cli.errors import describe
+from gpustack_worker.devcluster.pki import self_signed
 from gpustack_worker.runtime.client import KubeconfigError, _authenticate, check_kubeconfig, kubeconfig_source
 from gpustack_worker.runtime.kubeconfig_check import document_problem, kubeconfig_problem
 
@@ -37,24 +33,7 @@ SERVER = "https://127.0.0.1:6443"
 
 
 def _pem_pair() -> tuple[bytes, bytes]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kubeconfig-errors-test")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    return cert.public_bytes(serialization.Encoding.PEM), key_pem
+    return self_signed("kubeconfig-errors-test", hosts=())
 
 
 CERT, KEY = _pem_pair()

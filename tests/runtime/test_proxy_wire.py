@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import httpcore
 import pytest
 
+from gpustack_worker.devcluster.pki import self_signed
 from gpustack_worker.runtime import transport, wire
 from gpustack_worker.runtime.proxy import Route
 from tests.runtime.proxy_server import RealProxy, running_proxy
@@ -41,9 +42,7 @@ def server(certificate: tuple[Path, Path, bytes]) -> Iterator[Recorder]:
 
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, bytes]:
-    from tests.runtime.test_fence_wire import self_signed
-
-    cert, key = self_signed()
+    cert, key = self_signed("proxy-wire-test")
     d = tmp_path_factory.mktemp("server-tls")
     (d / "cert.pem").write_bytes(cert)
     (d / "key.pem").write_bytes(key)
@@ -93,9 +92,7 @@ async def test_the_server_certificate_is_checked_inside_the_tunnel(
 
 
 def _other_certificate() -> tuple[bytes, bytes]:
-    from tests.runtime.test_fence_wire import self_signed
-
-    return self_signed()
+    return self_signed("another-ca")
 
 
 @pytest.mark.parametrize(

@@ -22,8 +22,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import datetime
-import ipaddress
 import socket
 import ssl
 import threading
@@ -31,10 +29,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+
+from gpustack_worker.devcluster.pki import self_signed
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -58,27 +54,7 @@ VERSION: Final = b'{"major": "1", "minor": "35", "gitVersion": "v1.35.0"}'
 
 def certificate(address: str = "127.0.0.1") -> tuple[bytes, bytes]:
     """A self-signed CA certificate for ``address`` and its key, PEM."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"unanswered-{address}")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(address))]), critical=False
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    return cert.public_bytes(serialization.Encoding.PEM), key_pem
+    return self_signed(f"unanswered-{address}", (address,))
 
 
 async def _drain(reader: asyncio.StreamReader) -> None:

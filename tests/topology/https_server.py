@@ -1,6 +1,7 @@
 """A real HTTPS inventory endpoint on 127.0.0.1 for the webhook arm's tests, and its test CA.
 
-:class:`Pki` makes a throw-away CA (EC P-256) and issues server and client certificates from it.
+:class:`Pki` (the dev cluster's :class:`~gpustack_worker.devcluster.pki.Authority`) makes a throw-away CA and
+issues server and client certificates from it.
 :class:`SnapshotServer` serves a snapshot body over TLS in a background thread::
 
     pki = Pki.create()
@@ -22,10 +23,8 @@ was never contacted. ``stop()`` wakes a handler that is still sleeping and joins
 from __future__ import annotations
 
 import contextlib
-import datetime
 import enum
 import http.server
-import ipaddress
 import os
 import socket
 import ssl
@@ -35,10 +34,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from gpustack_worker.devcluster.pki import Authority
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -48,92 +44,8 @@ __all__ = ("DEFAULT_SNAPSHOT", "Mode", "Pki", "Recorded", "SnapshotServer", "fre
 DEFAULT_SNAPSHOT = b'{"apiVersion":"topology.gpustack.ai/v1alpha1","revision":"r1","nodes":{}}'
 
 
-def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-
-
-@dataclass(frozen=True)
-class Pki:
-    """A test certificate authority: ``cert_pem`` is the CA bundle a client trusts."""
-
-    name: str
-    key: ec.EllipticCurvePrivateKey
-    cert: x509.Certificate
-
-    @property
-    def cert_pem(self) -> bytes:
-        return self.cert.public_bytes(serialization.Encoding.PEM)
-
-    @classmethod
-    def create(cls, name: str = "gpustack-worker test CA") -> Pki:
-        key = ec.generate_private_key(ec.SECP256R1())
-        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-        now = datetime.datetime.now(datetime.UTC)
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(subject)
-            .issuer_name(subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(hours=1))
-            .not_valid_after(now + datetime.timedelta(days=2))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=True,
-                    crl_sign=True,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-            .sign(key, hashes.SHA256())
-        )
-        return cls(name, key, cert)
-
-    def issue(
-        self, common_name: str, *, server: bool, hosts: tuple[str, ...] = ("127.0.0.1", "localhost")
-    ) -> tuple[bytes, bytes]:
-        """``(cert_pem, key_pem)`` of a leaf for a server (``hosts`` as SANs) or a TLS client."""
-        key = ec.generate_private_key(ec.SECP256R1())
-        now = datetime.datetime.now(datetime.UTC)
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
-            .issuer_name(self.cert.subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(hours=1))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(
-                x509.ExtendedKeyUsage(
-                    [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]
-                ),
-                critical=False,
-            )
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()), critical=False
-            )
-        )
-        if server:
-            names: list[x509.GeneralName] = []
-            for host in hosts:
-                try:
-                    names.append(x509.IPAddress(ipaddress.ip_address(host)))
-                except ValueError:
-                    names.append(x509.DNSName(host))
-            builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
-        cert = builder.sign(self.key, hashes.SHA256())
-        return cert.public_bytes(serialization.Encoding.PEM), _pem_key(key)
+#: The test CA (``create(name)``, ``issue(...)``, ``cert_pem``).
+Pki = Authority
 
 
 class Mode(enum.Enum):
