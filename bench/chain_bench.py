@@ -69,6 +69,7 @@ from gpustack_worker.api.devices_view import devices_facts
 from gpustack_worker.chain import flavors, localqueues, managers, pools, queues
 from gpustack_worker.chain.nodes import NodeHardware, node_hardware
 from gpustack_worker.cli.settings import WorkerSettings
+from gpustack_worker.runtime.labelselector import parse_selector
 from gpustack_worker.runtime.quantity import parse
 from gpustack_worker.simulate import render
 from gpustack_worker.simulate.load import parse_scenario
@@ -385,6 +386,20 @@ def with_profile(node: dict[str, Any]) -> dict[str, Any]:
     if profile is not None:
         labels[keys.TOPOLOGY_PROFILE] = profile
     return {**node, "metadata": {**node["metadata"], "labels": labels}}
+
+
+def local_queue_namespaces(
+    namespaces: list[dict[str, Any]], settings: WorkerSettings | None = None, *, system_namespace: str = ""
+) -> list[str]:
+    """The names of the Namespaces that get the operator's LocalQueues under ``settings`` (default: the
+    defaults), by the chain's own rule (:func:`localqueues.gets_local_queues`)."""
+    selector = parse_selector((settings or WorkerSettings()).local_queue_namespace_selector)
+    system = system_namespace or kinds.SYSTEM_NAMESPACE
+    return sorted(
+        str(n["metadata"]["name"])
+        for n in namespaces
+        if localqueues.gets_local_queues(n, system_namespace=system, selector=selector)
+    )
 
 
 def expected_chain(objs: list[NodeObjects], settings: WorkerSettings, *, profiled: bool = False) -> Expected:
@@ -950,11 +965,7 @@ async def bench_cluster(
         await create_fleet(admin, objs, profiled=profiled)
         setup_s = time.perf_counter() - t
         print(f"setup: {n_nodes} Nodes + {accelerated} Devices (with ledgers) created in {setup_s:.1f} s")
-        exp.namespaces = sorted(
-            n["metadata"]["name"]
-            for n in (await admin.list(kinds.NAMESPACE))[0]
-            if not localqueues.is_system_namespace(n["metadata"]["name"], kinds.SYSTEM_NAMESPACE)
-        )
+        exp.namespaces = local_queue_namespaces((await admin.list(kinds.NAMESPACE))[0])
         kubeconfig = cluster.service_account_kubeconfig(rbac.CONTROLLER.name)
         if profile is not None:
             await profile_in_process(kubeconfig, admin, exp, profile_limit_s, profile)

@@ -9,14 +9,23 @@ of a field is its kebab-case name and the seed is ``GPUSTACK_<UPPER_SNAKE_NAME>`
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import Field, field_validator
 
+from gpustack_worker.api import keys
+from gpustack_worker.api.kueue_config import KUEUE_NAMESPACE
 from gpustack_worker.runtime.labelselector import SelectorError, parse_selector
 from gpustack_worker.runtime.settings import STARTUP_ONLY, RuntimeSettings, SettingsModel
 
-__all__ = ("ChainSettings", "ControllerSettings")
+__all__ = ("DEFAULT_LOCAL_QUEUE_NAMESPACE_SELECTOR", "ChainSettings", "ControllerSettings")
+
+#: The Namespaces of the components the chain runs beside — Kueue's and NFD's, at their charts' default
+#: namespaces — get no LocalQueue by default: nothing submits GPUStack workloads there, and a queue in
+#: Kueue's own namespace invites Workloads into the namespace Kueue's webhooks exclude.
+DEFAULT_LOCAL_QUEUE_NAMESPACE_SELECTOR: Final = (
+    f"{keys.NAMESPACE_NAME} notin ({KUEUE_NAMESPACE},{keys.NFD_NAMESPACE})"
+)
 
 
 class ChainSettings(SettingsModel):
@@ -53,10 +62,14 @@ class ControllerSettings(RuntimeSettings, ChainSettings):
     InstanceType status that Node feeds: a cold fleet is written once, not once per arriving profile. The
     wait lasts while profiles keep arriving (none more than this apart) and ends this long after the last;
     a Node still without one then no longer holds anything back. 0 writes at once, on every partial view."""
-    local_queue_namespace_selector: str = ""
+    local_queue_namespace_selector: str = DEFAULT_LOCAL_QUEUE_NAMESPACE_SELECTOR
     """The Namespaces that get a LocalQueue per operator ClusterQueue, as a label selector in kubectl's
-    syntax (``team``, ``tier in (gpu,inference)``, ``!no-gpu``). Empty selects every Namespace; system
-    Namespaces (``kube-*`` and the worker's own) never get one, selected or not. A Namespace that stops
+    syntax (``team``, ``tier in (gpu,inference)``, ``!no-gpu``). The default selects every Namespace but
+    Kueue's and NFD's (``kueue-system``, ``node-feature-discovery``: nothing submits workloads there);
+    empty selects every Namespace; a selector of your own replaces the default, so add
+    ``kubernetes.io/metadata.name notin (...)`` to it to keep those out (or to name where your Kueue and
+    NFD run). System Namespaces (``kube-*`` and the worker's own) never get one, selected or not. A
+    Namespace that stops
     matching loses the operator's LocalQueues (Workloads already admitted through them keep running; new
     ones there cannot be queued). Live: a change re-evaluates every Namespace. A selector that does not
     parse rejects the whole settings revision (a Warning Event names the fault)."""

@@ -8,7 +8,10 @@ cluster's garbage collector removes it with the queue; the controller also prune
 without a garbage collector, like the local control plane, and queues that are being deleted).
 
 System namespaces get none: every ``kube-*`` namespace and the worker's own namespace (reference
-Appendix C #6 leaves the exact list open; see docs/chain.md).
+Appendix C #6 leaves the exact list open; see docs/chain.md). Of the others, those the
+``local-queue-namespace-selector`` setting selects get them — by default every one but Kueue's and NFD's
+(:data:`~gpustack_worker.api.settings.DEFAULT_LOCAL_QUEUE_NAMESPACE_SELECTOR`). :func:`gets_local_queues`
+is that rule, once.
 """
 
 from __future__ import annotations
@@ -22,12 +25,23 @@ if TYPE_CHECKING:
 
     from gpustack_worker.runtime.labelselector import LabelSelector
 
-__all__ = ("desired_local_queues", "is_system_namespace", "local_queue_body")
+__all__ = ("desired_local_queues", "gets_local_queues", "is_system_namespace", "local_queue_body")
 
 
 def is_system_namespace(name: str, system_namespace: str) -> bool:
     """Namespaces that never get a LocalQueue."""
     return name.startswith("kube-") or name == system_namespace
+
+
+def gets_local_queues(
+    namespace: Mapping[str, Any], *, system_namespace: str, selector: LabelSelector | None = None
+) -> bool:
+    """Whether a Namespace gets the operator's LocalQueues: not a system one, not terminating, and
+    selected by ``selector`` (the parsed ``local-queue-namespace-selector``; None selects every one)."""
+    meta = namespace.get("metadata") or {}
+    if is_system_namespace(str(meta.get("name", "")), system_namespace) or meta.get("deletionTimestamp"):
+        return False
+    return selector is None or selector.matches(meta.get("labels"))
 
 
 def local_queue_body(namespace: str, queue: Mapping[str, Any]) -> dict[str, Any]:
@@ -65,12 +79,9 @@ def desired_local_queues(
 ) -> dict[str, dict[str, Any]]:
     """The LocalQueues one Namespace should hold, by name: none for system or terminating Namespaces, nor
     for one ``selector`` (the ``local-queue-namespace-selector`` setting) does not select."""
-    meta = namespace.get("metadata") or {}
-    name = str(meta.get("name", ""))
-    if is_system_namespace(name, system_namespace) or meta.get("deletionTimestamp"):
+    if not gets_local_queues(namespace, system_namespace=system_namespace, selector=selector):
         return {}
-    if selector is not None and not selector.matches(meta.get("labels")):
-        return {}
+    name = str((namespace.get("metadata") or {}).get("name", ""))
     out = {}
     for queue in queues:
         qmeta = queue.get("metadata") or {}

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from gpustack_worker.api import keys, kinds
+from gpustack_worker.api import keys, kinds, kueue_config
 from gpustack_worker.runtime.quantity import parse
 from tests.stack import Stack, condition, eventually, module_cluster, running_stack, write_settings
 
@@ -415,6 +415,31 @@ async def test_an_admin_type_without_flavors_is_held_and_marked(running: Stack) 
     )
 
 
+async def test_no_local_queues_in_kueue_and_nfd_namespaces_by_default(running: Stack) -> None:
+    """Under the default settings Kueue's and NFD's namespaces get no LocalQueue (issue 29: six each), the
+    team namespace gets one per queue. The negative is checked after a positive signal: a namespace
+    created after them (its key queued long after theirs) has its LocalQueues."""
+    admin = running.admin
+    await test_flavors_queues_types_and_local_queues_exist(running)
+    expected = {keys.local_queue_name(q) for q in await _names(admin, kinds.CLUSTER_QUEUE)}
+    system = (kueue_config.KUEUE_NAMESPACE, keys.NFD_NAMESPACE)
+    for ns in system:
+        assert await admin.get(kinds.NAMESPACE, ns) is not None, ns  # the devcluster makes both
+    late = "team-late"
+    await admin.create(kinds.NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": late}})
+    try:
+
+        async def late_served() -> bool:
+            return await _names(admin, kinds.LOCAL_QUEUE, late) == expected
+
+        await eventually(late_served, within=120)
+        assert await _names(admin, kinds.LOCAL_QUEUE, TEAM) == expected
+        for ns in system:
+            assert not await _names(admin, kinds.LOCAL_QUEUE, ns), ns
+    finally:
+        await admin.delete(kinds.NAMESPACE, late)
+
+
 async def test_the_namespace_selector_scopes_local_queues_live(running: Stack) -> None:
     """``local-queue-namespace-selector``: a Namespace it stops selecting loses the operator's LocalQueues,
     one labelled to match gets them, and the empty selector brings every Namespace back — no restart."""
@@ -443,4 +468,4 @@ async def test_the_namespace_selector_scopes_local_queues_live(running: Stack) -
         await eventually(pruned, within=120)
     finally:
         await write_settings(admin, {})
-    await eventually(selected, within=120)  # the empty selector: every Namespace again
+    await eventually(selected, within=120)  # the default selector: every team Namespace again

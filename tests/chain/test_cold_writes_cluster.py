@@ -34,7 +34,6 @@ import pytest
 
 from bench import chain_bench
 from gpustack_worker.api import kinds, rbac
-from gpustack_worker.chain import localqueues
 from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.devcluster.audit import AuditEvent, AuditLog
 from gpustack_worker.devcluster.cluster import DevCluster
@@ -115,11 +114,7 @@ async def cold_run(cold_cluster: DevCluster) -> ColdRun:
                 kinds.NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
             )
         await chain_bench.create_fleet(admin, objs)
-        exp.namespaces = sorted(
-            n["metadata"]["name"]
-            for n in (await admin.list(kinds.NAMESPACE))[0]
-            if not localqueues.is_system_namespace(n["metadata"]["name"], kinds.SYSTEM_NAMESPACE)
-        )
+        exp.namespaces = chain_bench.local_queue_namespaces((await admin.list(kinds.NAMESPACE))[0])
         started = dt.datetime.now(dt.UTC)
         proc = chain_bench.start_controller(cluster, cluster.service_account_kubeconfig(rbac.CONTROLLER.name))
         assert proc.pid is not None

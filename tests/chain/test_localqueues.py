@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from gpustack_worker.api import keys
-from gpustack_worker.chain.localqueues import desired_local_queues
+from gpustack_worker.api.settings import ControllerSettings
+from gpustack_worker.chain.localqueues import desired_local_queues, gets_local_queues
 from gpustack_worker.runtime.labelselector import parse_selector
 
 
@@ -77,10 +80,60 @@ def test_only_namespaces_the_selector_selects_get_local_queues() -> None:
     }
     for ns in (_ns("team-b"), _ns("team-c", labels={"gpustack.ai/queues": "no"})):
         assert desired_local_queues(ns, queues, system_namespace="s", selector=gpu) == {}
-    # A system Namespace never gets one, selected or not; the empty selector is today's default.
+    # A system Namespace never gets one, selected or not; the empty selector selects every other one.
     system = _ns("kube-system", labels={"gpustack.ai/queues": "yes"})
     assert desired_local_queues(system, queues, system_namespace="s", selector=gpu) == {}
     everything = parse_selector("")
     assert desired_local_queues(_ns("team-b"), queues, system_namespace="s", selector=everything) == (
         desired_local_queues(_ns("team-b"), queues, system_namespace="s")
     )
+
+
+def _named(name: str, **labels: str) -> dict[str, Any]:
+    """A Namespace as the API server stores it: labelled with its own name."""
+    return _ns(name, labels={keys.NAMESPACE_NAME: name, **labels})
+
+
+#: (namespace, gets LocalQueues under the default settings): Kueue's and NFD's namespaces are not
+#: workload namespaces (issue 29: six LocalQueues each by default); system ones never get any.
+DEFAULT_SCOPE = [
+    ("kueue-system", False),
+    ("node-feature-discovery", False),
+    ("gpustack-system", False),
+    ("kube-system", False),
+    ("kube-node-lease", False),
+    ("default", True),
+    ("team-a", True),
+    ("kueue-system-team", True),  # a name that merely starts like one is a team's
+    ("node-feature-discovery-2", True),
+]
+
+
+@pytest.mark.parametrize(("namespace", "gets"), DEFAULT_SCOPE)
+def test_the_default_selector_leaves_out_kueue_and_nfd(namespace: str, gets: bool) -> None:
+    selector = parse_selector(ControllerSettings().local_queue_namespace_selector)
+    queues = [_cq("gpustack--generic-linux-amd64")]
+    got = desired_local_queues(
+        _named(namespace), queues, system_namespace="gpustack-system", selector=selector
+    )
+    assert bool(got) is gets
+    assert gets_local_queues(_named(namespace), system_namespace="gpustack-system", selector=selector) is gets
+
+
+def test_the_default_is_overridable_both_ways() -> None:
+    """Empty brings Kueue's and NFD's namespaces back; a team's own selector replaces the default whole
+    (adding the name clause keeps them out); a Kueue elsewhere is named in the same clause."""
+    kueue, team = _named("kueue-system", team="yes"), _named("team-a", team="yes")
+    for text, expected in (
+        ("", {"kueue-system": True, "team-a": True}),
+        ("team", {"kueue-system": True, "team-a": True}),
+        (f"team,{keys.NAMESPACE_NAME} notin (kueue-system)", {"kueue-system": False, "team-a": True}),
+    ):
+        selector = parse_selector(
+            ControllerSettings(local_queue_namespace_selector=text).local_queue_namespace_selector
+        )
+        got = {
+            str(ns["metadata"]["name"]): gets_local_queues(ns, system_namespace="s", selector=selector)
+            for ns in (kueue, team)
+        }
+        assert got == expected, text
