@@ -8,6 +8,10 @@ ConfigMap ``--kueue-configmap`` (Kueue's Helm chart: ``kueue-system/kueue-manage
 ``--feature-gates`` flag from Kueue's Deployment when it has one. Exit 0 when no check fails, 1
 otherwise; ``-o json`` for machines.
 
+Before the chart's install (:mod:`.preflight_stage`: decided from the chart's objects, or forced with
+``--before-install``/``--after-install``) what the chart installs is ``installs with the chart``, not a
+failure.
+
 :func:`startup_problems` is what ``controller`` and ``agent`` run before they start
 (:data:`~.preflighting.STARTUP_CHECKS`: the Kubernetes version and the kinds the process uses).
 """
@@ -25,6 +29,7 @@ import yaml
 from gpustack_worker.api import kinds, kueue_config, rbac
 from gpustack_worker.cli import kueue_config_cmd
 from gpustack_worker.runtime.resources import Resource
+from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP as DEFAULT_SETTINGS_CONFIGMAP
 
 if TYPE_CHECKING:
     import argparse
@@ -33,13 +38,14 @@ if TYPE_CHECKING:
     from gpustack_worker.cli import preflighting
     from gpustack_worker.runtime.client import Client
 
-__all__ = ("KUEUE_CONFIG_KEY", "add_parser", "gather", "run", "startup_problems")
+__all__ = ("KUEUE_CONFIG_KEY", "add_parser", "gather", "release_evidence", "run", "startup_problems")
 
 #: Where Kueue's Helm chart keeps its configuration, the key holding it, and its Deployment.
 KUEUE_CONFIGMAP: Final = f"{kueue_config.KUEUE_NAMESPACE}/kueue-manager-config"
 KUEUE_CONFIG_KEY: Final = kueue_config_cmd.CONFIG_KEY
 KUEUE_DEPLOYMENT: Final = f"{kueue_config.KUEUE_NAMESPACE}/kueue-controller-manager"
 _DEPLOYMENT: Final = Resource("apps", "v1", "Deployment", "deployments", namespaced=True)
+_COHORT: Final = Resource(kinds.KUEUE_GROUP, kinds.KUEUE_VERSION, "Cohort", "cohorts", namespaced=False)
 _RULES_REVIEWS: Final = "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews"
 #: The namespace the cluster-scoped grants are reviewed in: one with no Role of ours (it need not exist),
 #: so only ClusterRoleBindings answer there.
@@ -57,8 +63,12 @@ def add_parser(sub: Any) -> None:
             "A table of checks, each with its result and how to fix it: the Kubernetes version; Kueue's "
             "APIs and configuration; NFD's NodeFeature API and a running nfd-master; our CRDs at this "
             "build's schema; the Devices API; the webhook reachable from the API server; the "
-            "ServiceAccounts' RBAC; and existing ClusterQueues our transformations would change. "
-            "Exit 0 when nothing fails, 1 otherwise."
+            "ServiceAccounts' RBAC; the system namespace and the settings ConfigMap; and existing "
+            "ClusterQueues and Cohorts whose GPU quota our transformations would stop counting (a failure, "
+            "with the credits quota that keeps the limit). Before the chart is installed — no object of "
+            "the chart exists, or --before-install — what the chart installs is reported as 'installs "
+            "with the chart' and passes; after it (any of its objects exists, or --after-install) it "
+            "fails. Exit 0 when nothing fails, 1 otherwise."
         ),
     )
     from gpustack_worker.cli.main import add_kubeconfig_flags
@@ -85,6 +95,36 @@ def add_parser(sub: Any) -> None:
         default=KUEUE_DEPLOYMENT,
         metavar="NAMESPACE/NAME",
         help="Kueue's Deployment, read for a --feature-gates flag (default: %(default)s)",
+    )
+    p.add_argument(
+        "--settings-configmap",
+        default=DEFAULT_SETTINGS_CONFIGMAP,
+        metavar="NAME",
+        help="the settings ConfigMap in the system namespace (the chart's settings.configMapName; "
+        "default: %(default)s)",
+    )
+    stage = p.add_mutually_exclusive_group()
+    stage.add_argument(
+        "--before-install",
+        dest="stage",
+        action="store_const",
+        const="before-install",
+        help="judge the cluster as before the chart's install: what the chart installs passes as "
+        "'installs with the chart' (default: automatic, before exactly when none of the chart's objects "
+        "exists)",
+    )
+    stage.add_argument(
+        "--after-install",
+        dest="stage",
+        action="store_const",
+        const="after-install",
+        help="judge the cluster as after the chart's install: what it should have installed fails",
+    )
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="list every item a long row summarises (missing grants, queue quotas); -o json always does",
     )
     add_output_flag(p)
 
@@ -257,7 +297,7 @@ async def _rules(
 async def gather(client: Client, args: argparse.Namespace) -> list[preflighting.Result]:
     """Every check, in table order."""
     from gpustack_worker.api import crdgen, kueue_merge, webhooks
-    from gpustack_worker.cli import preflighting
+    from gpustack_worker.cli import preflight_queues, preflighting
     from gpustack_worker.devcluster.worker_webhooks import probe_source
     from gpustack_worker.runtime.client import ApiError
 
@@ -329,19 +369,53 @@ async def gather(client: Client, args: argparse.Namespace) -> list[preflighting.
             rules, error = None, str(exc)
         results.append(preflighting.rbac_result(component, rules, system_namespace=namespace, error=error))
 
+    results.append(
+        preflighting.namespace_present(await client.get(kinds.NAMESPACE, namespace), namespace=namespace)
+    )
+    name = args.settings_configmap
+    results.append(
+        preflighting.settings_present(
+            await client.get(kinds.CONFIG_MAP, name, namespace), namespace=namespace, name=name
+        )
+    )
+
     if "kueue-api" in served:
         queues, _ = await client.list(kinds.CLUSTER_QUEUE)
+        try:
+            cohorts, _ = await client.list(_COHORT)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            cohorts = []  # a Kueue without the Cohort API: only ClusterQueues hold quota
         configured = isinstance(config, dict) and not any(
             c.path.startswith("resources.transformations") for c in kueue_merge.required_changes(config)
         )
-        results.extend(preflighting.clusterqueue_impact(queues, configured=configured))
+        results.extend(preflight_queues.queue_impact(queues, cohorts, configured=configured))
     else:
         results.append(preflighting.not_checked("clusterqueues", "ClusterQueue", groups["kueue-api"].fix))
     return preflighting.ordered(results)
 
 
+async def release_evidence(
+    client: Client, *, namespace: str, settings_configmap: str
+) -> tuple[list[str], int]:
+    """Which of the chart's objects (:func:`.preflight_stage.release_objects`) exist, and how many were
+    looked for. The namespaced ones are not read when the namespace does not exist."""
+    from gpustack_worker.cli import preflight_stage
+
+    objects = preflight_stage.release_objects(namespace=namespace, settings_configmap=settings_configmap)
+    has_namespace = await client.get(kinds.NAMESPACE, namespace) is not None
+    present = []
+    for obj in objects:
+        if obj.namespace and not has_namespace:
+            continue
+        if await client.get(obj.resource, obj.name, obj.namespace or None) is not None:
+            present.append(obj.describe())
+    return present, len(objects)
+
+
 async def run(args: argparse.Namespace) -> int:
-    from gpustack_worker.cli import preflighting
+    from gpustack_worker.cli import preflight_stage, preflighting
     from gpustack_worker.cli.request_timeout import request_timeout_of
     from gpustack_worker.runtime.client import Client
 
@@ -358,10 +432,24 @@ async def run(args: argparse.Namespace) -> int:
         user_agent="gpustack-worker-preflight",
     )
     try:
-        results = await gather(client, args)  # a refused read: the CLI's one error line (cli/errors.py)
+        # A refused read: the CLI's one error line (cli/errors.py).
+        present, looked_for = await release_evidence(
+            client, namespace=args.namespace, settings_configmap=args.settings_configmap
+        )
+        results = await gather(client, args)
     finally:
         await client.close()
     from gpustack_worker.cli.output import emit
 
-    emit(json.loads(preflighting.to_json(results)), args.output, lambda _: preflighting.render_text(results))
-    return preflighting.exit_code(results)
+    forced = preflight_stage.Stage(args.stage) if args.stage else None
+    decision = preflight_stage.decide(present, looked_for=looked_for, forced=forced)
+    judged = preflight_stage.judged(results, decision)
+    data = json.loads(json.dumps(preflight_stage.payload(judged, decision)))
+    emit(
+        data,
+        args.output,
+        lambda _: preflight_stage.render_text(
+            judged, decision, namespace=args.namespace, verbose=args.verbose
+        ),
+    )
+    return preflighting.exit_code(judged)

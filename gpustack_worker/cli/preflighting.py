@@ -15,11 +15,15 @@ discovery, a dry-run create and SelfSubjectRulesReviews) and prints. The checks:
 - ``crd-schemas``: our CRDs are served with the schema this build generates (``api/crdgen.py``);
 - ``devices``: the Device Manager has published ledgers;
 - ``webhook``: the API server calls our validating webhook (a dry-run create it must refuse);
+- ``namespace``, ``settings``: the system namespace and the settings ConfigMap exist;
 - ``rbac:<component>``: the ServiceAccount holds every grant of :mod:`gpustack_worker.api.rbac`;
-- ``clusterqueues``: existing ClusterQueues whose quota counts a resource our transformations rewrite,
-  with what changes for them.
+- ``clusterqueue:<name>``, ``cohort:<name>``: existing queues and cohorts whose GPU quota our
+  transformations would stop counting (:mod:`gpustack_worker.cli.preflight_queues`).
 
-The outcome of a check is ``ok``, ``warn`` (the chain runs, but look) or ``fail`` (exit 1).
+The outcome of a check is ``ok``, ``warn`` (the chain runs, but look), ``fail`` (exit 1) or
+``installs with the chart``: a failure the chart's own install repairs (:attr:`Result.chart`), judged so
+only before the install (:mod:`gpustack_worker.cli.preflight_stage` decides which side of it the cluster
+is on); it does not change the exit code.
 """
 
 from __future__ import annotations
@@ -32,7 +36,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 from gpustack_worker.api import crdgen, keys, kinds, kueue_config, kueue_merge, rbac, webhooks
 from gpustack_worker.api.node_class import nfd_projected
-from gpustack_worker.runtime.quantity import parse
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -40,26 +43,29 @@ if TYPE_CHECKING:
     from gpustack_worker.runtime.resources import Resource
 
 __all__ = (
+    "CHART_APIS",
     "MIN_KUBERNETES",
     "STARTUP_CHECKS",
     "ApiGroup",
     "Outcome",
     "Result",
     "api_groups",
-    "clusterqueue_impact",
     "crd_schemas",
     "devices_published",
     "exit_code",
     "kubernetes_version",
     "kueue_configuration",
     "missing_grants",
+    "namespace_present",
     "nfd_master",
     "not_checked",
     "ordered",
+    "payload",
     "problem_lines",
     "rbac_result",
     "render_text",
     "served_apis",
+    "settings_present",
     "to_json",
     "webhook_reachable",
 )
@@ -87,16 +93,29 @@ class Outcome(enum.StrEnum):
     OK = "ok"
     WARN = "warn"
     FAIL = "fail"
+    #: A failure the chart's install repairs, before the install (not a failure: exit 0).
+    INSTALLS = "installs with the chart"
+
+
+#: The API checks the chart satisfies: every ``worker.gpustack.ai`` kind is a CRD of ``chart/crds/``.
+CHART_APIS: Final = frozenset({"crds", "devices-api"})
+#: How many entries of a long list a detail line names (the rest: ``items``, ``--verbose``, ``-o json``).
+SHOWN: Final = 3
 
 
 @dataclass(frozen=True, slots=True)
 class Result:
-    """One row of the table: the check, its outcome, what was found, and how to fix it (empty when ok)."""
+    """One row of the table: the check, its outcome, what was found, and how to fix it (empty when ok).
+
+    ``chart``: the failure is one the chart's own install repairs (an object it creates is missing);
+    ``items``: the full list a long ``detail`` summarises (printed with ``--verbose``, always in JSON)."""
 
     check: str
     outcome: Outcome
     detail: str
     fix: str = ""
+    chart: bool = False
+    items: tuple[str, ...] = ()
 
 
 def _ok(check: str, detail: str) -> Result:
@@ -198,7 +217,9 @@ def served_apis(groups: Sequence[ApiGroup], discovery: Mapping[str, frozenset[st
     for check in sorted(by_check):
         problems = by_check[check]
         if problems:
-            out.append(Result(check, Outcome.FAIL, "; ".join(problems), fixes[check]))
+            out.append(
+                Result(check, Outcome.FAIL, "; ".join(problems), fixes[check], chart=check in CHART_APIS)
+            )
         else:
             out.append(_ok(check, "served: " + ", ".join(served[check])))
     return out
@@ -345,14 +366,17 @@ def crd_schemas(served: Mapping[str, Mapping[str, Any] | None]) -> Result:
         if diff:
             problems.append(f"{name}: {diff}")
     if problems:
-        return Result("crd-schemas", Outcome.FAIL, "; ".join(problems), _CRDS_APPLY)
+        # Helm installs a CRD that is missing but never replaces one that exists: a stale one is a failure
+        # the install does not repair.
+        chart = all(p.endswith(": missing") for p in problems)
+        return Result("crd-schemas", Outcome.FAIL, "; ".join(problems), _CRDS_APPLY, chart=chart)
     return _ok("crd-schemas", f"{len(expected)} CRDs at this build's schema")
 
 
 def devices_published(count: int | None) -> Result:
     """How many Devices ledgers exist (``None``: the kind is not served; ``devices-api`` says so)."""
     if count is None:
-        return Result("devices", Outcome.FAIL, "Devices is not served", _CRDS_APPLY)
+        return Result("devices", Outcome.FAIL, "Devices is not served", _CRDS_APPLY, chart=True)
     if count == 0:
         return Result(
             "devices",
@@ -382,6 +406,7 @@ def webhook_reachable(
             Outcome.FAIL,
             f"ValidatingWebhookConfiguration {webhooks.VALIDATING_CONFIGURATION} is not registered",
             "install the chart (it registers the webhooks)",
+            chart=True,
         )
     hooks = configuration.get("webhooks") or ()
     client = next(
@@ -461,68 +486,76 @@ def rbac_result(
         )
     missing = missing_grants(component, rules, system_namespace=system_namespace)
     if missing:
-        return Result(check, Outcome.FAIL, f"{account} lacks {len(missing)}: " + "; ".join(missing), fix)
+        total = len(component.grants())
+        return Result(
+            check,
+            Outcome.FAIL,
+            f"ServiceAccount {system_namespace}/{component.name} lacks {len(missing)} of {total} grants"
+            + _grants_summary(missing),
+            fix,
+            chart=True,
+            items=tuple(missing),
+        )
     return _ok(check, f"{account} holds all {len(component.grants())} grants of api/rbac.py")
 
 
-# --- existing ClusterQueues -----------------------------------------------------------------------------
+def _grants_summary(missing: Sequence[str]) -> str:
+    """``: a; b`` for a few grants, else counts per resource and the first :data:`SHOWN` grants."""
+    if len(missing) <= SHOWN:
+        return ": " + "; ".join(missing)
+    per: dict[str, int] = {}
+    for grant in missing:
+        _, _, resource = grant.partition(" ")
+        plural, _, where = resource.partition(" ")  # "clusterqueues.kueue.x-k8s.io" [ "in NAMESPACE"]
+        key = plural.split(".", 1)[0] + (f" {where}" if where else "")
+        per[key] = per.get(key, 0) + 1
+    top = sorted(per.items(), key=lambda kv: (-kv[1], kv[0]))
+    counts = ", ".join(f"{resource} {n}" for resource, n in top[:SHOWN])
+    more = f", +{len(top) - SHOWN} more" if len(top) > SHOWN else ""
+    return (
+        f" on {len(per)} resources ({counts}{more}); first: {'; '.join(missing[:SHOWN])}; "
+        "all: --verbose or -o json"
+    )
 
 
-def _times(quantity: object, factor: str) -> str | None:
-    value, by = parse(quantity), parse(factor)
-    if value is None or by is None:
-        return None
-    product = value * by
-    return str(int(product)) if product == product.to_integral_value() else str(product.normalize())
+# --- what the chart creates in the system namespace -------------------------------------------------------
 
 
-def clusterqueue_impact(queues: Sequence[Mapping[str, Any]], *, configured: bool) -> list[Result]:
-    """Existing ClusterQueues whose quota counts a resource a transformation of ours rewrites (with
-    ``strategy: Replace`` Workloads no longer ask for it, so that quota stops limiting them; under
-    ``IgnoreUndeclared`` the credits they ask instead pass a queue that does not declare them).
-    ``configured``: Kueue already runs with our transformations (the change has happened)."""
-    rewrites = {str(t["input"]): t for t in kueue_config.transformations()}
-    tense = "no longer counts" if configured else "would stop counting"
-    out = []
-    for cq in sorted(queues, key=lambda q: str((q.get("metadata") or {}).get("name"))):
-        name = str((cq.get("metadata") or {}).get("name"))
-        notes = []
-        for group in (cq.get("spec") or {}).get("resourceGroups") or ():
-            for flavor in group.get("flavors") or ():
-                for res in flavor.get("resources") or ():
-                    t = rewrites.get(str(res.get("name")))
-                    if t is None:
-                        continue
-                    (credit, per), *_ = t["outputs"].items()
-                    quota = res.get("nominalQuota")
-                    if t.get("multiplyBy"):
-                        same = f"{per} {credit} per unit times {t['multiplyBy']}: no fixed equivalent"
-                    else:
-                        equivalent = _times(quota, per)
-                        same = (
-                            f"{credit}: {equivalent} keeps the same limit ({per} per {res.get('name')})"
-                            if equivalent
-                            else f"{per} {credit} per {res.get('name')}"
-                        )
-                    notes.append(
-                        f"flavor {flavor.get('name')} {res.get('name')}={quota} {tense}: Workloads ask "
-                        f"{credit} instead, which this queue does not declare ({same})"
-                    )
-        if notes:
-            out.append(
-                Result(
-                    f"clusterqueue:{name}",
-                    Outcome.WARN,
-                    "; ".join(notes),
-                    "declare the credits resource with the equivalent nominalQuota in the same flavor, "
-                    "or move these Workloads to GPUStack's pools (docs/operations.md, Coexistence)",
-                )
-            )
-    if not out:
-        out.append(
-            _ok("clusterqueues", "no other ClusterQueue counts a resource the transformations rewrite")
+def namespace_present(found: Mapping[str, Any] | None, *, namespace: str) -> Result:
+    """The system namespace (``None``: absent). ``helm install -n NAMESPACE --create-namespace`` makes it."""
+    if found is None:
+        return Result(
+            "namespace",
+            Outcome.FAIL,
+            f"namespace {namespace} does not exist",
+            f"helm install the chart with -n {namespace} --create-namespace",
+            chart=True,
         )
-    return out
+    phase = str((found.get("status") or {}).get("phase") or "Active")
+    if phase != "Active":
+        return Result(
+            "namespace",
+            Outcome.FAIL,
+            f"namespace {namespace} is {phase}",
+            "wait for its deletion to finish, then install the chart again",
+        )
+    return _ok("namespace", f"namespace {namespace} exists")
+
+
+def settings_present(found: Mapping[str, Any] | None, *, namespace: str, name: str) -> Result:
+    """The settings ConfigMap the controllers read (``None``: absent); the chart creates it from
+    ``settings.values``."""
+    if found is None:
+        return Result(
+            "settings",
+            Outcome.FAIL,
+            f"settings ConfigMap {namespace}/{name} does not exist",
+            "helm upgrade the chart (it creates the ConfigMap from settings.values; settings.configMapName "
+            "names it), or pass --settings-configmap NAME",
+            chart=True,
+        )
+    data = found.get("data") or {}
+    return _ok("settings", f"ConfigMap {namespace}/{name} holds {len(data)} key(s)")
 
 
 def not_checked(check: str, needs: str, fix: str) -> Result:
@@ -530,7 +563,8 @@ def not_checked(check: str, needs: str, fix: str) -> Result:
     return Result(check, Outcome.FAIL, f"not checked: {needs} is not served", fix)
 
 
-#: The table's order: what the cluster runs on, then Kueue, NFD, ours, the webhook, RBAC, other queues.
+#: The table's order: what the cluster runs on, then Kueue, NFD, ours, the namespace and settings, the
+#: webhook, RBAC, other queues and cohorts.
 ORDER: Final = (
     "kubernetes",
     "kubernetes-apis",
@@ -542,9 +576,12 @@ ORDER: Final = (
     "crd-schemas",
     "devices-api",
     "devices",
+    "namespace",
+    "settings",
     "webhook",
     "rbac",
     "clusterqueue",
+    "cohort",
 )
 
 
@@ -563,7 +600,7 @@ def ordered(results: Iterable[Result]) -> list[Result]:
 
 
 def exit_code(results: Iterable[Result]) -> int:
-    """1 when any check failed, else 0 (warnings pass)."""
+    """1 when any check failed, else 0 (warnings and what installs with the chart pass)."""
     return 1 if any(r.outcome is Outcome.FAIL for r in results) else 0
 
 
@@ -572,24 +609,34 @@ def problem_lines(results: Iterable[Result], *, prefix: str) -> list[str]:
     return [f"{prefix}: {r.check}: {r.detail} — fix: {r.fix}" for r in results if r.outcome is Outcome.FAIL]
 
 
-def render_text(results: Sequence[Result]) -> str:
-    """The table: check, result, and what was found or how to fix it."""
+def render_text(results: Sequence[Result], *, verbose: bool = False) -> str:
+    """The table: check, result, and what was found or how to fix it; ``verbose``: each row's ``items``
+    too, one per line."""
     width = max((len(r.check) for r in results), default=5)
-    lines = [f"{'CHECK':<{width}}  RESULT  DETAIL / FIX"]
+    result_width = max((len(r.outcome.value) for r in results), default=6)
+    pad = f"{'':<{width}}  {'':<{result_width}}  "
+    lines = [f"{'CHECK':<{width}}  {'RESULT':<{result_width}}  DETAIL / FIX"]
     for r in results:
-        lines.append(f"{r.check:<{width}}  {r.outcome.value:<6}  {r.detail}")
+        lines.append(f"{r.check:<{width}}  {r.outcome.value:<{result_width}}  {r.detail}")
+        if verbose:
+            lines.extend(f"{pad}- {item}" for item in r.items)
         if r.fix:
-            lines.append(f"{'':<{width}}  {'':<6}  fix: {r.fix}")
-    failed = sum(r.outcome is Outcome.FAIL for r in results)
-    warned = sum(r.outcome is Outcome.WARN for r in results)
-    lines.append(f"{len(results)} checks: {len(results) - failed - warned} ok, {warned} warn, {failed} fail")
+            lines.append(f"{pad}fix: {r.fix}")
+    counts = {o: sum(r.outcome is o for r in results) for o in Outcome}
+    installs = f", {counts[Outcome.INSTALLS]} {Outcome.INSTALLS.value}" if counts[Outcome.INSTALLS] else ""
+    lines.append(
+        f"{len(results)} checks: {counts[Outcome.OK]} ok, {counts[Outcome.WARN]} warn{installs}, "
+        f"{counts[Outcome.FAIL]} fail"
+    )
     return "\n".join(lines) + "\n"
 
 
+def payload(results: Sequence[Result]) -> dict[str, Any]:
+    """The results as data: ``{"ok": bool, "checks": [{check, outcome, detail, fix, chart, items}, ...]}``."""
+    checks = [{**dataclasses.asdict(r), "items": list(r.items)} for r in results]
+    return {"ok": exit_code(results) == 0, "checks": checks}
+
+
 def to_json(results: Sequence[Result]) -> str:
-    """The results as JSON: ``{"ok": bool, "checks": [{check, outcome, detail, fix}, ...]}``."""
-    return json.dumps(
-        {"ok": exit_code(results) == 0, "checks": [dataclasses.asdict(r) for r in results]},
-        indent=2,
-        sort_keys=True,
-    )
+    """:func:`payload` as indented JSON with sorted keys."""
+    return json.dumps(payload(results), indent=2, sort_keys=True)

@@ -297,44 +297,119 @@ def test_rbac_wildcards_count_and_named_objects_do_not() -> None:
     assert unreviewed.outcome is FAIL and "as a cluster admin" in unreviewed.fix
 
 
-def _cq(name: str, resources: list[tuple[str, Any]]) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name},
-        "spec": {
-            "resourceGroups": [
-                {
-                    "coveredResources": [r for r, _ in resources],
-                    "flavors": [
-                        {
-                            "name": "default",
-                            "resources": [{"name": r, "nominalQuota": q} for r, q in resources],
-                        }
-                    ],
-                }
-            ]
-        },
+def test_what_the_chart_installs_is_marked_and_nothing_else() -> None:
+    """The failures the chart's install repairs carry ``chart``: our API group, a missing CRD, the webhook
+    registration, the grants, the namespace and the settings ConfigMap. Kueue, NFD, a stale CRD (Helm
+    never replaces one) and an RBAC review that could not be made do not."""
+    served = {gv: None for gv in _all_served()}
+    apis = {
+        r.check: r.chart for r in preflighting.served_apis(preflighting.api_groups(rbac.COMPONENTS), served)
     }
-
-
-def test_clusterqueues_counting_a_rewritten_resource_are_listed_with_the_equivalent() -> None:
-    queues = [
-        _cq("team-a", [("cpu", "64"), ("nvidia.com/gpu", "8")]),
-        _cq("team-b", [("cpu", "8")]),
-        _cq("team-c", [("nvidia.com/gpu.sliced.units", 40)]),
-    ]
-    results = preflighting.clusterqueue_impact(queues, configured=False)
-    assert [r.check for r in results] == ["clusterqueue:team-a", "clusterqueue:team-c"]
-    assert all(r.outcome is WARN for r in results)
-    assert results[0].detail == (
-        "flavor default nvidia.com/gpu=8 would stop counting: Workloads ask credits.gpustack.ai/nvidia "
-        "instead, which this queue does not declare (credits.gpustack.ai/nvidia: 12800000 keeps the same "
-        "limit "
-        "(1600000 per nvidia.com/gpu))"
+    assert apis == {
+        "crds": True,
+        "devices-api": True,
+        "kubernetes-apis": False,
+        "kueue-api": False,
+        "nfd-api": False,
+    }
+    missing: dict[str, Any] = {c["metadata"]["name"]: None for c in crdgen.all_crds()}
+    assert preflighting.crd_schemas(missing).chart is True
+    stale = {**missing, "devices.worker.gpustack.ai": {"spec": {"scope": "Namespaced"}}}
+    assert preflighting.crd_schemas(stale).chart is False
+    assert preflighting.devices_published(None).chart is True
+    assert preflighting.devices_published(0).chart is False
+    unregistered = preflighting.webhook_reachable(None, 404, "", probe_field=_FIELD, namespace="ns")
+    unreachable = preflighting.webhook_reachable(
+        _SERVICE_CONFIG, 500, "failed calling webhook", probe_field=_FIELD, namespace="ns"
     )
-    assert "times nvidia.com/gpu.sliced: no fixed equivalent" in results[1].detail
-    assert "no longer counts" in preflighting.clusterqueue_impact(queues, configured=True)[0].detail
-    none = preflighting.clusterqueue_impact([queues[1]], configured=False)
-    assert [(r.check, r.outcome) for r in none] == [("clusterqueues", OK)]
+    assert (unregistered.chart, unreachable.chart) == (True, False)
+    assert preflighting.rbac_result(rbac.AGENT, {}, system_namespace="ns").chart is True
+    assert preflighting.rbac_result(rbac.AGENT, None, system_namespace="ns", error="403").chart is False
+    assert preflighting.namespace_present(None, namespace="ns").chart is True
+    assert preflighting.settings_present(None, namespace="ns", name="s").chart is True
+    no_kueue = preflighting.kueue_configuration(None, source="x")
+    assert no_kueue.outcome is FAIL and no_kueue.chart is False
+
+
+@pytest.mark.parametrize(
+    ("found", "outcome", "text"),
+    [
+        (None, FAIL, "namespace gpustack-system does not exist"),
+        ({"metadata": {"name": "gpustack-system"}, "status": {"phase": "Active"}}, OK, "exists"),
+        (
+            {"metadata": {"name": "gpustack-system"}, "status": {"phase": "Terminating"}},
+            FAIL,
+            "is Terminating",
+        ),
+    ],
+)
+def test_namespace_present(found: Any, outcome: Outcome, text: str) -> None:
+    result = preflighting.namespace_present(found, namespace="gpustack-system")
+    assert (result.check, result.outcome) == ("namespace", outcome)
+    assert text in result.detail
+    if found is None:
+        assert "--create-namespace" in result.fix
+
+
+def test_settings_present() -> None:
+    absent = preflighting.settings_present(None, namespace="gpustack-system", name="gpustack-settings")
+    assert (absent.outcome, absent.detail) == (
+        FAIL,
+        "settings ConfigMap gpustack-system/gpustack-settings does not exist",
+    )
+    there = preflighting.settings_present(
+        {"data": {"a": "1", "b": "2"}}, namespace="gpustack-system", name="gpustack-settings"
+    )
+    assert (there.outcome, there.detail) == (OK, "ConfigMap gpustack-system/gpustack-settings holds 2 key(s)")
+
+
+def test_many_missing_grants_are_a_short_summary_with_the_full_list_in_items() -> None:
+    """Issue 29: ``rbac:controller fail … lacks 76: list namespaces; watch namespaces; …`` on one line."""
+    result = preflighting.rbac_result(rbac.CONTROLLER, {}, system_namespace="gpustack-system")
+    everything = preflighting.missing_grants(rbac.CONTROLLER, {}, system_namespace="gpustack-system")
+    total = len(rbac.CONTROLLER.grants())
+    assert len(everything) == total > 20
+    assert result.items == tuple(everything)
+    account = "ServiceAccount gpustack-system/gpustack-worker-controller"
+    assert result.detail.startswith(f"{account} lacks {total} of {total} grants on ")
+    assert (
+        f"; first: {everything[0]}; {everything[1]}; {everything[2]}; all: --verbose or -o json"
+        in result.detail
+    )
+    assert len(result.detail) < 300, result.detail
+    # counts per resource (its plural, and where), the largest first
+    counts = result.detail.split(" resources (", 1)[1].split(")", 1)[0].split(", ")
+    per: dict[str, int] = {}
+    for grant in everything:  # "verb plural[.group][ in namespace]"
+        _, plural, *where = grant.split(" ")
+        key = " ".join([plural.split(".")[0], *where])
+        per[key] = per.get(key, 0) + 1
+    top = sorted(per.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+    assert counts == [f"{key} {n}" for key, n in top] + [f"+{len(per) - 3} more"]
+    few = preflighting.rbac_result(
+        rbac.AGENT, _drop(_rules_for(rbac.AGENT, "ns"), 2, rbac.AGENT, "ns"), system_namespace="ns"
+    )
+    assert few.detail.count(";") == 1 and "first:" not in few.detail
+
+
+def _drop(rules: dict[str, list[dict[str, Any]]], n: int, component: rbac.Component, namespace: str) -> Any:
+    for ns, group, resource, verb in sorted(component.grants())[:n]:
+        key = namespace if ns == rbac.SYSTEM else ns
+        for k in {key, *(rules if not ns else ())}:
+            rules[k] = [
+                r for r in rules[k] if r != {"apiGroups": [group], "resources": [resource], "verbs": [verb]}
+            ]
+    return rules
+
+
+def test_verbose_text_lists_the_items_and_json_always_has_them() -> None:
+    result = preflighting.rbac_result(rbac.AGENT, {}, system_namespace="ns")
+    short = preflighting.render_text([result])
+    full = preflighting.render_text([result], verbose=True)
+    assert all(f"- {item}" not in short for item in result.items)
+    assert all(f"- {item}\n" in full for item in result.items)
+    (check,) = json.loads(preflighting.to_json([result]))["checks"]
+    assert check["items"] == list(result.items) and check["chart"] is True
 
 
 _results = st.lists(
@@ -344,6 +419,7 @@ _results = st.lists(
         st.sampled_from(list(Outcome)),
         st.text(max_size=20),
         st.text(max_size=10),
+        st.booleans(),
     ),
     max_size=8,
 )
@@ -359,6 +435,8 @@ def test_exit_code_text_and_json_agree(results: list[preflighting.Result]) -> No
     assert [c["check"] for c in data["checks"]] == [r.check for r in results]
     text = preflighting.render_text(results)
     assert text.splitlines()[-1].endswith(f"{len(failed)} fail")
+    installs = sum(r.outcome is Outcome.INSTALLS for r in results)
+    assert (f", {installs} installs with the chart," in text) is bool(installs)
     assert len(preflighting.problem_lines(results, prefix="controller")) == len(failed)
 
 
