@@ -23,6 +23,7 @@ import structlog
 
 from gpustack_worker.agent.controller import Agent
 from gpustack_worker.api import kinds, rbac
+from gpustack_worker.cli.metrics_serving import secure_metrics
 from gpustack_worker.cli.preflight_cmd import startup_problems
 from gpustack_worker.cli.process import running
 from gpustack_worker.cli.settings import open_settings
@@ -72,4 +73,5 @@ async def run(args: argparse.Namespace) -> int:
             namespace=namespace,
             health_bind=getattr(args, "metrics_bind", None) or "127.0.0.1:8080",
         )
-        return await agent.run(proc.stop)
+        async with secure_metrics(args, proc.client, agent.manager.health):
+            return await agent.run(proc.stop)

@@ -27,6 +27,7 @@ import structlog
 
 from gpustack_worker.api import kinds, rbac
 from gpustack_worker.chain.controller import Chain
+from gpustack_worker.cli.metrics_serving import secure_metrics
 from gpustack_worker.cli.preflight_cmd import startup_problems
 from gpustack_worker.cli.process import running
 from gpustack_worker.cli.settings import open_settings
@@ -100,7 +101,10 @@ async def run(args: argparse.Namespace) -> int:
             part.start_keys()
         _log.info("controller starting", identity=identity, namespace=namespace)
         # every replica serves the webhooks, not only the leader
-        async with admission_webhooks(args, namespace=namespace, handlers=placement.handlers):
+        async with (
+            admission_webhooks(args, namespace=namespace, handlers=placement.handlers),
+            secure_metrics(args, proc.client, manager.health),
+        ):
             code = await manager.run(proc.stop)
         _log.info("controller stopped", exit_code=code)
         return code

@@ -56,6 +56,9 @@ def _common_api_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--metrics-bind", default="127.0.0.1:8080", help="health/metrics address (default: %(default)s)"
     )
+    from gpustack_worker.cli.metrics_serving import add_metrics_serving_flags
+
+    add_metrics_serving_flags(p)
 
 
 def build_parser() -> argparse.ArgumentParser:

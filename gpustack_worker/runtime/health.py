@@ -4,6 +4,12 @@ A deliberately tiny HTTP/1.1 responder on asyncio streams (no web framework depe
 probes and a Prometheus scraper send simple GETs and read one response. ``/healthz`` answers 200 while
 the event loop serves requests; ``/readyz`` answers 200 once the caller-supplied readiness check
 passes (informers synced).
+
+When ``/metrics`` is served over HTTPS with authentication instead
+(:mod:`gpustack_worker.runtime.metrics_serving`), :attr:`HealthServer.metrics_elsewhere` says where, and this
+plain port answers ``/metrics`` with 404 naming it: the metrics are never readable without a token then,
+while the kubelet's probes (which carry none) keep working here, as controller-runtime keeps its health
+probes on a port apart from its secure metrics.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ __all__ = ("HealthServer", "parse_bind")
 
 _log = structlog.get_logger("gpustack_worker.runtime.health")
 _REASONS: Final = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
+_PATH_OF_METRICS: Final = "/metrics"
 
 
 def parse_bind(bind: str) -> tuple[str, int]:
@@ -37,6 +44,8 @@ class HealthServer:
         self.host, self.port = parse_bind(bind)
         self._ready = ready
         self._server: asyncio.Server | None = None
+        #: Where ``/metrics`` is served instead (e.g. ``"https://:8443/metrics"``); None: served here.
+        self.metrics_elsewhere: str | None = None
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._handle, self.host, self.port)
@@ -62,7 +71,9 @@ class HealthServer:
             if self._ready():
                 return 200, "text/plain", b"ok\n"
             return 503, "text/plain", b"caches not synced\n"
-        if path == "/metrics":
+        if path == _PATH_OF_METRICS:
+            if self.metrics_elsewhere is not None:
+                return 404, "text/plain", f"metrics are served at {self.metrics_elsewhere}\n".encode()
             return 200, CONTENT_TYPE_LATEST, generate_latest(REGISTRY)
         return 404, "text/plain", b"not found\n"
 

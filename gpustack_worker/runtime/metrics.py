@@ -4,6 +4,9 @@ The names are the conventional ones of client-go and controller-runtime (see the
 "Conventional metric names") so existing dashboards and alerts work unchanged; our own additions use the
 ``gpustack_`` prefix. They live in the default registry, which also carries prometheus-client's
 ``process_*`` and ``python_*`` collectors, and :mod:`gpustack_worker.runtime.health` serves that registry.
+No ``*_created`` series are exported (``disable_created_metrics()`` below, once, before any metric is
+declared): Go's client_golang exports none, so neither do we, and each counter and histogram child would
+otherwise add one sample per label set that no rule or dashboard reads.
 Label values that are known up front are pre-registered at zero by the code that owns them, so rates do
 not start from "absent".
 """
@@ -14,8 +17,10 @@ import collections
 import weakref
 from typing import TYPE_CHECKING, Any, Final
 
-from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily
+
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
@@ -32,6 +37,9 @@ RECONCILE_BUCKETS: Final = (
 #: 10 ns … 1000 s by factor 10 (pkg/internal/metrics/workqueue.go). A reconcile stuck for minutes lands in
 #: a bucket of its own instead of in +Inf, and ``le`` values match controller-runtime's dashboards.
 QUEUE_BUCKETS: Final = (1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0)
+#: Buckets of controller-runtime's webhook latency histogram: the same ``ExponentialBuckets(10e-9, 10, 12)``
+#: (pkg/webhook/internal/metrics/metrics.go).
+WEBHOOK_BUCKETS: Final = QUEUE_BUCKETS
 
 #: client-go's request counter: the HTTP verb, so a WATCH counts as ``GET`` (client-go has no WATCH verb;
 #: the per-instance ``Client.requests_by_method`` keeps WATCH apart for tests).
@@ -103,6 +111,28 @@ QUEUE_LONGEST: Final = Gauge(
 )
 QUEUE_RETRIES: Final = Counter(
     "workqueue_retries_total", "Total number of retries handled by workqueue", ("name", "controller")
+)
+
+#: controller-runtime's webhook metrics (pkg/webhook/internal/metrics/metrics.go), same names, help, labels
+#: and buckets; ``webhook`` is the path the webhook is served at. Only registered paths are labelled (an
+#: arbitrary path a scanner sends would be an unbounded label value): runtime/webhook_server.py counts
+#: every answer on a registered path, whatever its status (reviews allowed or denied, 400, 405, 408, 411,
+#: 413), and pre-registers ``code`` 200 and 500 per path at zero as controller-runtime does.
+WEBHOOK_LATENCY: Final = Histogram(
+    "controller_runtime_webhook_latency_seconds",
+    "Histogram of the latency of processing admission requests",
+    ("webhook",),
+    buckets=WEBHOOK_BUCKETS,
+)
+WEBHOOK_REQUESTS: Final = Counter(
+    "controller_runtime_webhook_requests_total",
+    "Total number of admission requests by HTTP status code.",
+    ("webhook", "code"),
+)
+WEBHOOK_IN_FLIGHT: Final = Gauge(
+    "controller_runtime_webhook_requests_in_flight",
+    "Current number of admission requests being served.",
+    ("webhook",),
 )
 
 LEADER_STATUS: Final = Gauge(

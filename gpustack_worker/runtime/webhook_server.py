@@ -20,6 +20,13 @@ What the API server needs from a webhook endpoint, and nothing more (no web fram
   that raises is logged and answered with a *denied* review (``allowed: false``, code 500, the request's
   ``uid`` echoed) — never an HTTP 500, which the API server would retry and report less clearly.
 
+* **Metrics**, controller-runtime's (:data:`~gpustack_worker.runtime.metrics.WEBHOOK_REQUESTS`,
+  ``..._LATENCY``, ``..._IN_FLIGHT``, labelled ``webhook=<path>``): every answer to a request for a
+  registered path is counted by its HTTP status, whatever it is (a review allowed or denied, a handler
+  failure's denied review — 200 —, 400, 405, 408, 411, 413); the latency runs from the complete request
+  head to the response written. Requests for other paths, and heads too malformed to name one, are not
+  labelled (an unbounded label value), as controller-runtime's mux leaves them uninstrumented.
+
 ``start()`` binds (port 0 picks a free port, see :attr:`port`), ``close()`` stops listening and closes open
 connections. This module knows nothing of the kinds it validates: the mutating and validating webhooks of
 every controller are registered on one server.
@@ -30,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
@@ -38,6 +46,7 @@ import orjson
 import structlog
 
 from gpustack_worker.runtime.health import parse_bind
+from gpustack_worker.runtime.metrics import WEBHOOK_IN_FLIGHT, WEBHOOK_LATENCY, WEBHOOK_REQUESTS
 
 if TYPE_CHECKING:
     import os
@@ -172,6 +181,12 @@ class WebhookServer:
         if not path.startswith("/"):
             raise ValueError(f"webhook path must start with '/': {path!r}")
         self._handlers[path] = handler
+        # Exported from the start, as controller-runtime's InstrumentedHook does (rates never start from
+        # "absent").
+        for code in ("200", "500"):
+            WEBHOOK_REQUESTS.labels(webhook=path, code=code)
+        WEBHOOK_LATENCY.labels(webhook=path)
+        WEBHOOK_IN_FLIGHT.labels(webhook=path)
 
     async def start(self) -> None:
         """Load the certificate (raises if it cannot be) and listen."""
@@ -259,6 +274,9 @@ class WebhookServer:
 
     async def _one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         """Serve one request; whether the connection stays open."""
+        target_path = ""  # the request's path (``answered``), once the head names one
+        path = ""  # the same when it is a registered one (the metrics' ``webhook`` label)
+        started = 0.0
         try:
             try:
                 head = await self._read_head(reader)
@@ -268,7 +286,10 @@ class WebhookServer:
                 return False
             method, target, version, headers = _parse_head(head)
             keep_alive = version == "HTTP/1.1" and "close" not in headers.get("connection", "").lower()
-            path = target.split("?", 1)[0]
+            target_path = target.split("?", 1)[0]
+            if target_path in self._handlers:
+                path, started = target_path, time.perf_counter()
+                WEBHOOK_IN_FLIGHT.labels(webhook=path).inc()
             if "transfer-encoding" in headers:
                 raise _Reject(411, "a Content-Length is required (chunked bodies are not accepted)")
             try:
@@ -286,12 +307,42 @@ class WebhookServer:
                     body = await reader.readexactly(length) if length else b""
             except TimeoutError:
                 raise _Reject(408, "request body not received in time") from None
-            status, payload, extra = self._route(method, path, body)
+            status, payload, extra = self._route(method, target_path, body)
         except _Reject as rej:
-            await self._respond(writer, "", rej.status, _text(str(rej)), keep_alive=False)
+            await self._answer(
+                writer, target_path, path, started, rej.status, _text(str(rej)), keep_alive=False
+            )
             return False
-        await self._respond(writer, path, status, payload, keep_alive=keep_alive, extra=extra)
+        except BaseException:
+            if path:  # no answer (the peer went away mid-body, or the server is closing)
+                WEBHOOK_IN_FLIGHT.labels(webhook=path).dec()
+            raise
+        await self._answer(
+            writer, target_path, path, started, status, payload, keep_alive=keep_alive, extra=extra
+        )
         return keep_alive
+
+    async def _answer(
+        self,
+        writer: asyncio.StreamWriter,
+        target_path: str,
+        path: str,
+        started: float,
+        status: int,
+        payload: tuple[str, bytes],
+        *,
+        keep_alive: bool,
+        extra: str = "",
+    ) -> None:
+        """:meth:`_respond`, counted under ``path`` when it is a registered one, "" otherwise (even when
+        writing failed: the answer was decided, as controller-runtime counts a handler's status)."""
+        try:
+            await self._respond(writer, target_path, status, payload, keep_alive=keep_alive, extra=extra)
+        finally:
+            if path:
+                WEBHOOK_IN_FLIGHT.labels(webhook=path).dec()
+                WEBHOOK_REQUESTS.labels(webhook=path, code=str(status)).inc()
+                WEBHOOK_LATENCY.labels(webhook=path).observe(time.perf_counter() - started)
 
     def _route(self, method: str, path: str, body: bytes) -> tuple[int, tuple[str, bytes], str]:
         handler = self._handlers.get(path)

@@ -218,9 +218,25 @@ async def test_reference_examples_are_admitted(
     source = _source(_name(stem))
     source["spec"].update(spec)
     before = served.answered.get((webhooks.TOPOLOGY_SOURCE_PATH, 200), 0)
+    counted = _webhook_metrics()
     resp = await _call(api, "POST", f"{COLLECTION}?dryRun=All", source)
     assert resp.status_code == 201, resp.text
     assert served.answered[(webhooks.TOPOLOGY_SOURCE_PATH, 200)] == before + 1  # the webhook was asked
+    # ... and counted as controller-runtime counts it (controller_runtime_webhook_*{webhook=<path>})
+    assert _webhook_metrics() == (counted[0] + 1, counted[1] + 1, 0.0)
+
+
+def _webhook_metrics() -> tuple[float, float, float]:
+    """(requests answered 200, latency observations, in flight) of the TopologySource webhook."""
+    from prometheus_client import REGISTRY
+
+    path = {"webhook": webhooks.TOPOLOGY_SOURCE_PATH}
+    ok = {**path, "code": "200"}
+    return (
+        REGISTRY.get_sample_value("controller_runtime_webhook_requests_total", ok) or 0.0,
+        REGISTRY.get_sample_value("controller_runtime_webhook_latency_seconds_count", path) or 0.0,
+        REGISTRY.get_sample_value("controller_runtime_webhook_requests_in_flight", path) or 0.0,
+    )
 
 
 async def test_updates_are_validated_and_metadata_edits_pass(
