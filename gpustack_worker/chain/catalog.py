@@ -10,6 +10,10 @@ data that could be stale, which the catalog by construction never is.
 One entry per distinct pool, de-duplicated and sorted by name, grouped like InstanceTypes by
 ``instance-type-aware-cpu-manufacturer`` but without os/arch: ``gpustack--generic`` /
 ``gpustack--<aKey>`` (aware=false), ``gpustack--<gKey>`` / ``gpustack--<gKey>--<aKey>`` (aware=true).
+
+A catalog name is not what a ModelDeployment's ``instanceType`` names: that is the pool *with* os/arch,
+so each entry also lists ``instanceTypes``, the InstanceType names its flavors' pools get — spelled by the
+chain's own :meth:`~gpustack_worker.chain.pools.PoolIdentity.name` (``keys.pool_name``), never rebuilt here.
 """
 
 from __future__ import annotations
@@ -17,12 +21,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpustack_worker.api import keys, manufacturers
-from gpustack_worker.chain.pools import GENERIC
+from gpustack_worker.chain.pools import GENERIC, PoolIdentity
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-__all__ = ("catalog",)
+__all__ = ("catalog", "instance_type_name")
 
 
 def _note(flavor: Mapping[str, Any], name: str) -> str:
@@ -69,9 +73,27 @@ def _entry(flavor: Mapping[str, Any], *, aware: bool) -> dict[str, Any]:
     }
 
 
+def instance_type_name(flavor: Mapping[str, Any], *, aware: bool) -> str:
+    """The InstanceType (and ClusterQueue) name of the pool an operator flavor feeds under the grouping
+    ``aware``: the identity the chain gives the flavor's plan (:func:`~.pools.pool_of`), read back from the
+    flavor's labels (os, arch) and notes (groups)."""
+    labels: Mapping[str, str] = (flavor.get("metadata") or {}).get("labels") or {}
+    accelerated = _note(flavor, "acceleratable") == "true"
+    return PoolIdentity(
+        acceleratable=accelerated,
+        accelerator_group=_note(flavor, "acceleratorGroup") if accelerated else "",
+        general_group=_note(flavor, "generalGroup") if aware else GENERIC,
+        os=str(labels.get(keys.OS, "")),
+        arch=str(labels.get(keys.ARCH, "")),
+        aware=aware,
+    ).name
+
+
 def catalog(flavors: Iterable[Mapping[str, Any]], *, aware: bool) -> list[dict[str, Any]]:
-    """The catalog entries of the operator's live flavors (first flavor of a pool by name wins)."""
+    """The catalog entries of the operator's live flavors (first flavor of a pool by name wins), each with
+    the ``instanceTypes`` its flavors' pools are named (every os/arch the pool spans)."""
     entries: dict[str, dict[str, Any]] = {}
+    types: dict[str, set[str]] = {}
     ordered = sorted(flavors, key=lambda f: str((f.get("metadata") or {}).get("name", "")))
     for flavor in ordered:
         meta = flavor.get("metadata") or {}
@@ -80,4 +102,5 @@ def catalog(flavors: Iterable[Mapping[str, Any]], *, aware: bool) -> list[dict[s
             continue
         entry = _entry(flavor, aware=aware)
         entries.setdefault(entry["name"], entry)
-    return [entries[n] for n in sorted(entries)]
+        types.setdefault(entry["name"], set()).add(instance_type_name(flavor, aware=aware))
+    return [{**entries[n], "instanceTypes": sorted(types[n])} for n in sorted(entries)]

@@ -133,7 +133,12 @@ def build_parser() -> argparse.ArgumentParser:
     cat = sub.add_parser("catalog", help="the InstanceTypeFlavor catalog, computed from the live flavors")
     add_kubeconfig_flags(cat)
     cat.add_argument("--namespace", default=SYSTEM_NAMESPACE, help="system namespace (default: %(default)s)")
-    cat.add_argument("--settings-configmap", default=SETTINGS_CONFIGMAP)
+    cat.add_argument(
+        "--settings-configmap",
+        default=SETTINGS_CONFIGMAP,
+        help="settings ConfigMap (in --namespace) whose instance-type-aware-cpu-manufacturer groups the "
+        "catalog (default: %(default)s)",
+    )
     add_output_flag(cat)
 
     from gpustack_worker.cli import plan_cmd
