@@ -88,7 +88,9 @@ def add_parser(sub: Any) -> None:
     )
     plan.add_argument("--topology-source", default=None, metavar="FILE", help="a TopologySource (YAML)")
     plan.add_argument("--snapshot", default=None, metavar="FILE", help="the snapshot that source serves")
-    plan.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
+    plan.add_argument(
+        "-o", "--output", choices=("text", "json", "yaml"), default="text", help="the output format"
+    )
 
 
 def _pairs(pairs: Sequence[str]) -> dict[str, str]:
