@@ -34,17 +34,21 @@ READER_RULES: list[Doc] = [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
 SECURE = ["metrics.secure.enabled=true", "metrics.serviceMonitor.enabled=true"]
 
 
-@pytest.fixture(scope="module")
-def helm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
+def helm_in(home: Path) -> tuple[Path, dict[str, str]]:
+    """The built helm binary and an environment keeping its config/cache/data under ``home``."""
     binary = build.ensure_optional("helm")
-    home = tmp_path_factory.mktemp("helm-home")
     env = {
         **os.environ,
         "HELM_CONFIG_HOME": str(home / "config"),
         "HELM_CACHE_HOME": str(home / "cache"),
         "HELM_DATA_HOME": str(home / "data"),
     }
-    yield binary, env
+    return binary, env
+
+
+@pytest.fixture(scope="module")
+def helm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
+    yield helm_in(tmp_path_factory.mktemp("helm-home"))
 
 
 def run_helm(helm: tuple[Path, dict[str, str]], *args: str) -> subprocess.CompletedProcess[str]:

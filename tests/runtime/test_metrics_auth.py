@@ -10,9 +10,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpustack_worker.runtime.metrics_auth import (
-    ALLOW_TTL,
-    AUTHN_TTL,
-    DENY_TTL,
     SUBJECT_ACCESS_REVIEW,
     TOKEN_REVIEW,
     DelegatedAuth,
@@ -44,6 +41,10 @@ class FakeApi:
         assert resource == SUBJECT_ACCESS_REVIEW
         ok = body["spec"]["user"] in self.allowed
         return {"status": {"allowed": ok, "reason": "RBAC: allowed" if ok else ""}}
+
+
+#: controller-runtime's lifetimes (pkg/metrics/filters/filters.go): CacheTTL, AllowCacheTTL, DenyCacheTTL.
+AUTHN_TTL, ALLOW_TTL, DENY_TTL = 60.0, 300.0, 30.0
 
 
 class Clock:
