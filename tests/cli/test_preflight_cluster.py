@@ -7,7 +7,10 @@
   our webhook served and registered, every check is ``ok``, exit 0 — Kueue's configuration read from the
   file the dev cluster starts Kueue with, then from a ConfigMap as Kueue's Helm chart keeps it; a team's
   configuration there fails the check until ``kueue-config --merge`` is applied to it; a team
-  ClusterQueue counting ``nvidia.com/gpu`` is listed with its credits equivalent.
+  ClusterQueue counting ``nvidia.com/gpu`` fails with the credits quota that keeps its limit, and passes
+  once that quota is added.
+
+Before the chart's install (``installs with the chart``): ``test_preflight_stage_cluster.py``.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from gpustack_worker.cli.webhook_serving import webhook_server
 from gpustack_worker.devcluster import worker_webhooks
 from gpustack_worker.devcluster.cluster import DevCluster
 from gpustack_worker.runtime.client import Client
+from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario
 from tests.stack import eventually
@@ -132,6 +136,8 @@ def test_preflight_on_a_bare_api_server_names_every_missing_piece(bare: DevClust
         "crd-schemas": "fail",
         "devices-api": "fail",
         "devices": "fail",
+        "namespace": "ok",
+        "settings": "fail",
         "webhook": "fail",
         "rbac:agent": "fail",
         "rbac:controller": "fail",
@@ -146,9 +152,12 @@ def test_preflight_on_a_bare_api_server_names_every_missing_piece(bare: DevClust
         assert f"{name}.worker.gpustack.ai: missing" in checks["crd-schemas"]["detail"]
     assert "gpustack-worker-validating is not registered" in checks["webhook"]["detail"]
     # The ClusterRoleBindings are gone: the cluster-scoped grants are missing (the Roles still bind).
-    assert "list nodes" in checks["rbac:agent"]["detail"]
-    assert "watch clusterqueues.kueue.x-k8s.io" in checks["rbac:controller"]["detail"]
-    assert "leases" not in checks["rbac:controller"]["detail"]
+    assert "list nodes" in checks["rbac:agent"]["items"]
+    assert "watch clusterqueues.kueue.x-k8s.io" in checks["rbac:controller"]["items"]
+    assert not any("leases" in grant for grant in checks["rbac:controller"]["items"])
+    # The dev cluster's ServiceAccounts, Roles and ClusterRoles are the chart's: a partial install, so
+    # what the chart installs fails rather than "installs with the chart".
+    assert "a partial install is judged as installed" in text.splitlines()[0]
 
 
 @pytest.mark.parametrize(
@@ -186,6 +195,15 @@ async def ready(devcluster: DevCluster, tmp_path_factory: pytest.TempPathFactory
         return preflighting.nfd_master(features, nodes).outcome is preflighting.Outcome.OK
 
     await eventually(projected)
+    # The chart creates the settings ConfigMap; the dev cluster has one only once a test wrote settings.
+    made_settings = await admin.get(kinds.CONFIG_MAP, DEFAULT_CONFIGMAP, kinds.SYSTEM_NAMESPACE) is None
+    if made_settings:
+        empty = {"metadata": {"name": DEFAULT_CONFIGMAP, "namespace": kinds.SYSTEM_NAMESPACE}, "data": {}}
+        await admin.create(
+            kinds.CONFIG_MAP,
+            {"apiVersion": "v1", "kind": "ConfigMap", **empty},
+            namespace=kinds.SYSTEM_NAMESPACE,
+        )
     cert_dir = tmp_path_factory.mktemp("preflight-webhook-certs")
     shutil.copyfile(devcluster.pki.serving_cert, cert_dir / "tls.crt")
     shutil.copyfile(devcluster.pki.serving_key, cert_dir / "tls.key")
@@ -203,6 +221,8 @@ async def ready(devcluster: DevCluster, tmp_path_factory: pytest.TempPathFactory
         finally:
             api.close()
             await server.close()
+            if made_settings:
+                await admin.delete(kinds.CONFIG_MAP, DEFAULT_CONFIGMAP, kinds.SYSTEM_NAMESPACE)
             await admin.close()
 
 
@@ -289,11 +309,14 @@ async def test_kueue_configuration_from_its_configmap_and_merged_into_a_teams(
         await admin.delete(kinds.CONFIG_MAP, KUEUE_CM, KUEUE_NS)
 
 
-async def test_a_team_clusterqueue_counting_gpus_is_listed_with_its_credits_equivalent(
-    devcluster: DevCluster, ready: Client
-) -> None:
-    name = f"team-gpu-{_SUFFIX}"
-    queue = {
+def _team_queue(name: str, *extra: dict[str, Any]) -> dict[str, Any]:
+    """A team's ClusterQueue with quota in ``nvidia.com/gpu`` (and ``extra`` resources) in one flavor."""
+    resources = [
+        {"name": "cpu", "nominalQuota": "64"},
+        {"name": "nvidia.com/gpu", "nominalQuota": "8"},
+        *extra,
+    ]
+    return {
         "apiVersion": kinds.CLUSTER_QUEUE.api_version,
         "kind": "ClusterQueue",
         "metadata": {"name": name},
@@ -301,32 +324,52 @@ async def test_a_team_clusterqueue_counting_gpus_is_listed_with_its_credits_equi
             "namespaceSelector": {"matchLabels": {"preflight-test.gpustack.ai/never": "true"}},
             "resourceGroups": [
                 {
-                    "coveredResources": ["cpu", "nvidia.com/gpu"],
-                    "flavors": [
-                        {
-                            "name": f"team-flavor-{_SUFFIX}",
-                            "resources": [
-                                {"name": "cpu", "nominalQuota": "64"},
-                                {"name": "nvidia.com/gpu", "nominalQuota": "8"},
-                            ],
-                        }
-                    ],
+                    "coveredResources": [r["name"] for r in resources],
+                    "flavors": [{"name": f"team-flavor-{_SUFFIX}", "resources": resources}],
                 }
             ],
         },
     }
-    await ready.create(kinds.CLUSTER_QUEUE, queue)
+
+
+async def test_a_team_clusterqueue_whose_gpu_limit_would_stop_counting_fails_with_the_quota_to_add(
+    devcluster: DevCluster, ready: Client
+) -> None:
+    """Issue 29 item 5: under the chain's configuration (IgnoreUndeclared, nvidia.com/gpu rewritten into
+    credits) the team's 8 GPUs would no longer limit it. Kueue itself accepts both queues (its webhooks
+    validate them); the one with the credits quota the fix names passes."""
+    name = f"team-gpu-{_SUFFIX}"
+    kept = f"team-gpu-credits-{_SUFFIX}"
+    await ready.create(kinds.CLUSTER_QUEUE, _team_queue(name))
     try:
         code, checks, text = await _preflight_async(
             devcluster.kubeconfig, "--kueue-config", str(devcluster.dir / "kueue-config.yaml")
         )
         found = checks[f"clusterqueue:{name}"]
-        assert found["outcome"] == "warn", text
+        assert found["outcome"] == "fail", text
         assert found["detail"] == (
-            f"flavor team-flavor-{_SUFFIX} nvidia.com/gpu=8 no longer counts: Workloads ask "
-            "credits.gpustack.ai/nvidia instead, which this queue does not declare "
-            "(credits.gpustack.ai/nvidia: 12800000 keeps the same limit (1600000 per nvidia.com/gpu))"
+            f"flavor team-flavor-{_SUFFIX}: nvidia.com/gpu=8 no longer counts: Workloads ask "
+            "credits.gpustack.ai/nvidia instead, which this queue does not declare, so it admits them "
+            "without a GPU limit"
         )
-        assert code == 0  # a warning, not a failure
+        assert found["fix"].startswith(
+            "add {name: credits.gpustack.ai/nvidia, nominalQuota: 12800000} (8 cards) to flavor "
+            f"team-flavor-{_SUFFIX} "
+        )
+        assert code == 1
+
+        # The fix, applied: a queue declaring that quota keeps its limit in credits.
+        await ready.create(
+            kinds.CLUSTER_QUEUE,
+            _team_queue(kept, {"name": "credits.gpustack.ai/nvidia", "nominalQuota": "12800000"}),
+        )
+        try:
+            code, checks, text = await _preflight_async(
+                devcluster.kubeconfig, "--kueue-config", str(devcluster.dir / "kueue-config.yaml")
+            )
+            assert checks[f"clusterqueue:{kept}"]["outcome"] == "ok", text
+            assert checks[f"clusterqueue:{name}"]["outcome"] == "fail", text
+        finally:
+            await ready.delete(kinds.CLUSTER_QUEUE, kept)
     finally:
         await ready.delete(kinds.CLUSTER_QUEUE, name)
