@@ -37,6 +37,7 @@ from gpustack_worker.cli.webhook_serving import webhook_server
 from gpustack_worker.devcluster import worker_webhooks
 from gpustack_worker.devcluster.cluster import DevCluster
 from gpustack_worker.runtime.client import Client
+from gpustack_worker.runtime.resources import Resource
 from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.cluster
 
 _SUFFIX = uuid.uuid4().hex[:6]
+_COHORT = Resource(kinds.KUEUE_GROUP, kinds.KUEUE_VERSION, "Cohort", "cohorts", namespaced=False)
 KUEUE_NS = kueue_config.KUEUE_NAMESPACE
 KUEUE_CM = "kueue-manager-config"
 
@@ -357,6 +359,24 @@ async def test_a_team_clusterqueue_whose_gpu_limit_would_stop_counting_fails_wit
             f"team-flavor-{_SUFFIX} "
         )
         assert code == 1
+
+        # A Cohort's quota is quota too: its members would borrow GPUs from it without a limit.
+        cohort = {
+            "apiVersion": kinds.CLUSTER_QUEUE.api_version,
+            "kind": "Cohort",
+            "metadata": {"name": f"team-cohort-{_SUFFIX}"},
+            "spec": {"resourceGroups": _team_queue(name)["spec"]["resourceGroups"]},
+        }
+        await ready.create(_COHORT, cohort)
+        try:
+            code, checks, text = await _preflight_async(
+                devcluster.kubeconfig, "--kueue-config", str(devcluster.dir / "kueue-config.yaml")
+            )
+            found = checks[f"cohort:team-cohort-{_SUFFIX}"]
+            assert found["outcome"] == "fail", text
+            assert "nominalQuota: 12800000" in found["fix"]
+        finally:
+            await ready.delete(_COHORT, f"team-cohort-{_SUFFIX}")
 
         # The fix, applied: a queue declaring that quota keeps its limit in credits.
         await ready.create(
