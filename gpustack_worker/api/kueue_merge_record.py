@@ -9,7 +9,8 @@ file, in the file named by ``--record`` (a file has no metadata to carry it, and
   ``resources.excludeResourcePrefixes``, ``integrations.frameworks``, ``featureGates.<gate>``,
   ``managedJobsNamespaceSelector``, ``--feature-gates``) the team's value (``was``, ``null``: unset) and
   ours (``now``);
-- ``absent``: the sections (``resources``, ``integrations``, ``featureGates``) the team's file did not have;
+- ``absent``: the sections (``resources``, ``integrations``, ``featureGates``) and the list
+  ``resources.transformations`` the team's file did not have;
 - ``original``: the team's file, byte for byte, and ``mergedSha256``: the digest of the file the merge
   produced.
 
@@ -37,11 +38,12 @@ if TYPE_CHECKING:
 
     from gpustack_worker.api.kueue_merge import Change
 
-__all__ = ("RECORD_VERSION", "Reverted", "dump_config", "parse", "record_of", "revert", "sha256")
+__all__ = ("RECORD_VERSION", "Reverted", "dump_config", "parse", "record_of", "revert", "sha256", "value_at")
 
 RECORD_VERSION: Final = 1
-#: The sections a merge may create.
-_SECTIONS: Final = ("featureGates", "integrations", "resources")
+#: The sections and lists a merge may create (a revert removes them again when the team had none).
+_CONTAINERS: Final = ("featureGates", "integrations", "resources", "resources.transformations")
+#: ``<dotted.path>[<input>]``: a list item matched by its ``input`` (an input may hold dots itself).
 _ITEM: Final = re.compile(r"^(?P<list>[^\[]+)\[(?P<key>.+)\]$")
 FLAG_PATH: Final = "--feature-gates"
 
@@ -55,23 +57,28 @@ def dump_config(config: Mapping[str, Any]) -> str:
     return yaml.safe_dump(dict(config), sort_keys=True, default_flow_style=False, width=110)
 
 
-def _get(config: Mapping[str, Any], path: str) -> Any:
+def _parts(path: str) -> tuple[list[str], str | None]:
+    """``path``'s dotted keys, and the ``input`` of the list item it ends in (None: a plain key)."""
+    item = _ITEM.match(path)
+    if item:
+        return item["list"].split("."), item["key"]
+    return path.split("."), None
+
+
+def value_at(config: Mapping[str, Any], path: str) -> Any:
+    """The value at a record path (None: unset)."""
+    parts, key = _parts(path)
     node: Any = config
-    parts = path.split(".")
-    for i, part in enumerate(parts):
-        item = _ITEM.match(part)
-        if item and i == len(parts) - 1:
-            entries = node.get(item["list"]) if isinstance(node, dict) else None
-            return next(
-                (e for e in entries or () if isinstance(e, dict) and str(e.get("input")) == item["key"]), None
-            )
+    for part in parts:
         node = node.get(part) if isinstance(node, dict) else None
-    return node
+    if key is None:
+        return node
+    return next((e for e in node or () if isinstance(e, dict) and str(e.get("input")) == key), None)
 
 
 def _set(config: dict[str, Any], path: str, value: Any) -> None:
     """Set (``value`` not None) or remove the key at ``path``; a list item is matched by ``input``."""
-    parts = path.split(".")
+    parts, key = _parts(path)
     node = config
     for part in parts[:-1]:
         if not isinstance(node.get(part), dict):
@@ -80,19 +87,15 @@ def _set(config: dict[str, Any], path: str, value: Any) -> None:
             node[part] = {}
         node = node[part]
     last = parts[-1]
-    item = _ITEM.match(last)
-    if item:
+    if key is not None:
+        if value is None and not isinstance(node.get(last), list):
+            return
         entries = [
-            e
-            for e in node.get(item["list"]) or ()
-            if not (isinstance(e, dict) and str(e.get("input")) == item["key"])
+            e for e in node.get(last) or () if not (isinstance(e, dict) and str(e.get("input")) == key)
         ]
         if value is not None:
             entries = sorted([*entries, copy.deepcopy(value)], key=lambda e: str(e.get("input")))
-        if entries:
-            node[item["list"]] = entries
-        else:
-            node.pop(item["list"], None)
+        node[last] = entries
     elif value is None:
         node.pop(last, None)
     else:
@@ -118,14 +121,14 @@ def record_of(
         if change.path == FLAG_PATH:
             was, now = change.was, change.now
         else:
-            was, now = _get(original, change.path), _get(merged, change.path)
+            was, now = value_at(original, change.path), value_at(merged, change.path)
         earlier = keys.get(change.path)
         if earlier is not None and earlier.get("now") == was:
             was = earlier.get("was")
         keys[change.path] = {"path": change.path, "was": was, "now": now}
-    absent = sorted(s for s in _SECTIONS if s not in original)
+    absent = sorted(c for c in _CONTAINERS if value_at(original, c) is None)
     if previous is not None:
-        absent = sorted({*absent, *(previous.get("absent") or ())} & {s for s in _SECTIONS})
+        absent = sorted({*absent, *(previous.get("absent") or ())} & set(_CONTAINERS))
     return {
         "version": RECORD_VERSION,
         "keys": [keys[p] for p in sorted(keys)],
@@ -185,7 +188,7 @@ def revert(current_text: str, record: Mapping[str, Any]) -> Reverted:
     kept: list[str] = list(flag_notes)
     for k in in_file:
         path = str(k["path"])
-        current = _get(config, path)
+        current = value_at(config, path)
         if current == k.get("now"):
             _set(config, path, k.get("was"))
             restored.append(path)
@@ -194,7 +197,7 @@ def revert(current_text: str, record: Mapping[str, Any]) -> Reverted:
                 f"{path}: changed since the merge (now {_show(current)}, ours was "
                 f"{_show(k.get('now'))}): left as is"
             )
-    for section in record.get("absent") or ():
-        if section in _SECTIONS and config.get(section) in ({}, None):
-            config.pop(section, None)
+    for container in sorted(record.get("absent") or (), key=lambda c: -c.count(".")):
+        if container in _CONTAINERS and value_at(config, container) in ({}, [], None):
+            _set(config, container, None)
     return Reverted(dump_config(config), False, tuple(restored), tuple(kept))

@@ -145,13 +145,14 @@ def check_accepts(values: Sequence[str]) -> list[str]:
     for token in _tokens(values):
         if token in known:
             continue
-        kind = token.partition(":")[0]
+        kind, colon, _ = token.partition(":")
         close = difflib.get_close_matches(token, known, n=1, cutoff=0.5)
-        if not close and kind not in ACCEPT_KINDS:
+        if not close and colon and kind not in ACCEPT_KINDS:
             close = [
-                f"{k}:NAME" for k in difflib.get_close_matches(kind, list(ACCEPT_KINDS), n=1, cutoff=0.4)
+                f"{k}:NAME" for k in difflib.get_close_matches(kind, list(ACCEPT_KINDS), n=1, cutoff=0.6)
             ]
-        hint = f"; did you mean {close[0]!r}?" if close else f"; KIND is one of {', '.join(ACCEPT_KINDS)}"
+        kinds_hint = f"; expected KIND:NAME, KIND one of {', '.join(ACCEPT_KINDS)}"
+        hint = f"; did you mean {close[0]!r}?" if close else kinds_hint
         errors.append(f"--accept {token!r}: no such override{hint}")
     return errors
 
@@ -167,11 +168,9 @@ def _brief(value: Any) -> str:
         return f"{outputs or 'no outputs'}{extra} ({value.get('strategy') or 'Retain'})"
     if isinstance(value, bool):
         return str(value).lower()
-    shown = (
-        json.dumps(value, sort_keys=True, separators=(",", ":"))
-        if isinstance(value, dict | list)
-        else str(value)
-    )
+    if not isinstance(value, dict | list):
+        return str(value)  # a flag value is shown whole: it is what the operator sets
+    shown = json.dumps(value, sort_keys=True, separators=(",", ":"))
     return shown if len(shown) <= _WIDTH else shown[: _WIDTH - 3] + "..."
 
 

@@ -65,7 +65,8 @@ def test_a_teams_configuration_keeps_everything_it_had_but_the_keys_we_need() ->
     merged, changes = kueue_merge.merge(TEAM)
     assert merged["manageJobsWithoutQueueName"] is True
     assert merged["waitForPodsReady"] == {"timeout": "5m"}
-    assert merged["resources"]["excludeResourcePrefixes"] == ["example.com/"]
+    # Kueue refuses excludeResourcePrefixes with IgnoreUndeclared: it goes, as a conflict.
+    assert "excludeResourcePrefixes" not in merged["resources"]
     assert merged["integrations"]["frameworks"] == [
         "batch/job",
         "jobset.x-k8s.io/jobset",
@@ -82,7 +83,7 @@ def test_a_teams_configuration_keeps_everything_it_had_but_the_keys_we_need() ->
     ]
     gpu = next(c for c in changes if c.path == "resources.transformations[nvidia.com/gpu]")
     assert gpu.was == TEAM["resources"]["transformations"][1]
-    assert gpu.why == "replaces the team's entry"
+    assert gpu.accept == ("transformation:nvidia.com/gpu",)
     assert "team.example/gpu" in gpu.describe()
     assert TEAM["resources"]["transformations"][1]["outputs"] == {"team.example/gpu": "1"}  # input untouched
 
@@ -144,6 +145,7 @@ def test_gates_in_kueues_flag_are_judged_there_and_never_written_into_the_file()
     flags = kueue_merge.gate_flag_values("TopologyAwareScheduling=true, VisibilityOnDemand=false")
     merged, changes = kueue_merge.merge(config, gate_flags=flags)
     assert [c.path for c in changes] == ["--feature-gates"]
+    assert changes[0].accept == ()  # none of the flag's gates is set otherwise
     assert changes[0].now == (
         "AssignQueueLabelsForPods=false,TASBalancedPlacement=true,TASRespectNodeAffinityPreferred=true,"
         "TopologyAwareScheduling=true,VisibilityOnDemand=false"
@@ -238,3 +240,132 @@ def test_merge_satisfies_the_check_keeps_the_rest_and_is_idempotent(team: dict[s
             kueue_namespace=str(team.get("namespace") or "kueue-system"),
         ):
             assert not kueue_merge.selects_namespace(merged["managedJobsNamespaceSelector"], ns)
+
+
+# --- adds and conflicts ---------------------------------------------------------------------------------
+_CV = kueue_config.CONFIG_API_VERSION
+_NVIDIA_TEAM_ENTRY = {"input": "nvidia.com/gpu", "strategy": "Retain", "outputs": {"acme.io/gpu-cost": "10"}}
+
+
+@pytest.mark.parametrize(
+    ("team", "gate_flag", "conflicts"),
+    [
+        # The issue's team: their nvidia.com/gpu entry, TAS off, manageJobsWithoutQueueName with pod added.
+        (
+            {
+                "manageJobsWithoutQueueName": True,
+                "resources": {"transformations": [_NVIDIA_TEAM_ENTRY]},
+                "featureGates": {"TopologyAwareScheduling": False},
+            },
+            None,
+            {
+                "resources.transformations[nvidia.com/gpu]": ("transformation:nvidia.com/gpu",),
+                "integrations.frameworks": ("integration:pod",),
+                "featureGates.TopologyAwareScheduling": ("gate:TopologyAwareScheduling",),
+            },
+        ),
+        # Their frameworks without batch/job: both frameworks added take over Pods and Jobs.
+        (
+            {"manageJobsWithoutQueueName": True, "integrations": {"frameworks": ["jobset.x-k8s.io/jobset"]}},
+            None,
+            {"integrations.frameworks": ("integration:batch/job", "integration:pod")},
+        ),
+        # Without manageJobsWithoutQueueName the pod integration only takes Pods with a queue name: an add.
+        ({"manageJobsWithoutQueueName": False}, None, {}),
+        # An explicit BlockUndeclared is theirs; Kueue's default (unset) is not.
+        (
+            {"resources": {"quotaCheckStrategy": "BlockUndeclared"}},
+            None,
+            {"resources.quotaCheckStrategy": ("setting:resources.quotaCheckStrategy",)},
+        ),
+        (
+            {"resources": {"excludeResourcePrefixes": ["example.com/"]}},
+            None,
+            {"resources.excludeResourcePrefixes": ("setting:resources.excludeResourcePrefixes",)},
+        ),
+        # A gate of ours the team set to our value is no change; one they set otherwise is a conflict.
+        (
+            {"featureGates": {"TopologyAwareScheduling": True, "AssignQueueLabelsForPods": True}},
+            None,
+            {"featureGates.AssignQueueLabelsForPods": ("gate:AssignQueueLabelsForPods",)},
+        ),
+        # The same in Kueue's --feature-gates flag: one flag change, a conflict per gate set otherwise.
+        (
+            {},
+            "TopologyAwareScheduling=false,TASBalancedPlacement=true",
+            {"--feature-gates": ("gate:TopologyAwareScheduling",)},
+        ),
+        # Their transformation for one of our inputs spelled as ours (other quantity spelling): no change.
+        (
+            {
+                "resources": {
+                    "transformations": [
+                        {
+                            "input": "nvidia.com/gpu",
+                            "strategy": "Replace",
+                            "outputs": {"credits.gpustack.ai/nvidia": "1600k"},
+                        }
+                    ]
+                }
+            },
+            None,
+            {},
+        ),
+        # Settings the chain does not touch are never conflicts: waitForPodsReady, fairSharing, DRA mappings.
+        (
+            {
+                "waitForPodsReady": {"timeout": "10m", "blockAdmission": True},
+                "fairSharing": {"preemptionStrategies": ["LessThanOrEqualToFinalShare"]},
+                "resources": {
+                    "deviceClassMappings": [
+                        {"name": "example.com/fpga", "deviceClassNames": ["fpga.example.com"]}
+                    ]
+                },
+            },
+            None,
+            {},
+        ),
+    ],
+)
+def test_each_change_is_an_add_or_a_conflict_with_its_override(
+    team: dict[str, Any], gate_flag: str | None, conflicts: dict[str, tuple[str, ...]]
+) -> None:
+    config = {"apiVersion": _CV, "kind": "Configuration", **team}
+    flags = kueue_merge.gate_flag_values(gate_flag) if gate_flag else None
+    merged, changes = kueue_merge.merge(config, gate_flags=flags)
+    assert {c.path: c.accept for c in changes if c.conflict} == conflicts
+    for key in ("waitForPodsReady", "fairSharing"):
+        assert merged.get(key) == config.get(key)
+    assert (merged.get("resources") or {}).get("deviceClassMappings") == (config.get("resources") or {}).get(
+        "deviceClassMappings"
+    )
+
+
+def test_pod_with_manage_jobs_without_queue_name_names_the_consequence() -> None:
+    config = {"apiVersion": _CV, "manageJobsWithoutQueueName": True}
+    frameworks = next(c for c in kueue_merge.required_changes(config) if c.path == "integrations.frameworks")
+    assert "every Pod without a queue name" in frameworks.why
+    assert "every namespace but kube-system" in frameworks.why
+
+
+def test_gates_in_both_the_file_and_the_flag_are_refused_as_kueue_does() -> None:
+    config = {"apiVersion": _CV, "featureGates": {"LendingLimit": True}}
+    with pytest.raises(ValueError, match="Kueue refuses both"):
+        kueue_merge.required_changes(config, gate_flags={"TopologyAwareScheduling": True})
+
+
+@settings(max_examples=200)
+@given(_teams)
+def test_an_add_never_replaces_a_value_the_team_set(team: dict[str, Any]) -> None:
+    """The classification, against the team's own values: an add touches only what they did not set
+    (the selector is only ever narrowed); a change of a value they set is always a conflict."""
+    from gpustack_worker.api.kueue_merge_record import value_at
+
+    for change in kueue_merge.required_changes(team):
+        theirs = value_at(team, change.path)
+        if change.path == "managedJobsNamespaceSelector":
+            assert not change.conflict
+        elif change.path == "integrations.frameworks":
+            assert change.conflict is (team.get("manageJobsWithoutQueueName") is True)
+        else:
+            assert change.conflict is (theirs is not None), change
