@@ -210,6 +210,17 @@ OPTIONAL: dict[str, Component] = {
             lambda: "module local/helm-build\n\ngo 1.26.0\n",
             lambda: f"-s -w -X helm.sh/helm/v4/internal/version.version={versions.HELM}",
         ),
+        # promtool checks and unit-tests the chart's alert rules (tests/chart/test_alert_rules.py). The whole
+        # cmd/promtool: it registers every service-discovery plugin (the AWS, Azure, GCE … SDKs), which the
+        # rule commands never use, but Prometheus 3.7 has no build tag to leave them out.
+        Component(
+            "promtool",
+            versions.PROMETHEUS,
+            "github.com/prometheus/prometheus/cmd/promtool",
+            "github.com/prometheus/prometheus",
+            lambda: "module local/promtool-build\n\ngo 1.26.0\n",
+            lambda: f"-s -w -X github.com/prometheus/common/version.Version={versions.PROMETHEUS_RELEASE}",
+        ),
     )
 }
 

@@ -27,6 +27,12 @@ JAEGER: Final = "v1.75.0"
 #: Optional: built only when the chart tests need it (tests/chart: `helm template`, `helm lint`); its
 #: go.mod asks for go 1.26.0 and brings client-go v0.37.2.
 HELM: Final = "v4.3.2"
+#: Optional: promtool (``check rules``, ``test rules``) for the chart's alert tests (tests/chart/
+#: test_alert_rules.py). Prometheus's Go module numbers release 3.7.1 as v0.307.1 (v3 tags are not Go-module
+#: compatible); this one was already in the module cache (jaeger's graph), so a cold build downloads least.
+PROMETHEUS: Final = "v0.307.1"
+#: The release ``PROMETHEUS`` is (what ``promtool --version`` reports).
+PROMETHEUS_RELEASE: Final = "3.7.1"
 
 #: Every staging module of k8s.io/kubernetes 1.32–1.35 (control-plane notes §1.2). A replace line for a
 #: module outside the build graph is ignored, so listing all of them is safe.

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
 __all__ = (
+    "NEVER_FITTING_STATES",
     "RECORD",
     "Action",
     "Decision",
@@ -51,6 +52,7 @@ __all__ = (
     "decide_judged",
     "decide_parked",
     "is_parked",
+    "never_fitting_state",
     "read_record",
     "retry_count",
     "with_shortfall",
@@ -132,6 +134,18 @@ def retry_count(wl: Mapping[str, Any]) -> int:
 def is_parked(wl: Mapping[str, Any]) -> bool:
     """Gate 3 parked it: the record is on it and it is inactive."""
     return (wl.get("spec") or {}).get("active") is False and read_record(wl) is not None
+
+
+def never_fitting_state(wl: Mapping[str, Any]) -> tuple[str] | None:
+    """``gpustack_workloads_never_fitting``'s label for a Workload: ``("parked",)`` when Gate 3 parked it,
+    ``("retrying",)`` while it carries the record and is still active, None when Gate 3 found no shortfall."""
+    if read_record(wl) is None:
+        return None
+    return ("parked",) if is_parked(wl) else ("retrying",)
+
+
+#: The states :func:`never_fitting_state` reports, exported at zero when no Workload is in them.
+NEVER_FITTING_STATES: Final = (("retrying",), ("parked",))
 
 
 def _message(found: Sequence[Shortfall]) -> str:

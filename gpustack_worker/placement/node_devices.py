@@ -75,7 +75,7 @@ from gpustack_worker.runtime.client import Conflict, NotFound
 from gpustack_worker.runtime.conditions import format_time
 from gpustack_worker.runtime.controller import Controller, Result, semantic_changed
 from gpustack_worker.runtime.events import EventRecorder
-from gpustack_worker.runtime.metrics import GATE3_VERDICTS
+from gpustack_worker.runtime.metrics import GATE3_VERDICTS, NEVER_FITTING
 from gpustack_worker.runtime.queue import settings_queue
 
 if TYPE_CHECKING:
@@ -221,6 +221,9 @@ class NodeDevicesCheck:
             kinds.WORKLOAD,
             field_manager=WORKLOAD_MANAGERS,
             indexers={BY_PARKED: _parked_index},
+        )
+        NEVER_FITTING.watch(
+            self.workloads.store, gate3_parking.never_fitting_state, gate3_parking.NEVER_FITTING_STATES
         )
         for state in (gate3.READY, gate3.RETRY):  # both series from the start (a rate never starts absent)
             GATE3_VERDICTS.labels(state=state)

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, Final
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily
 
+from gpustack_worker.runtime.version import VERSION
+
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
 if TYPE_CHECKING:
@@ -345,3 +347,32 @@ GATE3_VERDICTS: Final = Counter(
     "Verdicts the node-devices check (Gate 3) wrote on Workloads, by state (Ready, Retry).",
     ("state",),
 )
+
+# --- what the chart's alerts need (chart/templates/metrics-prometheusrule.yaml) ---------------------------
+#: One series per process, value 1: the alerts pick the worker's scrape targets out of any scrape
+#: configuration (ServiceMonitor, PodMonitor, annotations, a static config) by joining ``on (job,
+#: instance)`` with it, because ``controller_runtime_*``, ``rest_client_*`` and ``up`` are shared with Kueue
+#: and every other controller. Its name is ours alone; every process that imports this module exports it.
+BUILD_INFO: Final = Gauge(
+    "gpustack_worker_build_info", "1 in every gpustack-worker process, labelled by its version.", ("version",)
+)
+BUILD_INFO.labels(version=VERSION).set(1)
+
+#: 1 while the last settings ConfigMap revision a process read was rejected (the settings in force are an
+#: older revision's), 0 once a revision is accepted: set by runtime/settings.py where it counts
+#: ``gpustack_settings_invalid_total`` and ``gpustack_settings_last_good_timestamp``.
+SETTINGS_REJECTED: Final = Gauge(
+    "gpustack_settings_rejected",
+    "1 while the latest settings ConfigMap revision is rejected and an older one stays in force, else 0.",
+    ("configmap",),
+)
+
+#: Workloads Gate 3 found asking more than any node of their pool has free as the fleet stands (its record,
+#: placement/gate3_parking.py), by state: ``retrying`` (still cycling through Retry) or ``parked``
+#: (deactivated until the fleet changes); from Gate 3's Workload cache (placement/node_devices.py).
+NEVER_FITTING: Final = CacheCount(
+    "gpustack_workloads_never_fitting",
+    "Workloads that never fit as the fleet stands (Gate 3's shortfall record), by state: retrying or parked.",
+    ("state",),
+)
+REGISTRY.register(NEVER_FITTING)

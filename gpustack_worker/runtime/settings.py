@@ -54,7 +54,7 @@ from pydantic_core import PydanticCustomError
 
 from gpustack_worker.runtime.events import EventRecorder
 from gpustack_worker.runtime.informer import DELETED, Informer, InformerOptions
-from gpustack_worker.runtime.metrics import SETTINGS_INVALID, SETTINGS_LAST_GOOD
+from gpustack_worker.runtime.metrics import SETTINGS_INVALID, SETTINGS_LAST_GOOD, SETTINGS_REJECTED
 from gpustack_worker.runtime.resources import CONFIG_MAP
 
 if TYPE_CHECKING:
@@ -484,6 +484,7 @@ class SettingsSource(Generic[S_co]):
         )
         self.informer.add_handler(self._on_event)
         SETTINGS_INVALID.labels(configmap=self._label)
+        SETTINGS_REJECTED.labels(configmap=self._label).set(0)
 
     @property
     def current(self) -> S_co:
@@ -538,6 +539,7 @@ class SettingsSource(Generic[S_co]):
     def _accept(self, accepted: SettingsModel, *, reason: str) -> None:
         settings = cast("S_co", accepted)
         SETTINGS_LAST_GOOD.labels(configmap=self._label).set(time.time())
+        SETTINGS_REJECTED.labels(configmap=self._label).set(0)
         self.last_error = None
         if settings == self._current:
             return
@@ -554,6 +556,7 @@ class SettingsSource(Generic[S_co]):
         self.rejections += 1
         self.last_error = exc
         SETTINGS_INVALID.labels(configmap=self._label).inc()
+        SETTINGS_REJECTED.labels(configmap=self._label).set(1)
         _log.error(
             "invalid settings rejected, the settings in force stay",
             configmap=self._label,
