@@ -32,6 +32,7 @@ from prometheus_client import REGISTRY
 from gpustack_worker.cli.controller_cmd import LEASE_NAME
 from gpustack_worker.devcluster import build, versions
 from gpustack_worker.runtime import metrics
+from gpustack_worker.runtime.version import VERSION
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -272,6 +273,8 @@ def test_every_rule_names_only_metrics_the_worker_registers_and_no_job(
     assert f'leader_election_master_status{{name="{LEASE_NAME}"' in str(
         _alerts(rule)["GPUStackNoLeader"]["expr"]
     )
+    # what tells the worker's targets from others': 1 in every process from import on
+    assert REGISTRY.get_sample_value("gpustack_worker_build_info", {"version": VERSION}) == 1
 
 
 def test_each_alert_has_its_runbook_line_and_url(helm: tuple[Path, dict[str, str]]) -> None:
