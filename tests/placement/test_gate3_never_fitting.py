@@ -7,9 +7,13 @@ from typing import Any
 
 import orjson
 import pytest
+from prometheus_client import REGISTRY
 
+from gpustack_worker.api.crds.devices import AllocationMode
 from gpustack_worker.placement import gate3_parking
 from gpustack_worker.runtime.metrics import NEVER_FITTING, CacheCount
+from tests.placement.test_node_devices import pending
+from tests.placement.test_node_devices import setup as gate3_setup
 
 RECORD = orjson.dumps({"message": "role main: 8 cards, the largest fit is 4 on node-a", "flavors": {}})
 RECORD_TEXT = RECORD.decode()
@@ -55,3 +59,20 @@ def test_the_count_exports_both_states_at_zero_and_counts_the_cache() -> None:
     record = {gate3_parking.RECORD: RECORD_TEXT}
     store.objects += [_wl(record), _wl(record, active=False)] * 2
     assert count.counts() == {("retrying",): 2, ("parked",): 2}
+
+
+def test_gate3s_workload_cache_is_what_the_metric_counts() -> None:
+    """The node-devices controller hands its Workload cache to ``gpustack_workloads_never_fitting``: a
+    Workload carrying the record in that cache shows in the exported sample."""
+
+    def sample(state: str) -> float | None:
+        return REGISTRY.get_sample_value(NEVER_FITTING.name, {"state": state})
+
+    check, _client = gate3_setup([int(AllocationMode.EXCLUSIVE), 0])
+    before = NEVER_FITTING.counts()
+    assert sample("retrying") is not None and sample("parked") is not None
+    wl = pending("wl", 2)
+    wl["metadata"].setdefault("annotations", {})[gate3_parking.RECORD] = RECORD_TEXT
+    check.workloads.store.upsert(wl)
+    assert NEVER_FITTING.counts()[("retrying",)] >= max(1, before.get(("retrying",), 0))
+    assert check.workloads.store in [ref() for ref, *_ in NEVER_FITTING._sources]
