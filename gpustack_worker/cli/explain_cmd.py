@@ -1,6 +1,8 @@
 """``gpustack-worker explain``: read what a diagnosis needs, hand it to :mod:`.explaining`, print it.
 
-``explain node NAME``, ``explain workload NS/NAME``, ``explain modeldeployment NS/NAME [--role ROLE]``.
+``explain node NAME``, ``explain workload [NS/]NAME``, ``explain modeldeployment [NS/]NAME [--role ROLE]``;
+``-n/--namespace`` as kubectl's: a NAME without ``NS/`` is looked up there, by default in the kubeconfig
+context's namespace, else ``default`` (:mod:`.kube_namespace`).
 ``-o text|json|yaml`` (:mod:`.output`). Read-only: only GET and LIST, as whoever the kubeconfig names.
 Exit 0 when the object exists, 1 when it does not (or the API server refuses a read: one line from
 :mod:`.errors`, through ``main``), 2 on bad usage.
@@ -16,7 +18,7 @@ from gpustack_worker.api import keys, kinds
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from gpustack_worker.cli import explaining
     from gpustack_worker.runtime.client import Client
@@ -34,13 +36,20 @@ def add_parser(sub: Any) -> None:
         help="why a Node feeds what it feeds, and why a Workload or ModelDeployment waits",
         description=(
             "node NAME: its labels and capacities and who wrote each, the flavor(s) it feeds, their queue, "
-            "InstanceType and LocalQueues. workload NS/NAME, modeldeployment NS/NAME [--role ROLE]: the "
+            "InstanceType and LocalQueues. workload [NS/]NAME, modeldeployment [NS/]NAME [--role ROLE]: the "
             "queue, flavor, topology request and assignment, every admission check's state and message, "
             "and Kueue's own message verbatim."
         ),
     )
     p.add_argument("kind", choices=(*_KINDS, "md", "wl"), help="what to explain")
-    p.add_argument("name", help="NAME for a node, NS/NAME otherwise")
+    p.add_argument("name", help="NAME for a node; NAME (in --namespace) or NS/NAME otherwise")
+    p.add_argument(
+        "-n",
+        "--namespace",
+        default=None,
+        help="the namespace of a workload or modeldeployment NAME (default: the kubeconfig context's "
+        "namespace, else default); ignored for a node, as kubectl ignores it for cluster-scoped objects",
+    )
     p.add_argument("--role", action="append", default=[], help="modeldeployment: only this role (repeatable)")
     from gpustack_worker.cli.main import add_kubeconfig_flags
     from gpustack_worker.cli.output import add_output_flag
@@ -52,6 +61,24 @@ def add_parser(sub: Any) -> None:
 def _split(ref: str) -> tuple[str, str] | None:
     ns, sep, name = ref.partition("/")
     return (ns, name) if sep and ns and name and "/" not in name else None
+
+
+def resolve(ref: str, namespace: str | None, default: Callable[[], str]) -> tuple[str, str] | str:
+    """``(namespace, name)`` of a namespaced NAME or NS/NAME, or the usage error. ``namespace`` is ``-n``
+    (None: not given); ``default()`` is asked only when neither names one. NS/NAME and a different ``-n``
+    contradict each other: an error, not a guess."""
+    if "/" in ref:
+        parts = _split(ref)
+        if parts is None:
+            return f"expected NAME or NS/NAME, got {ref!r}"
+        if namespace is not None and namespace != parts[0]:
+            return f"{ref!r} names namespace {parts[0]}, -n names {namespace}: give one"
+        return parts
+    if not ref:
+        return "expected NAME or NS/NAME, got ''"
+    if namespace == "":
+        return "-n: the namespace is empty"
+    return (namespace if namespace is not None else default(), ref)
 
 
 class _Reader:
@@ -115,7 +142,8 @@ def _assigned_hosts(wl: Mapping[str, Any]) -> list[str]:
 
 
 async def explain(client: Client, kind: str, ref: str, roles: list[str]) -> explaining.Explanation:
-    """Read and explain one object (``kind`` is one of node / workload / modeldeployment)."""
+    """Read and explain one object (``kind`` is one of node / workload / modeldeployment; ``ref`` is NAME
+    for a node, NS/NAME otherwise)."""
     from gpustack_worker.cli import explaining
 
     reader = _Reader(client)
@@ -162,14 +190,23 @@ async def explain(client: Client, kind: str, ref: str, roles: list[str]) -> expl
 
 async def run(args: argparse.Namespace) -> int:
     from gpustack_worker.cli import explaining
+    from gpustack_worker.cli.kube_namespace import context_namespace
     from gpustack_worker.cli.output import emit
     from gpustack_worker.cli.request_timeout import request_timeout_of
     from gpustack_worker.runtime.client import Client
 
     kind = {"md": "modeldeployment", "wl": "workload"}.get(args.kind, args.kind)
-    if kind != "node" and _split(args.name) is None:
-        print(f"explain {kind}: expected NS/NAME, got {args.name!r}", file=sys.stderr)
-        return 2
+    ref = args.name
+    if kind != "node":
+        resolved = resolve(
+            args.name,
+            getattr(args, "namespace", None),
+            lambda: context_namespace(args.kubeconfig, getattr(args, "context", None)),
+        )
+        if isinstance(resolved, str):
+            print(f"explain {kind}: {resolved}", file=sys.stderr)
+            return 2
+        ref = "/".join(resolved)
     if args.role and kind != "modeldeployment":
         print("explain: --role applies to modeldeployment only", file=sys.stderr)
         return 2
@@ -180,7 +217,7 @@ async def run(args: argparse.Namespace) -> int:
         user_agent="gpustack-worker-explain",
     )
     try:
-        result = await explain(client, kind, args.name, list(args.role))
+        result = await explain(client, kind, ref, list(args.role))
     finally:
         await client.close()
     emit(result, args.output, explaining.render_text)

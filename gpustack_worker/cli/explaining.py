@@ -32,6 +32,7 @@ from gpustack_worker.agent import fit as agent_fit
 from gpustack_worker.agent import nodefeature as agent_nodefeature
 from gpustack_worker.api import keys, node_class
 from gpustack_worker.chain import managers as chain_managers
+from gpustack_worker.cli.explain_cards import in_cards, quota_in_cards
 from gpustack_worker.placement import deployments, joint_controller, node_devices
 from gpustack_worker.placement.gate3 import decode_topology_assignment
 from gpustack_worker.runtime.client import DEFAULT_USER_AGENT
@@ -826,7 +827,7 @@ def _node_text(e: NodeExplanation) -> list[str]:
         for queue, itype in zip(flavor.queues, flavor.instance_types, strict=True):
             out.extend(f"  {line}" for line in _queue_lines(queue))
             if queue.quota:
-                quota = ", ".join(f"{k} {v}" for k, v in sorted(queue.quota.items()))
+                quota = ", ".join(quota_in_cards(k, v) for k, v in sorted(queue.quota.items()))
                 out.append(f"    nominal quota on this flavor: {quota}")
             out.append(f"  {_instance_type_line(itype)}")
         lqs = ", ".join(flavor.local_queues) or "(none)"
@@ -906,6 +907,10 @@ def _workload_text(e: WorkloadExplanation) -> list[str]:
     if not e.checks:
         body.append("  (none)")
     if e.kueue_message:
+        told = in_cards(e.kueue_message)
+        if told != e.kueue_message:
+            body.append("Kueue's message, in cards (its credits in parentheses):")
+            body.append(f"  {told}")
         body.append("Kueue's message (verbatim):")
         body.append(f"  {e.kueue_message}")
     return [out[0], *(f"  {b}" for b in body)]
@@ -926,8 +931,8 @@ def _deployment_text(e: DeploymentExplanation) -> list[str]:
         )
         out.append(f"  status: {role.status_replicas} replicas, {role.admitted_replicas} admitted")
         if role.message:
-            out.append("  status message:")
-            out.extend(f"    {line}" for line in role.message.splitlines())
+            out.append("  status message (credits told in cards):")
+            out.extend(f"    {line}" for line in in_cards(role.message).splitlines())
         for rv in role.replica_views:
             if not rv.group:
                 out.append(f"  replica {rv.replica}: no Pods yet")

@@ -11,7 +11,8 @@ TopologySource placing the four L4 nodes into two racks.
 2. A two-role ModelDeployment that waits (one L4 of every rack taken by a foreign Workload: decode fits a
    rack and reserves, prefill needs a whole rack): ``explain modeldeployment`` shows the joint check's
    ``1 of 2`` on decode and Kueue's own ``QuotaReserved`` message on prefill, verbatim; ``explain
-   workload`` the same for one group; missing objects exit 1, a malformed reference exits 2.
+   workload`` the same for one group; ``NAME -n NS`` and a kubeconfig context's namespace find it as
+   ``NS/NAME`` does; missing objects exit 1, a malformed or contradictory reference exits 2.
 
 The outputs are printed (docs/troubleshooting.md shows a run's). Nothing is timed.
 """
@@ -22,9 +23,12 @@ import asyncio
 import functools
 import json
 import sys
+import tempfile
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import yaml
 
 from gpustack_worker.agent import capacity, fit, nodefeature
 from gpustack_worker.api import keys, kinds
@@ -81,6 +85,19 @@ async def _cli(kubeconfig: str, *args: str) -> tuple[int, str, str]:
     out, err = await proc.communicate()
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
+
+
+def _with_context_namespace(kubeconfig: str, namespace: str) -> str:
+    """A copy of ``kubeconfig`` whose current context names ``namespace`` (as ``kubectl config
+    set-context --current --namespace`` leaves it)."""
+    doc = yaml.safe_load(Path(kubeconfig).read_text())
+    current = doc["current-context"]
+    for entry in doc["contexts"]:
+        if entry["name"] == current:
+            entry["context"]["namespace"] = namespace
+    path = Path(tempfile.mkdtemp(prefix="explain-ns-")) / "kubeconfig"
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
 
 
 def _by_key(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -226,7 +243,21 @@ async def test_explain_waiting_two_role_deployment(running: tuple[Stack, str]) -
     assert "Kueue's message (verbatim):" in text
     assert (await kueue_message()) in text or before in text
 
-    code, _, err = await _cli(kubeconfig, "workload", "no-slash")
+    # -n as kubectl's: NAME in -n, else in the kubeconfig context's namespace (none here: default)
+    code, text, err = await _cli(kubeconfig, "md", "disagg", "-n", TEAM, "--role", "decode")
+    assert code == 0, err
+    assert text.startswith(f"ModelDeployment {TEAM}/disagg\n") and f"pod group {group['decode']}" in text
+    code, out, _ = await _cli(kubeconfig, "md", "disagg")
+    assert code == 1 and out.startswith("ModelDeployment default/disagg: does not exist")
+    in_team = _with_context_namespace(kubeconfig, TEAM)
+    code, text, err = await _cli(in_team, "md", "disagg", "--role", "decode")
+    assert code == 0, err
+    assert text.startswith(f"ModelDeployment {TEAM}/disagg\n") and f"pod group {group['decode']}" in text
+    code, text, err = await _cli(in_team, "wl", group["prefill"], "--namespace", TEAM)
+    assert code == 0 and text.startswith(f"Workload {TEAM}/{group['prefill']}\n"), err
+    code, _, err = await _cli(kubeconfig, "md", f"{TEAM}/disagg", "-n", "default")
+    assert code == 2 and "-n names default" in err
+    code, _, err = await _cli(kubeconfig, "workload", "a/b/c")
     assert code == 2 and "NS/NAME" in err
     code, out, _ = await _cli(kubeconfig, "modeldeployment", f"{TEAM}/ghost")
     assert code == 1 and "does not exist" in out
