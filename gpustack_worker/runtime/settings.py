@@ -477,6 +477,8 @@ class SettingsSource(Generic[S_co]):
                 client, controller=REPORTING_CONTROLLER, instance=self._instance
             )
         self._rejected: tuple[tuple[tuple[str, str], ...], tuple[str, ...]] | None = None
+        #: The resourceVersion of the revision last rejected, until a revision is accepted (then None).
+        self._rejected_revision: str | None = None
         self.rejections = 0
         self.last_error: SettingsError | None = None
         self.informer = Informer(
@@ -512,6 +514,7 @@ class SettingsSource(Generic[S_co]):
         settings in force. Returns whether it was accepted. Called by the informer for every event."""
         if configmap is None:
             self._rejected = None
+            self._rejected_revision = None
             self._accept(settings_from(self.model, None, self._env), reason="configmap deleted")
             return True
         data = {str(k): str(v) for k, v in (configmap.get("data") or {}).items()}
@@ -531,6 +534,7 @@ class SettingsSource(Generic[S_co]):
             return False
         self._rejected = None
         self._accept(settings, reason="configmap")
+        self._confirm(configmap)
         return True
 
     def _on_event(self, event: str, old: Any | None, new: Any | None) -> None:
@@ -555,6 +559,7 @@ class SettingsSource(Generic[S_co]):
     def _reject(self, configmap: Mapping[str, Any], exc: SettingsError) -> None:
         self.rejections += 1
         self.last_error = exc
+        self._rejected_revision = str((configmap.get("metadata") or {}).get("resourceVersion") or "?")
         SETTINGS_INVALID.labels(configmap=self._label).inc()
         SETTINGS_REJECTED.labels(configmap=self._label).set(1)
         _log.error(
@@ -563,24 +568,45 @@ class SettingsSource(Generic[S_co]):
             errors=exc.errors,
         )
         if self.recorder is not None:
-            meta = configmap.get("metadata") or {}
-            revision = meta.get("resourceVersion") or "?"
-            regarding = {
-                "apiVersion": CONFIG_MAP.api_version,
-                "kind": CONFIG_MAP.kind,
-                "metadata": {
-                    "name": self.name,
-                    "namespace": self.namespace,
-                    "uid": meta.get("uid"),
-                    "resourceVersion": meta.get("resourceVersion"),
-                },
-            }
+            revision = self._rejected_revision
             self.recorder.warning(
-                regarding,
+                self._regarding(configmap),
                 reason="InvalidSettings",
                 action="LoadSettings",
                 # The revision in the note makes every rejected content its own Event: the same content
                 # is never re-reported while it stays (see load), and the same content coming back after
                 # a fix is a new incident, not a series count (the ConfigMap Events are create-only).
                 note=f"revision {revision} rejected, the settings in force stay: {exc}",
+            )
+
+    def _regarding(self, configmap: Mapping[str, Any]) -> dict[str, Any]:
+        """The ConfigMap revision an Event is about."""
+        meta = configmap.get("metadata") or {}
+        return {
+            "apiVersion": CONFIG_MAP.api_version,
+            "kind": CONFIG_MAP.kind,
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+        }
+
+    def _confirm(self, configmap: Mapping[str, Any]) -> None:
+        """A revision accepted after a rejected one: a log line and a Normal Event ``SettingsApplied`` naming
+        both revisions, so the rejection's Warning is not the last word on the ConfigMap. Nothing when the
+        revision before was accepted too (every accepted revision is already a log line)."""
+        rejected, self._rejected_revision = self._rejected_revision, None
+        if rejected is None:
+            return
+        revision = str((configmap.get("metadata") or {}).get("resourceVersion") or "?")
+        note = (
+            f"revision {revision} applied, the settings in force are its own; "
+            f"it replaces the rejected revision {rejected}"
+        )
+        _log.info("settings accepted after a rejected revision", configmap=self._label, note=note)
+        if self.recorder is not None:
+            self.recorder.normal(
+                self._regarding(configmap), reason="SettingsApplied", action="LoadSettings", note=note
             )

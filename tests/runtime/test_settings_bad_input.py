@@ -256,8 +256,13 @@ async def test_after_a_fix_the_same_bad_content_is_a_new_incident(log: _LogRecor
     await source.settle()
     errors = [line for line in log.lines if line[0] == "error"]
     assert source.rejections == 2 and len(errors) == 2
-    assert [e["note"].split(" rejected")[0] for e in sink.events] == ["revision 1", "revision 3"]
-    assert source.recorder is not None and (source.recorder.created, source.recorder.updated) == (2, 0)
+    # the fix in between is confirmed by a Normal Event (tests/runtime/test_settings_confirmed.py)
+    assert [(e["type"], " ".join(e["note"].split()[:2])) for e in sink.events] == [
+        ("Warning", "revision 1"),
+        ("Normal", "revision 2"),
+        ("Warning", "revision 3"),
+    ]
+    assert source.recorder is not None and (source.recorder.created, source.recorder.updated) == (3, 0)
     assert source.current.log_level == "ERROR"
 
 

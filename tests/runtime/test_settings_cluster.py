@@ -30,20 +30,28 @@ def invalid_count(name: str) -> float:
     return REGISTRY.get_sample_value("gpustack_settings_invalid_total", {"configmap": f"{NS}/{name}"}) or 0.0
 
 
-async def _events(client: Client, name: str, needle: str = "") -> list[dict[str, Any]]:
+def rejected_gauge(name: str) -> float | None:
+    return REGISTRY.get_sample_value("gpustack_settings_rejected", {"configmap": f"{NS}/{name}"})
+
+
+async def _events(
+    client: Client, name: str, needle: str = "", reason: str = "InvalidSettings"
+) -> list[dict[str, Any]]:
     events, _ = await client.list(kinds.EVENT, namespace=NS)
     return [
         e
         for e in events
         if e.get("regarding", {}).get("name") == name
-        and e.get("reason") == "InvalidSettings"
+        and e.get("reason") == reason
         and needle in e.get("note", "")
     ]
 
 
-async def _wait_events(client: Client, name: str, needle: str) -> list[dict[str, Any]]:
+async def _wait_events(
+    client: Client, name: str, needle: str, reason: str = "InvalidSettings"
+) -> list[dict[str, Any]]:
     async with asyncio.timeout(15):
-        while not (events := await _events(client, name, needle)):  # noqa: ASYNC110 (polling the API server)
+        while not (events := await _events(client, name, needle, reason)):  # noqa: ASYNC110 (polling the API server)
             await asyncio.sleep(0.2)
     return events
 
@@ -103,12 +111,24 @@ async def test_broken_value_keeps_last_good_and_is_reported(devcluster: Any, eve
             events = await _wait_events(client, name, "fit-label-coalesce-seconds")
             assert events[0]["type"] == "Warning"
 
-            # fixing the value is picked up again
-            await client.patch(
+            # fixing the value is picked up again, and confirmed: a Normal Event naming the fixed revision
+            # and the rejected one, the rejected gauge back at 0
+            assert rejected_gauge(name) == 1
+            rejected_rv = events[0]["regarding"]["resourceVersion"]
+            fixed = await client.patch(
                 kinds.CONFIG_MAP, name, {"data": {"fit-label-coalesce-seconds": "6"}}, namespace=NS
             )
             await eventually(lambda: source.current.fit_label_coalesce_seconds == 6.0)
             assert source.current.workload_fit_affinity is True and source.last_error is None
+            assert rejected_gauge(name) == 0
+            fixed_rv = fixed["metadata"]["resourceVersion"]
+            applied = await _wait_events(
+                client, name, f"revision {fixed_rv} applied", reason="SettingsApplied"
+            )
+            assert [(e["type"], e["action"], e["regarding"]["resourceVersion"]) for e in applied] == [
+                ("Normal", "LoadSettings", fixed_rv)
+            ]
+            assert applied[0]["note"].endswith(f"it replaces the rejected revision {rejected_rv}")
     finally:
         await client.close()
 
