@@ -34,13 +34,16 @@ pure functions:
    against its live ones (:func:`label_diff`): what installing would label.
 
 Limits (said, not guessed): one TopologySource at most, and not a webhook one (its snapshot is fetched by
-the controller from an address a planning machine may not reach).
+the controller from an address a planning machine may not reach) unless the snapshot is given — the
+preview of a TopologySource change (:mod:`gpustack_worker.cli.topology_preview`) plans the cluster with
+that source in place of, or beside, the live ones, and its ``--snapshot`` as what the source serves.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import json
 import sys
 from collections.abc import Mapping
@@ -90,12 +93,14 @@ if TYPE_CHECKING:
     from gpustack_worker.api.devices_view import DevicesFacts
     from gpustack_worker.chain.nodes import NodeHardware
     from gpustack_worker.cli.settings import WorkerSettings
+    from gpustack_worker.cli.topology_preview import TopologyPreview
     from gpustack_worker.runtime.client import Client
     from gpustack_worker.runtime.labelselector import LabelSelector
     from gpustack_worker.runtime.resources import Resource
 
 __all__ = (
     "Change",
+    "DecidedSource",
     "DesiredChain",
     "FieldChange",
     "LiveCluster",
@@ -163,6 +168,27 @@ class DesiredChain:
     node_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     refused: list[dict[str, str]] = field(default_factory=list)
+    #: The TopologySource planned with and its decision (``sources.decide``, as the controller makes it).
+    source: DecidedSource | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DecidedSource:
+    """The TopologySource the plan decided: its name and what its reconcile decided (conditions, the
+    selected Nodes its snapshot does not describe)."""
+
+    name: str
+    decision: sources.SourceDecision
+
+    @property
+    def ready(self) -> tuple[str, str, str]:
+        """The decided ``Ready`` condition: (status, reason, message)."""
+        found = next((c for c in self.decision.conditions if c.type == sources.READY), None)
+        return (found.status, found.reason, found.message) if found else ("Unknown", "", "not decided")
+
+    def line(self) -> str:
+        status, reason, message = self.ready
+        return f"topology source {self.name}: Ready={status}/{reason}: {message}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,10 +243,19 @@ class PlanReport:
     unchanged: int
     desired: DesiredChain
     settings_source: str
+    #: What applying a given TopologySource would do (``--topology-source``), None otherwise.
+    preview: TopologyPreview | None = None
+    #: One line each: what the plan could not take as it is and how it planned instead (a rejected
+    #: settings ConfigMap).
+    warnings: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         counts = {a: sum(1 for c in self.changes if c.action == a) for a in _MARK}
+        src = self.desired.source
         return {
+            **({"topologyPreview": self.preview.as_dict()} if self.preview is not None else {}),
+            **({"topologySource": _source_dict(src)} if src is not None else {}),
+            "warnings": list(self.warnings),
             "settings": self.settings_source,
             "profiles": dict(self.desired.profiles),
             "summary": {**counts, "unchanged": self.unchanged},
@@ -228,6 +263,16 @@ class PlanReport:
             "notes": list(self.desired.notes),
             "refused": list(self.desired.refused),
         }
+
+
+def _source_dict(src: DecidedSource) -> dict[str, Any]:
+    status, reason, message = src.ready
+    return {
+        "name": src.name,
+        "ready": {"status": status, "reason": reason, "message": message},
+        "selectedNodes": src.decision.status.get("selectedNodes"),
+        "undescribedNodes": list(src.decision.undescribed),
+    }
 
 
 # --- the read ------------------------------------------------------------------------------------------
@@ -238,8 +283,15 @@ async def _list(client: Client, resource: Resource) -> list[dict[str, Any]]:
     return [dict(i) for i in items]
 
 
-async def read_live(client: Client, *, namespace: str, settings_configmap: str) -> LiveCluster:
-    """Every object the plan reads (LIST, and GET of the settings and snapshot ConfigMaps): never a write."""
+async def read_live(
+    client: Client,
+    *,
+    namespace: str,
+    settings_configmap: str,
+    also: Sequence[Mapping[str, Any]] = (),
+) -> LiveCluster:
+    """Every object the plan reads (LIST, and GET of the settings and snapshot ConfigMaps — those of the
+    live sources and of ``also``, a source to preview): never a write."""
     lists = await asyncio.gather(
         _list(client, kinds.NODE),
         _list(client, kinds.NODE_FEATURE),
@@ -255,7 +307,7 @@ async def read_live(client: Client, *, namespace: str, settings_configmap: str) 
     )
     nodes, features, devices, srcs, namespaces, flavors, cqs, its, lqs, checks, topologies = lists
     wanted = {(namespace, settings_configmap)}
-    for source in srcs:
+    for source in [*srcs, *also]:
         ref = (((source.get("spec") or {}).get("configMap") or {}).get("configMapRef")) or {}
         if ref.get("namespace") == namespace and ref.get("name"):
             wanted.add((namespace, str(ref["name"])))
@@ -338,9 +390,10 @@ def live_nodes(live: LiveCluster, *, with_sources: bool) -> dict[str, PlanNode]:
 
 
 def _source_and_snapshot(
-    live: LiveCluster, namespace: str
+    live: LiveCluster, namespace: str, given: str | None = None
 ) -> tuple[Mapping[str, Any] | None, str | None, list[str]]:
-    """The TopologySource the plan decides (and the snapshot its ConfigMap serves), with notes."""
+    """The TopologySource the plan decides (and the snapshot its ConfigMap serves, or ``given``: the
+    snapshot a preview was handed), with notes."""
     active = [s for s in live.topology_sources if not _meta(s).get("deletionTimestamp")]
     if len(active) > 1:
         names = ", ".join(sorted(_name(s) for s in active))
@@ -350,6 +403,8 @@ def _source_and_snapshot(
     source = active[0]
     spec = source.get("spec") or {}
     arm = sources.arm_of(spec)
+    if given is not None and arm in ("ConfigMap", "Webhook"):
+        return source, given, []
     if arm == "Webhook":
         raise PlanError(
             f"TopologySource {_name(source)} has a webhook arm: --from-cluster does not fetch snapshots"
@@ -480,9 +535,7 @@ def _queue_pass(view: Caches, inp: _Inputs, *, in_flight: bool | None) -> _Pass:
         if after is not None:
             out.after[name] = after
         read = queue if queue is not None else after  # a status waits for its queue to be there
-        typed = instancetypes.decide_type(
-            it, read, queue_stop_is_ours=owns if queue is not None else True
-        )
+        typed = instancetypes.decide_type(it, read, queue_stop_is_ours=owns if queue is not None else True)
         if typed.remove_finalizer:
             continue
         if in_flight is not None and not _deleting(it) and (in_flight or queue is None):
@@ -587,7 +640,9 @@ def _flavors_after(
     return [out[n] for n in sorted(out)]
 
 
-def desired_chain(live: LiveCluster, settings: WorkerSettings, *, namespace: str) -> DesiredChain:
+def desired_chain(
+    live: LiveCluster, settings: WorkerSettings, *, namespace: str, snapshot: str | None = None
+) -> DesiredChain:
     """What the controllers would write, given ``live`` and ``settings`` (pure), in two steps.
 
     **Next** (:attr:`DesiredChain.objects`): each controller's decision over its caches as they hold
@@ -597,10 +652,11 @@ def desired_chain(live: LiveCluster, settings: WorkerSettings, *, namespace: str
     the queues there are. **Then** (:attr:`DesiredChain.then`): the queue, status and LocalQueue writes
     that follow once those writes are in the caches (a new InstanceType's queue, a deferred write, a
     decision that changes with the new flavors or Topologies). Kueue's own progress is not modelled:
-    its status is the one read."""
-    source, snapshot, notes = _source_and_snapshot(live, namespace)
+    its status is the one read. ``snapshot``: what the (one) writing source serves, instead of reading
+    its ConfigMap (a preview's ``--snapshot``)."""
+    source, served, notes = _source_and_snapshot(live, namespace, snapshot)
     nodes = live_nodes(live, with_sources=source is not None)
-    assigned, levels_of, decision = converge(nodes, settings, source, snapshot, namespace)
+    assigned, levels_of, decision = converge(nodes, settings, source, served, namespace)
     if source is not None and decision is not None:
         effective, why = in_effect(decision.conditions)
         if not effective:
@@ -717,6 +773,7 @@ def desired_chain(live: LiveCluster, settings: WorkerSettings, *, namespace: str
         node_labels={name: dict(_meta(n.current).get("labels") or {}) for name, n in sorted(nodes.items())},
         notes=notes,
         refused=refused,
+        source=DecidedSource(_name(source), decision) if source is not None and decision else None,
     )
 
 
@@ -871,9 +928,11 @@ def diff_chain(desired: DesiredChain, live: LiveCluster) -> tuple[list[Change], 
                     changes.append(Change("delete", kind, name, ns or None, (), dict(have.get(key) or {})))
         if step == 1:
             changes.extend(_node_changes(desired, live))
-    unchanged = len(seen - changed) + sum(
-        1 for node in live.nodes if _name(node) in desired.node_labels
-    ) - sum(1 for c in changes if c.kind == kinds.NODE.kind)
+    unchanged = (
+        len(seen - changed)
+        + sum(1 for node in live.nodes if _name(node) in desired.node_labels)
+        - sum(1 for c in changes if c.kind == kinds.NODE.kind)
+    )
     return changes, unchanged
 
 
@@ -918,10 +977,15 @@ def _action(kind: str, desired: Mapping[str, Any], live: Mapping[str, Any]) -> s
 
 
 def plan_cluster(
-    live: LiveCluster, settings: WorkerSettings, *, namespace: str, settings_source: str
+    live: LiveCluster,
+    settings: WorkerSettings,
+    *,
+    namespace: str,
+    settings_source: str,
+    snapshot: str | None = None,
 ) -> PlanReport:
-    """The whole plan over ``live`` (pure)."""
-    desired = desired_chain(live, settings, namespace=namespace)
+    """The whole plan over ``live`` (pure); ``snapshot``: see :func:`desired_chain`."""
+    desired = desired_chain(live, settings, namespace=namespace, snapshot=snapshot)
     changes, unchanged = diff_chain(desired, live)
     return PlanReport(changes, unchanged, desired, settings_source)
 
@@ -957,8 +1021,12 @@ def render_text(report: PlanReport) -> str:
         f"settings: {report.settings_source}",
         f"nodes: {len(d.profiles)} ({sum(1 for p in d.profiles.values() if p)} managed); "
         f"profiles: {', '.join(managed) or '-'}",
-        "",
     ]
+    if report.preview is not None:
+        lines += ["", *report.preview.lines()]
+    elif d.source is not None:
+        lines.append(d.source.line())
+    lines.append("")
     width = max((len(c.kind) for c in report.changes), default=0)
     for step in (1, 2):
         shown = [c for c in report.changes if c.step == step]
@@ -1007,12 +1075,17 @@ def report_list(report: PlanReport) -> tuple[dict[str, Any], list[str]]:
 # --- the command ---------------------------------------------------------------------------------------
 
 
-async def _plan_live(args: argparse.Namespace, overrides: dict[str, str]) -> PlanReport:
+async def _plan_live(
+    args: argparse.Namespace,
+    overrides: dict[str, str],
+    proposed: Mapping[str, Any] | None = None,
+    snapshot: str | None = None,
+) -> PlanReport:
     from gpustack_worker.cli.plan_cmd import InputError
+    from gpustack_worker.cli.plan_settings import plan_settings, set_error
     from gpustack_worker.cli.request_timeout import request_timeout_of
-    from gpustack_worker.cli.settings import WorkerSettings
     from gpustack_worker.runtime.client import Client
-    from gpustack_worker.runtime.settings import SettingsError, settings_from
+    from gpustack_worker.runtime.settings import SettingsError
 
     client = await Client.connect(
         args.kubeconfig,
@@ -1021,33 +1094,53 @@ async def _plan_live(args: argparse.Namespace, overrides: dict[str, str]) -> Pla
         user_agent="gpustack-worker-plan",
     )
     try:
-        live = await read_live(client, namespace=args.namespace, settings_configmap=args.settings_configmap)
+        live = await read_live(
+            client,
+            namespace=args.namespace,
+            settings_configmap=args.settings_configmap,
+            also=[proposed] if proposed is not None else [],
+        )
     finally:
         await client.close()
     where = f"{args.namespace}/{args.settings_configmap}"
-    cm = live.config_maps.get(where)
-    data = {str(k): str(v) for k, v in ((cm or {}).get("data") or {}).items()}
-    source = f"ConfigMap {where} ({len(data)} keys)" if cm is not None else f"defaults (no ConfigMap {where})"
-    if overrides:
-        source += f" with --set {', '.join(sorted(overrides))}"
     try:
-        settings = settings_from(WorkerSettings, {**data, **overrides}, {})
+        chosen = plan_settings(live.config_maps.get(where), where, overrides)
     except SettingsError as exc:
-        raise InputError("invalid settings: " + "; ".join(exc.errors)) from None
-    return plan_cluster(live, settings, namespace=args.namespace, settings_source=source)
+        raise InputError(set_error(exc)) from None
+    warnings = (chosen.warning,) if chosen.warning else ()
+    if proposed is None:
+        report = plan_cluster(live, chosen.settings, namespace=args.namespace, settings_source=chosen.source)
+        return dataclasses.replace(report, warnings=warnings)
+    from gpustack_worker.cli import topology_preview
+
+    changed, edit = topology_preview.with_source(live, proposed)
+    report = plan_cluster(
+        changed, chosen.settings, namespace=args.namespace, settings_source=chosen.source, snapshot=snapshot
+    )
+    found = topology_preview.preview(report, live, edit)
+    return dataclasses.replace(report, preview=found, warnings=warnings)
 
 
-def run(args: argparse.Namespace, overrides: dict[str, str]) -> int:
-    """``plan --from-cluster``: read, plan, print. ``2`` on bad input; a cluster that cannot be read
+def run(
+    args: argparse.Namespace,
+    overrides: dict[str, str],
+    proposed: Mapping[str, Any] | None = None,
+    snapshot: str | None = None,
+) -> int:
+    """``plan --from-cluster``: read, plan, print; ``proposed`` (a TopologySource file, with the
+    ``snapshot`` it serves): preview applying it. ``2`` on bad input; a cluster that cannot be read
     (unreachable, no credentials, a read refused) is the CLI's one error line naming the server, exit 1
-    (:mod:`gpustack_worker.cli.errors`)."""
+    (:mod:`gpustack_worker.cli.errors`). A settings ConfigMap the controllers reject is planned as they run
+    on it (:mod:`gpustack_worker.cli.plan_settings`): one warning line on stderr, exit 0."""
     from gpustack_worker.cli.plan_cmd import InputError
 
     try:
-        report = asyncio.run(_plan_live(args, overrides))
+        report = asyncio.run(_plan_live(args, overrides, proposed, snapshot))
     except (InputError, PlanError) as exc:
         print(f"plan: {exc}", file=sys.stderr)
         return 2
+    for warning in report.warnings:
+        print(f"plan: warning: {warning}", file=sys.stderr)
     if args.output == "json":
         print(json.dumps(report.as_dict(), indent=2, sort_keys=True))
     elif args.output == "yaml":
@@ -1057,4 +1150,3 @@ def run(args: argparse.Namespace, overrides: dict[str, str]) -> int:
     else:
         print(render_text(report))
     return 0
-

@@ -12,7 +12,10 @@ read: a plan depends on its arguments only). ``--topology-source FILE`` adds a T
 ``--snapshot FILE`` the snapshot its ConfigMap or webhook serves. ``-o text|json|yaml``: ``yaml`` is a
 ``v1 List`` of the objects (kubectl reads it), ``json`` the whole plan.
 
-With ``--from-cluster`` the settings are the live settings ConfigMap's, with ``--set`` over them.
+With ``--from-cluster`` the settings are the live settings ConfigMap's, with ``--set`` over them (a
+revision the controllers reject: the defaults they would start on, and one warning line);
+``--topology-source FILE [--snapshot FILE]`` previews applying that source — a new one, or a change of the
+live one of that name — to the live pools (:mod:`gpustack_worker.cli.topology_preview`).
 
 Exit codes: ``0`` planned; ``1`` the API server refused a read (``--from-cluster``); ``2`` an input is
 unreadable or invalid (one line per problem on stderr).
@@ -45,7 +48,16 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import Mapping, Sequence
 
-__all__ = ("InputError", "add_parser", "load_inputs", "parse_sets", "plan_list", "render_text", "run")
+__all__ = (
+    "InputError",
+    "add_parser",
+    "load_inputs",
+    "parse_sets",
+    "plan_list",
+    "render_text",
+    "run",
+    "source_inputs",
+)
 
 #: A TopologySource file is a small YAML document; anything larger is not one.
 _MAX_SOURCE_BYTES = 1 << 20
@@ -86,8 +98,19 @@ def add_parser(sub: Any) -> None:
     plan.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="a setting (a settings ConfigMap key)"
     )
-    plan.add_argument("--topology-source", default=None, metavar="FILE", help="a TopologySource (YAML)")
-    plan.add_argument("--snapshot", default=None, metavar="FILE", help="the snapshot that source serves")
+    plan.add_argument(
+        "--topology-source",
+        default=None,
+        metavar="FILE",
+        help="a TopologySource (YAML); with --from-cluster: preview applying it (new, or a change of the "
+        "live source of that name) to the live pools",
+    )
+    plan.add_argument(
+        "--snapshot",
+        default=None,
+        metavar="FILE",
+        help="the snapshot that source serves (--from-cluster, configMap arm: default the live ConfigMap's)",
+    )
     plan.add_argument(
         "-o", "--output", choices=("text", "json", "yaml"), default="text", help="the output format"
     )
@@ -169,22 +192,34 @@ def _topology_source(path: str) -> dict[str, Any]:
     return doc
 
 
+def source_inputs(
+    args: argparse.Namespace, *, from_cluster: bool = False
+) -> tuple[dict[str, Any] | None, bytes | None]:
+    """``--topology-source`` and ``--snapshot``, read and checked against each other. A writing source
+    needs its snapshot, except ``from_cluster`` with a configMap arm: the live ConfigMap it references
+    serves it then."""
+    source = _topology_source(args.topology_source) if args.topology_source else None
+    snapshot = _read(args.snapshot, MAX_SNAPSHOT_BYTES, "--snapshot") if args.snapshot else None
+    if snapshot is not None and source is None:
+        raise InputError("--snapshot needs --topology-source (the source it is validated against)")
+    if source is not None:
+        spec = source["spec"]
+        writing = "configMap" in spec or "webhook" in spec
+        if writing and snapshot is None and not (from_cluster and "configMap" in spec):
+            needed = "a webhook arm (not fetched by plan)" if from_cluster else "a configMap or webhook arm"
+            raise InputError(f"--topology-source has {needed}: give its --snapshot FILE")
+        if not writing and snapshot is not None:
+            raise InputError("--snapshot: the --topology-source has no configMap or webhook arm to serve it")
+    return source, snapshot
+
+
 def load_inputs(
     args: argparse.Namespace,
 ) -> tuple[Scenario, WorkerSettings, dict[str, Any] | None, bytes | None]:
     """Every input of the plan, read and validated (raises :class:`InputError` or ScenarioError)."""
     settings = parse_sets(args.set or ())
     scenario = _scenario(args.scenario)
-    source = _topology_source(args.topology_source) if args.topology_source else None
-    snapshot = _read(args.snapshot, MAX_SNAPSHOT_BYTES, "--snapshot") if args.snapshot else None
-    if snapshot is not None and source is None:
-        raise InputError("--snapshot needs --topology-source (the source it is validated against)")
-    if source is not None:
-        writing = "configMap" in source["spec"] or "webhook" in source["spec"]
-        if writing and snapshot is None:
-            raise InputError("--topology-source has a configMap or webhook arm: give its --snapshot FILE")
-        if not writing and snapshot is not None:
-            raise InputError("--snapshot: the --topology-source has no configMap or webhook arm to serve it")
+    source, snapshot = source_inputs(args)
     return scenario, settings, source, snapshot
 
 
@@ -311,14 +346,8 @@ def plan_list(plan: PlannedChain) -> dict[str, Any]:
 def _check_mode(args: argparse.Namespace) -> None:
     """A scenario plan or ``--from-cluster``, and only the inputs of the one asked for."""
     if args.from_cluster:
-        given = (
-            ("SCENARIO", args.scenario),
-            ("--topology-source", args.topology_source),
-            ("--snapshot", args.snapshot),
-        )
-        extra = [flag for flag, value in given if value]
-        if extra:
-            raise InputError(f"--from-cluster plans what the cluster holds: drop {', '.join(extra)}")
+        if args.scenario:
+            raise InputError("--from-cluster plans what the cluster holds: drop SCENARIO")
     elif args.scenario is None:
         raise InputError("give a SCENARIO (file or packaged name), or --from-cluster")
 
@@ -330,7 +359,9 @@ def run(args: argparse.Namespace) -> int:
         if args.from_cluster:
             from gpustack_worker.cli import cluster_plan
 
-            return cluster_plan.run(args, _pairs(args.set or ()))
+            source, snapshot = source_inputs(args, from_cluster=True)
+            served = snapshot.decode("utf-8", errors="replace") if snapshot is not None else None
+            return cluster_plan.run(args, _pairs(args.set or ()), source, served)
     except InputError as exc:
         print(f"plan: {exc}", file=sys.stderr)
         return 2

@@ -74,6 +74,7 @@ __all__ = (
     "SettingsError",
     "SettingsModel",
     "SettingsSource",
+    "check_revision",
     "env_name",
     "is_startup_only",
     "kebab",
@@ -435,6 +436,22 @@ def _explain(
     return out
 
 
+def check_revision(
+    model: type[M], configmap: Mapping[str, Any], env: Mapping[str, str]
+) -> tuple[M | None, list[str]]:
+    """One settings ConfigMap revision as :meth:`SettingsSource.load` judges it: the settings it yields,
+    or None and every problem (its ``data`` validated over ``env`` by :func:`settings_from`; a key in
+    ``binaryData`` is a problem too). ``plan --from-cluster`` judges the live revision with it."""
+    data = {str(k): str(v) for k, v in (configmap.get("data") or {}).items()}
+    binary = sorted(configmap.get("binaryData") or {})
+    problems = [f"{_cut(key)}: in binaryData; settings are read from data only" for key in binary]
+    try:
+        settings = settings_from(model, data, env)
+    except SettingsError as exc:
+        return None, exc.errors + problems
+    return (None, problems) if problems else (settings, [])
+
+
 # -- the live source ----------------------------------------------------------------------------------
 
 
@@ -519,13 +536,9 @@ class SettingsSource(Generic[S_co]):
             return True
         data = {str(k): str(v) for k, v in (configmap.get("data") or {}).items()}
         binary = sorted(configmap.get("binaryData") or {})
-        problems = [f"{_cut(key)}: in binaryData; settings are read from data only" for key in binary]
-        try:
-            settings = settings_from(self.model, data, self._env)
-        except SettingsError as exc:
-            problems = exc.errors + problems
+        settings, problems = check_revision(self.model, configmap, self._env)
         content = (tuple(sorted(data.items())), tuple(binary))
-        if problems:
+        if settings is None:
             if content == self._rejected:
                 _log.debug("rejected settings seen again, already reported", configmap=self._label)
                 return False
