@@ -4,7 +4,9 @@ Key: ``<namespace>/<name>`` of a ModelDeployment. One reconcile:
 
 1. renders every role (:func:`~gpustack_worker.placement.pods.plan_role`); a role that cannot be
    rendered (unknown InstanceType, a ``requiredLevel`` its queue's hierarchy lacks, a malformed
-   request) keeps whatever Pods it has, gets none, and is reported (``Rendered=False``);
+   request) keeps whatever Pods it has, gets none, and is reported (``Rendered=False``, and a Warning
+   Event with the problem's reason, e.g. ``InstanceTypeNotFound`` — once per generation and problem, not
+   per reconcile: :func:`render_warning`);
 2. decides the Pod writes (:func:`plan_writes`, pure): the missing members of every replica below
    ``replicas`` are created in one pass (Pods are immutable: create-only); every Pod of a replica at
    ``replicas`` or above, of a role the spec no longer has, or of a replica whose render hash changed is
@@ -34,6 +36,7 @@ The Workload of a group is found by name: Kueue names a pod group's Workload aft
 from __future__ import annotations
 
 import datetime as dt
+import socket
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
@@ -48,6 +51,7 @@ from gpustack_worker.runtime.apply import Applier
 from gpustack_worker.runtime.client import ApiError, Conflict, NotFound
 from gpustack_worker.runtime.conditions import FALSE, TRUE, Condition
 from gpustack_worker.runtime.controller import Controller, Result, semantic_changed
+from gpustack_worker.runtime.events import EventRecorder
 from gpustack_worker.runtime.mappers import all_keys, by_owner
 from gpustack_worker.runtime.queue import settings_queue
 
@@ -64,6 +68,7 @@ __all__ = (
     "ModelDeployments",
     "Writes",
     "plan_writes",
+    "render_warning",
     "role_statuses",
     "status_body",
 )
@@ -330,6 +335,33 @@ def placeable(tallies: Sequence[RoleTally], generation: int | None) -> Condition
     )
 
 
+def render_warning(
+    deployment: Mapping[str, Any], plans: Mapping[str, pods.RolePlan | pods.RoleProblem]
+) -> tuple[str, str] | None:
+    """``(reason, note)`` of the Warning Event a deployment whose roles do not all render gets, or None:
+    none when every role renders, nor when its status already reports this very problem for this
+    generation (``Rendered=False``, same reason and message, ``observedGeneration`` current) — the Event
+    was posted then, so a reconcile repeats nothing. The note names the generation, so the same problem in
+    a new generation is a new Event (the processes only create Events)."""
+    problems = [p for p in plans.values() if isinstance(p, pods.RoleProblem)]
+    if not problems:
+        return None
+    reason = problems[0].reason
+    message = "; ".join(f"role {p.role}: {p.message}" for p in problems)
+    generation = _meta(deployment).get("generation")
+    status = deployment.get("status") or {}
+    shown = conditions.find(status.get("conditions"), RENDERED) or {}
+    if (
+        shown.get("status") == FALSE
+        and shown.get("reason") == reason
+        and shown.get("message") == message
+        and generation is not None
+        and status.get("observedGeneration") == generation
+    ):
+        return None
+    return reason, f"generation {generation}: {message}"
+
+
 def status_body(
     deployment: Mapping[str, Any],
     plans: Mapping[str, pods.RolePlan | pods.RoleProblem],
@@ -465,6 +497,13 @@ class ModelDeployments:
         self.csinodes = reg.informer(kinds.CSI_NODE)
         self.nodes = reg.informer(kinds.NODE)
         self.status_applier = Applier(client, FIELD_MANAGER, cache=self.deployments)
+        #: Warning Events on deployments whose roles do not render (:func:`render_warning`).
+        self.events = EventRecorder(
+            client, controller=keys.MODEL_DEPLOYMENT_CONTROLLER, instance=socket.gethostname()
+        )
+        #: ``(uid, note)`` of the render warnings posted: a reconcile before the status write is cached
+        #: does not post the same one again.
+        self._warned: set[tuple[str, str]] = set()
         boot = settings.current
         self.controller = Controller(
             "placement-modeldeployments",
@@ -591,6 +630,10 @@ class ModelDeployments:
                 found = self.workloads.store.get(f"{namespace}/{group}")
                 if found is not None:
                     workloads[group] = found
+        warning = render_warning(deployment, plans)
+        if warning is not None and (uid, warning[1]) not in self._warned:
+            self._warned.add((uid, warning[1]))
+            self.events.warning(deployment, reason=warning[0], action="Render", note=warning[1])
         body = status_body(deployment, plans, members, workloads, now=self.now(), create_errors=create_errors)
         try:
             await self.status_applier.apply_status(kinds.MODEL_DEPLOYMENT, body, deployment)

@@ -321,6 +321,8 @@ _READY = '.status.conditions[?(@.type=="Ready")].status'
             [
                 ("Roles", ".spec.roles[*].name"),
                 ("Ready", ".status.roles[*].readyReplicas"),
+                ("Rendered", '.status.conditions[?(@.type=="Rendered")].reason'),  # e.g. InstanceTypeNotFound
+                ("InstanceTypes", ".spec.roles[*].instanceType"),
                 ("Quota", '.status.conditions[?(@.type=="QuotaReserved")].reason'),
                 ("Parked", ".status.hold.parkedAt"),
                 ("Age", ".metadata.creationTimestamp"),

@@ -325,3 +325,57 @@ async def test_a_template_with_kueue_metadata_is_refused_and_creates_no_pod(runn
     assert cond["reason"] == "ReservedTemplateMetadata"
     assert keys.PODSET_PREFERRED_TOPOLOGY in cond["message"]
     assert await running.pods("smuggled") == []
+
+
+async def test_a_missing_instance_type_gets_one_warning_event_per_generation_and_a_column(
+    running: Running,
+) -> None:
+    """A role naming an InstanceType that does not exist: ``Rendered=False/InstanceTypeNotFound``, one
+    Warning Event with that reason — not one per reconcile (two more reconciles post nothing) — a new one
+    when the spec changes (a new generation), and the CRD's ``Rendered`` printer column shows the reason."""
+    admin = running.admin
+    controller = running.deployments
+    missing = "gpustack--nvidia-b200-linux-amd64"
+    await admin.create(
+        kinds.MODEL_DEPLOYMENT,
+        _deployment("typo", _role("main", missing, replicas=1, size=1)),
+        namespace=TEAM,
+    )
+
+    async def rendered() -> dict[str, Any] | None:
+        md = await admin.get(kinds.MODEL_DEPLOYMENT, "typo", TEAM)
+        return md if _cond(md, "Rendered").get("reason") == "InstanceTypeNotFound" else None
+
+    md = await eventually(rendered)
+    assert md["status"]["observedGeneration"] == md["metadata"]["generation"] == 1
+
+    async def warnings() -> list[dict[str, Any]]:
+        events, _ = await admin.list(kinds.EVENT, namespace=TEAM)
+        return [
+            e
+            for e in events
+            if e.get("regarding", {}).get("name") == "typo" and e.get("reason") == "InstanceTypeNotFound"
+        ]
+
+    (first,) = await eventually(warnings)
+    assert first["type"] == "Warning" and first["reportingController"] == keys.MODEL_DEPLOYMENT_CONTROLLER
+    assert first["note"].startswith("generation 1: role main:") and missing in first["note"]
+    for _ in range(2):  # reconciles with the condition already reported: nothing more
+        await controller.reconcile(f"{TEAM}/typo")
+    await controller.events.flush()
+    assert [e["note"] for e in await warnings()] == [first["note"]]
+
+    roles = [_role("main", missing, replicas=2, size=1)]
+    await admin.patch(kinds.MODEL_DEPLOYMENT, "typo", {"spec": {"roles": roles}}, namespace=TEAM)
+
+    async def two() -> list[dict[str, Any]] | None:
+        found = await warnings()
+        return found if len(found) == 2 else None
+
+    notes = sorted(e["note"] for e in await eventually(two))
+    assert notes[1].startswith("generation 2: role main:")
+
+    crd = await admin.get(kinds.CRD, f"{kinds.MODEL_DEPLOYMENT.plural}.{kinds.MODEL_DEPLOYMENT.group}")
+    assert crd is not None
+    columns = {c["name"]: c for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]}
+    assert columns["Rendered"]["jsonPath"] == '.status.conditions[?(@.type=="Rendered")].reason'

@@ -219,6 +219,20 @@ class ModelDeployment(KubeObject):
                 description="Replica groups whose Pods are all ready, one number per entry of status.roles",
             ),
             PrinterColumn(
+                name="Rendered",
+                type="string",
+                json_path='.status.conditions[?(@.type=="Rendered")].reason',
+                description="Rendered when every role renders its Pods; else why not, e.g. InstanceTypeNotFound"
+                " (a role names an InstanceType that does not exist)",
+            ),
+            PrinterColumn(
+                name="InstanceTypes",
+                type="string",
+                json_path=".spec.roles[*].instanceType",
+                description="The InstanceType each role names, one per entry of spec.roles",
+                priority=1,
+            ),
+            PrinterColumn(
                 name="Quota",
                 type="string",
                 json_path='.status.conditions[?(@.type=="QuotaReserved")].reason',
