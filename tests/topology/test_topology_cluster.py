@@ -17,14 +17,19 @@ and the controllers (topology + chain) running as their ServiceAccounts, on the 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import functools
+import json
+import sys
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import yaml
 
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.chain import managers as chain_managers
+from gpustack_worker.simulate.load import packaged_scenario
 from gpustack_worker.topology import managers as topology_managers
 from tests import stack as support
 from tests.stack import Stack, module_cluster, running_stack
@@ -34,6 +39,7 @@ from tests.topology.https_server import Mode, Pki, SnapshotServer
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator
+    from pathlib import Path
 
     from gpustack_worker.devcluster.cluster import DevCluster
 
@@ -398,9 +404,7 @@ async def test_an_expired_source_drops_its_profile_without_any_node_change(runni
 
         await eventually(cloud_gone)
     levels = (keys.STANDARD_REGION, keys.STANDARD_ZONE)
-    snapshot = {
-        name: {k: _labels(await admin.get(kinds.NODE, name))[k] for k in levels} for name in nodes
-    }
+    snapshot = {name: {k: _labels(await admin.get(kinds.NODE, name))[k] for k in levels} for name in nodes}
     await admin.create(
         kinds.CONFIG_MAP, _config_map("cloud-inventory", {SNAPSHOT_KEY: snapshot_text("cloud-1", snapshot)})
     )
@@ -584,3 +588,110 @@ async def test_an_edited_nodefeature_is_repaired(running: Running) -> None:
         return nf is not None and nf["spec"]["labels"] == _placement(1)
 
     await eventually(repaired)
+
+
+async def _plan_cli(kubeconfig: str, *extra: str) -> tuple[int, str, str]:
+    """``gpustack-worker plan --from-cluster ...`` as a subprocess: (exit code, stdout, stderr)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gpustack_worker", "plan", "--from-cluster", "--kubeconfig", kubeconfig, *extra,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await proc.communicate()
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+async def test_a_source_selecting_12_nodes_whose_snapshot_describes_3_says_so_previewed_then_applied(
+    running: Running, devcluster: DevCluster, tmp_path: Path
+) -> None:
+    """Every source removed, then ``plan --from-cluster --topology-source`` previews a source selecting all
+    12 Nodes with a snapshot of 3: the coverage (3 of 12, names) and the 3 Nodes' profile change. Applied,
+    the controller's condition says the same — Ready=True/Observed naming 9 left out — and the Nodes take
+    the profiles the preview said."""
+    run, admin = running, running.admin
+    for src in (await admin.list(kinds.TOPOLOGY_SOURCE))[0]:
+        await admin.delete(kinds.TOPOLOGY_SOURCE, src["metadata"]["name"])
+
+    async def none_left() -> bool:
+        return not (await admin.list(kinds.TOPOLOGY_SOURCE))[0]
+
+    await eventually(none_left)
+    described = {f"rack-node-{i}": _placement(i) for i in (1, 2, 3)}
+    # the scenario's 12 Nodes (the control plane has a Node of its own too)
+    all_nodes = sorted(n.name for n in packaged_scenario("topology-8").nodes)
+    assert len(all_nodes) == 12
+    left_out = [n for n in all_nodes if n not in described]
+    await eventually(
+        lambda: _when(run.profiles(("rack-node-1",)), lambda p: p["rack-node-1"] == HOSTNAME_ONLY)
+    )
+    await eventually(lambda: asyncio.sleep(0, result=run.stack.idle()))
+
+    source = _source("partial", LEVELS, {}, **_cm_arm("partial-inventory"))
+    source["spec"]["nodeSelector"] = {
+        "matchExpressions": [{"key": keys.HOSTNAME, "operator": "In", "values": all_nodes}]
+    }
+    snap = snapshot_text("partial-1", described)
+    (tmp_path / "source.yaml").write_text(yaml.safe_dump(source))
+    (tmp_path / "snapshot.yaml").write_text(snap)
+    code, out, err = await _plan_cli(
+        str(devcluster.kubeconfig), "--topology-source", str(tmp_path / "source.yaml"),
+        "--snapshot", str(tmp_path / "snapshot.yaml"), "-o", "json",
+    )  # fmt: skip
+    assert code == 0, err
+    preview = json.loads(out)["topologyPreview"]
+    assert preview["source"]["action"] == "create"
+    assert preview["source"]["selectedNodes"] == 12
+    assert preview["source"]["undescribedNodes"] == left_out
+    coverage = (
+        "revision 'partial-1' describes 3 of 12 selected node(s); 9 selected node(s) not in it get none of "
+        f"its labels: {', '.join(left_out[:3])} and 6 more"
+    )
+    assert preview["source"]["ready"] == {"status": "True", "reason": "Observed", "message": coverage}
+    assert preview["profiles"] == [
+        {"from": HOSTNAME_ONLY, "to": PROFILE, "count": 3, "nodes": sorted(described)}
+    ]
+
+    await admin.create(kinds.CONFIG_MAP, _config_map("partial-inventory", {SNAPSHOT_KEY: snap}))
+    await admin.create(kinds.TOPOLOGY_SOURCE, source)
+
+    async def reported() -> dict[str, Any] | None:
+        got = await run.source("partial")
+        return got if _cond(got, "Ready").get("message") == coverage else None
+
+    got = await eventually(reported)
+    assert (_cond(got, "Ready")["status"], _cond(got, "Ready")["reason"]) == ("True", "Observed")
+    assert _cond(got, "Valid")["message"] == coverage
+    assert got["status"]["selectedNodes"] == 12
+    assert len(await run.owned_nodefeatures(got["metadata"]["uid"])) == 3
+    moved = {n for entry in preview["profiles"] for n in entry["nodes"]}
+
+    async def as_previewed() -> bool:
+        profiles = await run.profiles(tuple(all_nodes))
+        return all(profiles[n] == PROFILE for n in moved) and all(
+            profiles[n] != PROFILE for n in all_nodes if n not in moved
+        )
+
+    await eventually(as_previewed)
+
+
+async def test_plan_from_cluster_plans_through_a_settings_configmap_the_controllers_reject(
+    running: Running, devcluster: DevCluster
+) -> None:
+    """A bad key in the settings ConfigMap: the controllers reject the revision and keep their settings
+    (the running SettingsSource counts the rejection); ``plan --from-cluster`` exits 0 with one warning
+    line naming the bad key, planned with the defaults."""
+    run, admin = running, running.admin
+    settings = run.stack.settings
+    before, rejections = settings.current, settings.rejections
+    await support.write_settings(admin, {"instance-type-mixed-on-nodes": "false"})
+    try:
+        await eventually(lambda: asyncio.sleep(0, result=settings.rejections > rejections))
+        assert settings.current == before
+        code, out, err = await _plan_cli(str(devcluster.kubeconfig))
+        assert code == 0, err
+        warnings = [line for line in err.splitlines() if line.startswith("plan: warning: ")]
+        assert len(warnings) == 1, err
+        assert "(bad key(s): instance-type-mixed-on-nodes)" in warnings[0]
+        assert "did you mean instance-type-mixed-on-node?" in warnings[0]
+        assert out.startswith("settings: defaults (ConfigMap gpustack-system/gpustack-settings rejected)")
+    finally:
+        await support.write_settings(admin, {})
