@@ -222,8 +222,8 @@ class ModelDeployment(KubeObject):
                 name="Rendered",
                 type="string",
                 json_path='.status.conditions[?(@.type=="Rendered")].reason',
-                description="Rendered when every role renders its Pods; else why not, e.g. InstanceTypeNotFound"
-                " (a role names an InstanceType that does not exist)",
+                description="Rendered when every role renders its Pods; else why not, e.g."
+                " InstanceTypeNotFound (a role names an InstanceType that does not exist)",
             ),
             PrinterColumn(
                 name="InstanceTypes",
