@@ -102,6 +102,10 @@ class Component:
 
 
 _SETTINGS_EVENTS: Final = "a Warning Event on the settings ConfigMap when a revision is rejected"
+_SETTINGS_EVENTS_LEADER: Final = (
+    "Events on the settings ConfigMap: a Warning when a revision is rejected, a Normal SettingsApplied when "
+    "a later one is accepted"
+)
 
 AGENT: Final = Component(
     name=f"{NAME_PREFIX}-agent",
@@ -170,7 +174,7 @@ CONTROLLER: Final = Component(
             "TopologySource informer; its finalizer (JSON patch; a failed test re-reads the object once)",
         ),
         Rule(kinds.TOPOLOGY_SOURCE, ("patch",), "status: conditions, revision, counts", subresource="status"),
-        Rule(kinds.NAMESPACE, ("list", "watch"), "a LocalQueue in every non-system namespace"),
+        Rule(kinds.NAMESPACE, ("list", "watch"), "a LocalQueue per selected namespace"),
         Rule(
             kinds.RESOURCE_FLAVOR,
             ("list", "watch", "create", "patch", "delete"),
@@ -242,7 +246,12 @@ CONTROLLER: Final = Component(
             "the joint check's and Gate 3's admissionChecks entries (server-side apply)",
             subresource="status",
         ),
-        Rule(kinds.EVENT, ("create",), "the joint check's Warning Event on a ModelDeployment it parks"),
+        Rule(
+            kinds.EVENT,
+            ("create",),
+            "Warning Events on a ModelDeployment in its namespace: a role that does not render (once per "
+            "generation), a set the joint check parks",
+        ),
         Rule(kinds.NODE_MODEL_STORE, ("list", "watch"), "node-delivered model placement: who holds a digest"),
         Rule(kinds.CSI_NODE, ("list", "watch"), "node-delivered placement: who mounts the model driver"),
     ),
@@ -269,10 +278,6 @@ CONTROLLER: Final = Component(
             "only a set parked after 30 minutes (or retried) is written; the RBAC test waits for none — "
             "tests/placement/test_joint_cluster.py parks and retries one under this role"
         ),
-        ("", kinds.EVENT.group, kinds.EVENT.plural, "create"): (
-            "cluster-wide only for the joint check's parking Event in a deployment's namespace; the RBAC "
-            "test parks no set (tests/placement/test_joint_cluster.py does, under this role)"
-        ),
         (SYSTEM, kinds.NODE_FEATURE.group, kinds.NODE_FEATURE.plural, "update"): (
             "a topology NodeFeature someone edited by adding a key is replaced as a whole (server-side apply "
             "cannot remove another manager's key); tests/topology/test_topology_cluster.py repairs one"
@@ -293,7 +298,7 @@ CONTROLLER: Final = Component(
                 "a writing TopologySource's NodeFeatures: apply (create on first apply), replace an edited "
                 "one as a whole (a key another manager added), delete on omission, conflict, expiry",
             ),
-            Rule(kinds.EVENT, ("create",), _SETTINGS_EVENTS),
+            Rule(kinds.EVENT, ("create",), _SETTINGS_EVENTS_LEADER),
         ),
     },
 )

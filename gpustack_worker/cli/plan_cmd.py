@@ -314,7 +314,8 @@ def render_text(plan: PlannedChain) -> str:
     )
     lines.append("")
     rows = [[n, q] for n, q in plan.local_queues.items()]
-    lines += _table("LOCAL QUEUES (in every non-system namespace)", ("NAME", "CLUSTER QUEUE"), rows)
+    title = "LOCAL QUEUES (in every namespace local-queue-namespace-selector selects)"
+    lines += _table(title, ("NAME", "CLUSTER QUEUE"), rows)
     if plan.refused:
         rows = [[r["kind"], r["name"], r["path"], r["rule"]] for r in plan.refused]
         lines.append("")

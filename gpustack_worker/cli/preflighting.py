@@ -238,9 +238,10 @@ def kueue_configuration(
     """Kueue's configuration (read from ``source``) against :func:`kueue_merge.required_changes`;
     ``gate_flag``: the value of Kueue's ``--feature-gates`` flag when its Deployment sets one."""
     fix_merge = (
-        "gpustack-worker kueue-config --merge <Kueue's current file> > merged.yaml, then helm upgrade Kueue "
-        "with --set-file managerConfig.controllerManagerConfigYaml=merged.yaml (docs/operations.md, "
-        "Coexistence with an existing Kueue)"
+        "gpustack-worker kueue-config --merge <Kueue's current file> --record merge-record.yaml "
+        "> merged.yaml (refused conflicts are listed; --accept each you agree to), then helm upgrade Kueue "
+        "with --set-file managerConfig.controllerManagerConfigYaml=merged.yaml; a ConfigMap merged in place "
+        "carries its record instead (docs/operations.md, Coexistence with an existing Kueue)"
     )
     if config is None:
         return Result(

@@ -239,7 +239,7 @@ def test_a_closed_pipe_exits_quietly(devcluster: DevCluster) -> None:
         timeout=120,
         check=False,
     )
-    assert result.stdout.startswith("NAME")
+    assert result.stdout.startswith("INSTANCETYPE ")
     assert len(result.stdout.splitlines()) == 1
     assert result.stderr.strip() in ("0", "141"), result.stderr  # nothing but the exit status
 

@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from test_fence_wire import NS, Recorder, connect, self_signed, serve, stop
+from test_fence_wire import NS, Recorder, certificate_pair, connect, serve, stop
 
 from gpustack_worker.runtime.resources import CONFIG_MAP
+from tests.kit.properties import examples
 
 if TYPE_CHECKING:
     from gpustack_worker.runtime.client import Client
@@ -48,7 +49,7 @@ async def _round(server: Recorder, client: Client, width: int, tag: str) -> None
 
 def _opened_and_closed(width: int, rounds: int, tls: bool) -> tuple[int, int, int]:
     """(connections after the first round, after the last one, closed by then) on the server's side."""
-    cert, key = self_signed()
+    cert, key = certificate_pair()
 
     async def scenario(tmp: Path) -> tuple[int, int, int]:
         (tmp / "cert.pem").write_bytes(cert)
@@ -78,7 +79,7 @@ def test_forty_requests_in_flight_reuse_their_connections() -> None:
     assert closed == 0, f"{closed} kept-alive connections were closed between rounds"
 
 
-@settings(max_examples=8)
+@settings(max_examples=examples(8))
 @example(width=21, rounds=2, tls=False).via("one over httpx's default keep-alive limit")
 @given(width=st.integers(1, 64), rounds=st.integers(2, 3), tls=st.booleans())
 def test_no_connection_is_closed_while_the_pool_has_room(width: int, rounds: int, tls: bool) -> None:

@@ -24,7 +24,7 @@ import httpx
 import orjson
 import pytest
 import yaml
-from test_fence_wire import self_signed
+from test_fence_wire import certificate_pair
 
 from gpustack_worker.runtime import wire
 from gpustack_worker.runtime.client import TRANSPORT_ERRORS, Client, RequestTimeout, Unauthorized, _Api
@@ -129,7 +129,7 @@ async def serving(handler: Any, tls: ssl.SSLContext | None = None) -> AsyncItera
 
 @pytest.fixture(scope="module")
 def tls_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, bytes]:
-    cert, key = self_signed()
+    cert, key = certificate_pair()
     d = tmp_path_factory.mktemp("transport-tls")
     (d / "cert.pem").write_bytes(cert)
     (d / "key.pem").write_bytes(key)
