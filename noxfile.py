@@ -1,4 +1,4 @@
-"""Sessions: tests, lint, typecheck, crds, rbac, webhooks, kueue_config, settings_doc, demo, bench,
+"""Sessions: tests, tests_thorough, lint, typecheck, crds, rbac, webhooks, kueue_config, settings_doc, demo, bench,
 http_deps, lock, lock_check.
 
 ``nox -s lint typecheck tests`` is CI.
@@ -22,6 +22,16 @@ def tests(session: nox.Session) -> None:
     # chart tests) and Jaeger (the trace and demo tests) are optional for the demo, not for the tests.
     session.run("python", "-m", "gpustack_worker.devcluster.build", "--with", "helm", "--with", "jaeger")
     session.run("pytest", *session.posargs)
+
+
+@nox.session
+def tests_thorough(session: nox.Session) -> None:
+    """The tests with hypothesis' ``thorough`` profile: every property test at its full example count
+    (tests/kit/properties.py); ``tests`` runs the ``ci`` profile. Failing examples are kept in
+    ``.hypothesis/`` and replayed first by later runs of either session."""
+    session.install("-e", ".[test]")
+    session.run("python", "-m", "gpustack_worker.devcluster.build", "--with", "helm", "--with", "jaeger")
+    session.run("pytest", "--hypothesis-profile=thorough", *session.posargs)
 
 
 @nox.session

@@ -15,17 +15,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from hypothesis import HealthCheck, settings
 
 from gpustack_worker.devcluster.cluster import DevCluster
+from tests.kit import properties
 
-# Property-based tests (hypothesis): no per-example deadline — a fresh CI machine is slower than a dev one and
-# a test never asserts on time; the slow-data health check is off for the same reason. Example counts are set
-# per test (``@settings(max_examples=...)``), so CI and a dev run generate the same number of fleets.
-settings.register_profile(
-    "gpustack", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
-)
-settings.load_profile("gpustack")
+# Property-based tests (hypothesis): the ``ci`` and ``thorough`` profiles and the example counts
+# (tests/kit/properties.py). Registered at import, before hypothesis' plugin reads --hypothesis-profile.
+properties.register()
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from bench import latency_bench as lb
 from gpustack_worker.api import keys
+from tests.kit.properties import examples
 
 
 @pytest.mark.parametrize(
@@ -40,7 +41,7 @@ def test_percentile_of_nothing_is_an_error() -> None:
         lb.percentile([], 50)
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(
     st.lists(st.floats(min_value=0, max_value=1e4, allow_nan=False), min_size=1, max_size=300),
     st.floats(min_value=0.01, max_value=100),

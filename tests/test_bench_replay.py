@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from bench import replay
 from gpustack_worker.api import kinds
+from tests.kit.properties import examples
 
 
 class _Client:
@@ -78,7 +79,7 @@ def test_a_replayed_create_carries_no_server_fields_and_a_main_resource_apply_no
     assert status["status"] == {"x": 1}
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(st.lists(st.tuples(st.sampled_from("abcde"), st.sampled_from([None, "status"])), max_size=30))
 def test_groups_keep_each_objects_writes_in_order_and_objects_in_first_write_order(
     writes: list[tuple[str, str | None]],

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench import summary
+from tests.kit.properties import examples
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -63,7 +64,7 @@ def test_growth_ignores_point_order() -> None:
     )
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(
     k=st.floats(min_value=-2, max_value=3),
     c=st.floats(min_value=1e-3, max_value=1e6),

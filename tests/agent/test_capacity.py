@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from gpustack_worker.agent import capacity
 from gpustack_worker.api import keys, manufacturers
+from tests.kit.properties import examples
 
 from .builders import card, devices, group, ledger, ledger_group, node, node_of, profile
 
@@ -350,7 +351,7 @@ _RESOURCE = st.one_of(
 )
 
 
-@settings(max_examples=400)
+@settings(max_examples=examples(400))
 @example(resource="nvidia.com/gpu.sliced.units")
 @example(resource="nvidia.com/gpu.sliced.other")
 @example(resource="nvidia.com/gpu.partitioned.mig-1g.10gb")

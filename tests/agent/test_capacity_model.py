@@ -31,6 +31,7 @@ from gpustack_worker.agent import capacity
 from gpustack_worker.agent.facts import node_facts
 from gpustack_worker.api import keys
 from gpustack_worker.api.manufacturers import MANUFACTURERS
+from tests.kit.properties import examples
 from tests.placement.test_fit_agreement import checked, devices_object
 
 M: Final = 1_600_000
@@ -133,7 +134,7 @@ ALL_POOLS = {
 }
 
 
-@settings(max_examples=1500)
+@settings(max_examples=examples(1500))
 @given(obj=devices_object(), pools=node_capacities())
 @example(obj=ONE_HYGON_CARD, pools=ALL_POOLS)
 def test_the_counting_keys_are_the_models(obj: dict[str, Any], pools: dict[str, str]) -> None:

@@ -18,6 +18,7 @@ from gpustack_worker.agent.steps import FIELD_MANAGERS, Steps
 from gpustack_worker.runtime.frozen import freeze
 from gpustack_worker.runtime.store import Store
 from gpustack_worker.runtime.transform import make_transform
+from tests.kit.properties import examples
 
 from .badinput import base_devices, base_node
 from .fakes import RecordingClient
@@ -88,7 +89,7 @@ STEP = st.one_of(
 )
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @example(steps=[("node", 2), ("devices", 1), ("node", 0), ("devices", 3), ("node", 1), ("devices", 2)])
 @given(steps=st.lists(STEP, min_size=1, max_size=12))
 def test_the_kept_checks_are_a_fresh_check_of_the_cached_objects(steps: list[tuple[str, int]]) -> None:

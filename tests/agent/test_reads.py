@@ -29,6 +29,7 @@ from gpustack_worker.agent.facts import NodeFacts, devices_facts, node_facts
 from gpustack_worker.api import keys, manufacturers
 from gpustack_worker.simulate import render
 from gpustack_worker.simulate.load import packaged_scenario, packaged_scenario_names
+from tests.kit.properties import examples
 
 from .builders import node
 
@@ -282,7 +283,7 @@ def test_the_table_keys_are_classified_as_the_rows_assume() -> None:
 MAPS = st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), st.sampled_from(["1", "2", ""]), max_size=4)
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(old=st.tuples(MAPS, MAPS, MAPS, MAPS), new=st.tuples(MAPS, MAPS, MAPS, MAPS))
 def test_node_change_is_exactly_the_keys_whose_value_differs(
     old: tuple[dict[str, str], ...], new: tuple[dict[str, str], ...]
@@ -520,7 +521,7 @@ def _classified(edits: list[Edit]) -> None:
         assert fit.is_fit_label(key) if where == "labels" else capacity.is_counting_key(key), key
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(case=counting_and_fit_edits())
 def test_counting_keys_and_fit_labels_do_not_change_the_nodefeature_nor_the_findings(
     case: tuple[World, list[Edit]],
@@ -533,7 +534,7 @@ def test_counting_keys_and_fit_labels_do_not_change_the_nodefeature_nor_the_find
     assert after.findings == before.findings
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(case=only_fit_edits())
 def test_fit_labels_do_not_change_the_counting_keys(case: tuple[World, list[Edit]]) -> None:
     world, edits = case
@@ -544,7 +545,7 @@ def test_fit_labels_do_not_change_the_counting_keys(case: tuple[World, list[Edit
     assert after.findings == before.findings
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(case=only_counting_edits())
 def test_counting_keys_do_not_change_the_fit_labels(case: tuple[World, list[Edit]]) -> None:
     world, edits = case
@@ -555,7 +556,7 @@ def test_counting_keys_do_not_change_the_fit_labels(case: tuple[World, list[Edit
     assert after.findings == before.findings
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(case=only_published_edits())
 def test_the_worker_nodefeature_keys_on_the_node_change_no_output_nor_finding(
     case: tuple[World, list[Edit]],
@@ -581,7 +582,7 @@ def test_every_key_the_worker_nodefeature_publishes_is_classified_as_its_own() -
     assert {k for k in published if not nodefeature.is_published_label(k)} == {keys.MANAGED}
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(world=worlds())
 def test_nfd_masters_projection_of_the_nodefeature_wakes_nobody(world: World) -> None:
     """The worker NodeFeature's labels projected onto a node that did not carry them yet (nor
@@ -643,7 +644,7 @@ def any_edits(draw: st.DrawFn) -> tuple[World, list[Edit]]:
     return world, draw(st.permutations(edits))
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(case=any_edits())
 def test_a_reconciler_not_woken_would_compute_the_same_output(case: tuple[World, list[Edit]]) -> None:
     """Soundness of the predicates for any mix of changes, read keys included."""

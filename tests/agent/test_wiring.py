@@ -22,6 +22,7 @@ from gpustack_worker.runtime.informer import ADDED, DELETED, MODIFIED
 from gpustack_worker.runtime.settings import SettingsSource
 from gpustack_worker.simulate import render
 from gpustack_worker.simulate.load import packaged_scenario
+from tests.kit.properties import examples
 from tests.runtime.fake_api import FakeApi, FakeServer
 
 SPECS = {spec.name: spec for spec in packaged_scenario("mixed-4").nodes}
@@ -81,7 +82,7 @@ async def test_after_the_first_list_fit_events_wait_for_the_window() -> None:
     assert len(agent.nodefeature.queue) == 3  # the other controllers take them at once, as before
 
 
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 @given(events=st.lists(st.tuples(st.booleans(), st.sampled_from(["a", "b", "c"])), max_size=12))
 def test_fit_is_immediate_exactly_for_events_of_the_first_list(events: list[tuple[bool, str]]) -> None:
     """Whatever mix of first-list and live events: the keys taken at once are exactly those seen in
@@ -113,7 +114,7 @@ async def test_workers_per_controller(node_name: str | None, env: dict[str, str]
     assert {c.workers for c in (agent.nodefeature, agent.capacity, agent.fit)} == {workers}
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(asks=st.lists(st.integers(0, 4), max_size=30))
 def test_kept_answers_as_the_view_for_any_order_of_objects(asks: list[int]) -> None:
     """Asked about any sequence of objects (some asked again, some not), the kept view answers what the

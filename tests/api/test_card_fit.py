@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from gpustack_worker.api import card_fit, keys
 from gpustack_worker.api.crds.devices import AllocationMode
 from gpustack_worker.api.devices_view import Card, CardLedger, DevicesFacts, Group, LedgerGroup, Profile
+from tests.kit.properties import examples
 
 M = keys.UNITS_PER_ACCELERATOR
 SHARE = keys.UNITS_PER_SHARE
@@ -95,7 +96,6 @@ def cards(unhealthy: st.SearchStrategy[bool]) -> st.SearchStrategy[Card]:
     )
 
 
-
 states = st.builds(
     CardLedger,
     id=st.just("c"),
@@ -105,7 +105,7 @@ states = st.builds(
 )
 
 
-@settings(max_examples=2000)
+@settings(max_examples=examples(2000))
 @given(card=cards(st.booleans()), ledger=states, units=st.integers(1, M))
 def test_free_slice_units_admits_exactly_the_slices_the_card_takes(
     card: Card, ledger: CardLedger, units: int
@@ -114,7 +114,7 @@ def test_free_slice_units_admits_exactly_the_slices_the_card_takes(
     assert (card_fit.free_slice_units(card, ledger) >= units) is card_fit.takes_slice(card, ledger, units)
 
 
-@settings(max_examples=500)
+@settings(max_examples=examples(500))
 @given(card=cards(st.just(True)), ledger=states)
 def test_an_unhealthy_card_takes_nothing(card: Card, ledger: CardLedger) -> None:
     assert not card_fit.takes_whole_card(card, ledger)

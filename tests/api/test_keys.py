@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from gpustack_worker.api import identity, keys, manufacturers, validation
 from gpustack_worker.api.normalize import fnv64a_hex, normalize_name
+from tests.kit.properties import examples
 
 DEFAULT_PROFILE = "fnv64-87bf574bea2a4f23"  # reference §2.1.2 (DERIVED)
 
@@ -264,7 +265,7 @@ _NAME_TEXT = st.text(
 )
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(
     mfr=st.sampled_from(sorted(manufacturers.MANUFACTURERS)),
     products=st.lists(_NAME_TEXT, min_size=2, max_size=4, unique=True),
@@ -429,7 +430,7 @@ def _distinct(built: dict[tuple[object, ...], str]) -> None:
         assert other == ident, f"{other} and {ident} are both named {name}"
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(
     g_keys=_twin_keys(lead="hygon"),
     a_keys=_twin_keys(lead="hygon"),

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpustack_worker.api import kinds, kueue_config, kueue_merge
+from tests.kit.properties import examples
 
 
 def _ours() -> dict[str, Any]:
@@ -211,7 +212,7 @@ _teams = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(_teams)
 def test_merge_satisfies_the_check_keeps_the_rest_and_is_idempotent(team: dict[str, Any]) -> None:
     merged, changes = kueue_merge.merge(team)
@@ -354,7 +355,7 @@ def test_gates_in_both_the_file_and_the_flag_are_refused_as_kueue_does() -> None
         kueue_merge.required_changes(config, gate_flags={"TopologyAwareScheduling": True})
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(_teams)
 def test_an_add_never_replaces_a_value_the_team_set(team: dict[str, Any]) -> None:
     """The classification, against the team's own values: an add touches only what they did not set

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from gpustack_worker.api import kueue_merge, kueue_merge_record
 from tests.api.test_kueue_merge import _teams
+from tests.kit.properties import examples
 
 #: The issue's team, as they wrote it (comments, their key order, flow lists).
 TEAM_TEXT = """\
@@ -128,7 +129,7 @@ def _by_input(config: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(_teams, st.data())
 def test_merge_then_revert_gives_the_team_back_their_configuration(team: dict[str, Any], data: Any) -> None:
     text = kueue_merge_record.dump_config(team) + "# theirs\n"

@@ -18,6 +18,7 @@ from gpustack_worker.api import keys, node_class
 from gpustack_worker.chain import flavors, pools, queues
 from gpustack_worker.chain.nodes import node_hardware
 from tests.agent.builders import card, devices, group
+from tests.kit.properties import examples
 
 A10G = keys.accelerator_key("nvidia-a10g")
 PROJECTED = {keys.NFD_FEATURE_LABELS_ANNOTATION: "cpu-model.vendor_id,gpustack.ai/managed"}
@@ -298,7 +299,7 @@ def _labels(node: dict[str, Any]) -> dict[str, str]:
     return dict(node["metadata"]["labels"])
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(fleet=fleets(), manual=st.booleans(), mixed=st.booleans(), aware=st.booleans())
 def test_agent_and_chain_read_every_node_alike(
     fleet: list[Spec], manual: bool, mixed: bool, aware: bool
@@ -323,9 +324,7 @@ def test_agent_and_chain_read_every_node_alike(
         hw = hardware.get(spec.name)
         published_cpu_only = labels.get(keys.CPU_ONLY) == "true"
         if hw is not None:
-            assert hw.cpu_member(mixed_on_node=mixed) is (
-                hw.cpu.cores > 0 and (mixed or published_cpu_only)
-            )
+            assert hw.cpu_member(mixed_on_node=mixed) is (hw.cpu.cores > 0 and (mixed or published_cpu_only))
         if spec.dm_flip:
             continue
         cards = spec.ledger_cards > 0

@@ -15,6 +15,7 @@ from gpustack_worker.api.normalize import fnv64a_hex
 from gpustack_worker.chain import catalog, flavors, pools, queues
 from gpustack_worker.chain.nodes import NodeHardware, node_hardware
 from tests.chain.builders import HOSTNAME_PROFILE, mixed_cluster, node
+from tests.kit.properties import examples
 
 P = HOSTNAME_PROFILE
 INTEL = "intel-xeon-platinum-8259cl"
@@ -313,7 +314,7 @@ _PRODUCTS = ["DCU K100_AI", "DCU K100-AI", "DCU K100.AI", "dcu k100_ai", "DCU K1
 _CPUS = ["Hygon C86_7285", "Hygon C86-7285", "HYGON C86.7285", "Hygon C86 7285"]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     members=st.lists(
         st.tuples(st.sampled_from(_PRODUCTS), st.sampled_from(_CPUS), st.sampled_from([1, 4]), st.booleans()),

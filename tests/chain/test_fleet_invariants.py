@@ -68,6 +68,7 @@ from tests.chain.fleets import (
     fleets,
     rendering_damaged,
 )
+from tests.kit.properties import examples
 from tests.placement.test_fit_agreement import gate3_ready, gt_admits, share_request, slice_request
 from tests.placement.test_gate3 import pod_template
 
@@ -264,7 +265,7 @@ def with_families(test: Any) -> Any:
 
 
 # --- the invariants -----------------------------------------------------------------------------------
-@settings(max_examples=400)
+@settings(max_examples=examples(400))
 @given(fleet=ANY_FLEET)
 @example(fleet=LONG_KEYS)
 @example(fleet=GENERIC_AWARE)
@@ -324,7 +325,7 @@ def assert_quota_is_capacity(plan: PlannedChain) -> None:
                 assert quota == capacity_of(flavor) * (M if accelerated else 1), (name, entry["name"])
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(fleet=ANY_FLEET)
 @example(fleet=GENERIC_AWARE)
 @with_families
@@ -332,14 +333,14 @@ def test_every_flavor_is_in_exactly_one_queue(fleet: Fleet) -> None:
     assert_one_queue_per_flavor(plan_of(fleet))
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(fleet=ANY_FLEET)
 @with_families
 def test_a_flavor_selects_exactly_its_contributors(fleet: Fleet) -> None:
     assert_selectors_select_contributors(fleet, plan_of(fleet))
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(fleet=ANY_FLEET)
 @with_families
 def test_queue_quota_is_the_flavors_capacity(fleet: Fleet) -> None:
@@ -425,7 +426,7 @@ def plan_problems(fleet: Fleet, plan: PlannedChain) -> list[str]:
     return problems
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(fleet=ANY_FLEET)
 @example(fleet=LONG_KEYS)
 @with_families
@@ -434,7 +435,7 @@ def test_every_object_passes_the_api_servers_rules(fleet: Fleet) -> None:
     assert plan_problems(fleet, plan) == []
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(fleet=fleets())
 @example(fleet=LONG_KEYS)
 def test_stages_1_2_of_every_fleet_render_valid_objects(fleet: Fleet) -> None:
@@ -450,7 +451,7 @@ def _same_product_two_manufacturers() -> Fleet:
     return _fleet(_node("n0", "AMD", "AMD EPYC", _card("amd", product), _card("ascend", product)))
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(fleet=fleets())
 @example(fleet=_same_product_two_manufacturers())
 def test_the_simulated_devices_pass_the_agents_checks(fleet: Fleet) -> None:
@@ -461,7 +462,7 @@ def test_the_simulated_devices_pass_the_agents_checks(fleet: Fleet) -> None:
             assert [f.note() for f in check_devices(devices).findings] == [], spec.name
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(fleet=st.one_of(fleets(max_nodes=4), fleets(max_nodes=4, families=True)))
 @example(fleet=UNPUBLISHED)
 @with_families
@@ -496,7 +497,7 @@ def test_fit_labels_admit_a_node_exactly_when_gate3_would(fleet: Fleet) -> None:
                 assert gt_admits(labels, label) is ready, (spec.name, a_key, cards)
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(fleet=ANY_FLEET, order=st.randoms(use_true_random=False))
 def test_the_plan_is_deterministic_in_the_fleet_and_its_node_order(fleet: Fleet, order: Any) -> None:
     first = plan_of(fleet).as_dict()
@@ -507,7 +508,7 @@ def test_the_plan_is_deterministic_in_the_fleet_and_its_node_order(fleet: Fleet,
     assert plan_of(again).as_dict() == first
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(damaged=damaged_fleets())
 @example(damaged=DM_LOST)
 def test_a_partially_labelled_fleet_keeps_the_chains_invariants(damaged: DamagedFleet) -> None:
@@ -539,7 +540,7 @@ def _display_sources(fleet: Fleet, plan: PlannedChain) -> set[str]:
     return out
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(fleet=ANY_FLEET)
 @with_families
 def test_a_derived_display_name_is_its_source_cut_at_64_runes(fleet: Fleet) -> None:
@@ -629,7 +630,7 @@ H100_TWO_VENDORS = (
 )
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(fleet=ANY_FLEET, data=st.data())
 def test_no_flavor_is_promised_twice_whatever_instance_types_exist(fleet: Fleet, data: st.DataObject) -> None:
     """Issue 27 class 2: admin-authored InstanceTypes of either grouping and derived ones of the other
@@ -708,7 +709,7 @@ def assert_a_leaving_node_drops_only_its_flavor(
         assert sorted(_queue_flavors(body)) == sorted(planned), (name, decision)
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(fleet=ANY_FLEET, data=st.data())
 def test_a_leaving_node_drops_only_its_flavor(fleet: Fleet, data: st.DataObject) -> None:
     """Issue 27 class 1, over random fleets: any node leaves while Kueue reports reservations on any

@@ -14,6 +14,7 @@ from gpustack_worker.api import keys
 from gpustack_worker.chain import flavors, pools, queues
 from gpustack_worker.chain.nodes import node_hardware
 from tests.chain.builders import mixed_cluster, node
+from tests.kit.properties import examples
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -391,7 +392,7 @@ def test_the_issue_example_promises_each_h100_flavor_once(aware: bool) -> None:
     _check_one_queue_per_flavor(ISSUE_FLEET, ISSUE_TYPES, True, aware)
 
 
-@settings(max_examples=400)
+@settings(max_examples=examples(400))
 @example(fleet=ISSUE_FLEET, recipes=ISSUE_TYPES, mixed=True, aware=False)
 @example(  # an acceleratable type without a group under the collapsed CPU pool's name
     fleet=[("amd", "a10gx1"), ("amd-epyc-7763", "cpu")],

@@ -42,6 +42,7 @@ from tests.chain.test_queues_migration import (
     _finalizing,
     _kueue,
 )
+from tests.kit.properties import examples
 
 PHASE = keys.MIGRATION_PHASE
 SAVED = keys.MIGRATION_STOP_POLICY
@@ -257,7 +258,7 @@ def _check(state: State, decision: queues.QueueDecision) -> None:
     assert again.body == decision.body, "a second decision on the result differs"
 
 
-@settings(max_examples=3000)
+@settings(max_examples=examples(3000))
 @given(states())
 def test_one_decision_keeps_the_stop_policy_invariants(state: State) -> None:
     _check(state, queues.decide(state.inputs()))
@@ -310,7 +311,7 @@ STEPS = st.lists(
 )
 
 
-@settings(max_examples=1000)
+@settings(max_examples=examples(1000))
 @given(STEPS)
 def test_runs_against_kueue_never_empty_a_queue_holding_a_reservation(steps: list[tuple[str, int]]) -> None:
     state = State(

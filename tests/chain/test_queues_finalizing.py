@@ -25,6 +25,7 @@ from gpustack_worker.chain.nodes import NodeHardware, node_hardware
 from tests.chain.builders import HOSTNAME_PROFILE, node
 from tests.chain.test_queue_properties import NEW_GROUPS, OLD_GROUPS, _plan_groups
 from tests.chain.test_queues_migration import NEW, NEW_T4, OLD, OLD_T4, T4_TYPE, TOPOLOGIES, _kueue
+from tests.kit.properties import examples
 
 S, L = OLD_T4
 S_NEW, L_NEW = NEW_T4
@@ -452,7 +453,7 @@ def _decide_state(state: State, queue: dict[str, Any]) -> queues.QueueDecision:
     return _decide(queue, state.world(), **state.inputs())
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(1500), deadline=None)
 @given(states())
 @example(  # the case: L leaves, nothing else going on, Kueue reports both flavors reserved
     State(

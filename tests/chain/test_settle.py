@@ -23,6 +23,7 @@ from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.runtime.registry import InformerRegistry
 from gpustack_worker.runtime.settings import SettingsSource
 from tests.chain.builders import HOSTNAME_PROFILE, node
+from tests.kit.properties import examples
 
 if TYPE_CHECKING:
     from gpustack_worker.chain.nodes import NodeHardware
@@ -86,7 +87,7 @@ def test_held(
     assert got == settle.Held(frozenset(nodes), recheck)
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(
     pending=st.dictionaries(st.sampled_from("abcdef"), st.integers(0, 100).map(float)),
     last_arrival=st.none() | st.integers(0, 100).map(float),
@@ -178,7 +179,7 @@ def test_deferrable(body: dict[str, Any] | None, queue: dict[str, Any] | None, e
 # --- families --------------------------------------------------------------------------------------
 
 
-@settings(max_examples=50)
+@settings(max_examples=examples(50))
 @given(shape=st.integers(0, len(SHAPES) - 1), profile=st.sampled_from(PROFILES), mixed=st.booleans())
 def test_a_pending_node_names_the_families_its_profile_will_feed(
     shape: int, profile: str, mixed: bool
@@ -259,7 +260,7 @@ class _ColdStart:
                 self.writes["queue", name] += 1
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(data=st.data())
 def test_cold_start_writes_each_object_once_in_any_arrival_order(data: st.DataObject) -> None:
     """Over random fleets, random orders in which the profiles arrive and random moments at which the

@@ -30,6 +30,7 @@ from gpustack_worker.runtime.client import ApiError
 from gpustack_worker.runtime.registry import InformerRegistry
 from gpustack_worker.runtime.settings import SettingsSource
 from tests.chain.builders import mixed_cluster
+from tests.kit.properties import examples
 
 if TYPE_CHECKING:
     from gpustack_worker.runtime.client import Client
@@ -127,7 +128,7 @@ def test_a_refused_flavor_names_a_foreign_holder(existing: dict[str, Any] | None
         kinds.RESOURCE_FLAVOR,
         "f",
         None,
-        _error(409, "Apply failed with 1 conflict: conflict with \"kubectl-create\""),
+        _error(409, 'Apply failed with 1 conflict: conflict with "kubectl-create"'),
         existing,
         owner=managers.OWNER_FLAVORS,
         field_managers=(managers.FLAVOR,),
@@ -203,7 +204,7 @@ async def test_a_server_error_still_fails_the_whole_pass() -> None:
     assert not isinstance(failed.value, WritesRefused) and failed.value.status == 503
 
 
-@settings(max_examples=25)
+@settings(max_examples=examples(25))
 @given(data=st.data())
 async def test_any_refused_subset_leaves_the_rest_written(data: st.DataObject) -> None:
     names = _flavor_names(_chain(RefusingClient({}, {})))

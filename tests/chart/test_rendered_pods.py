@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.chart import rendered_pods as rp
+from tests.kit.properties import examples
 from tests.test_containerfile import parse_containerfile
 
 REPO = Path(__file__).resolve().parents[2]
@@ -323,7 +324,11 @@ UNTAINTED = ["cordoned", "gpu", "plain", "prefer"]
         ({}, [], UNTAINTED),
         ({}, [{"operator": "Exists"}], [*UNTAINTED, "tainted"]),
         ({"gpu": "yes"}, [], ["gpu"]),
-        ({"gpu": "yes"}, [{"key": GPU_TAINT, "operator": "Exists", "effect": "NoSchedule"}], ["gpu", "tainted"]),  # noqa: E501
+        (
+            {"gpu": "yes"},
+            [{"key": GPU_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+            ["gpu", "tainted"],
+        ),
         ({}, [{"key": GPU_TAINT, "operator": "Exists", "effect": "NoExecute"}], UNTAINTED),
         ({}, [{"key": GPU_TAINT, "value": "", "operator": "Equal"}], [*UNTAINTED, "tainted"]),
     ],
@@ -371,7 +376,7 @@ _PLAIN = st.text(st.sampled_from("abcxyz-=_/.0123456789"), min_size=1, max_size=
 )
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(st.lists(_PLAIN, max_size=6))
 def test_arguments_that_neither_bind_nor_name_a_mount_pass_through_verbatim(extra: list[str]) -> None:
     doc = workload()

@@ -22,6 +22,7 @@ from gpustack_worker.cli import cleaning
 from gpustack_worker.cli.cleaning import Inventory, Step, Verb, lease_holder, plan
 from gpustack_worker.runtime.prune import OWNER_LABEL
 from gpustack_worker.topology import managers as topology
+from tests.kit.properties import examples
 
 NOW = datetime.datetime(2026, 12, 3, 20, 0, 0, tzinfo=datetime.UTC)
 SPEC = {"f:spec": {".": {}}}
@@ -429,7 +430,7 @@ def _objects(draw: st.DrawFn) -> dict[str, Any]:
     )
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(st.lists(_objects(), max_size=6))
 def test_no_write_without_evidence_and_no_foreign_key_removed(objs: list[dict[str, Any]]) -> None:
     for i, o in enumerate(objs):

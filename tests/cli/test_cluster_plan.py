@@ -33,6 +33,7 @@ from gpustack_worker.simulate import render
 from gpustack_worker.simulate.load import packaged_scenario
 from tests.chain.fleets import Fleet, fleets
 from tests.cli.test_plan import rack_snapshot, rack_source
+from tests.kit.properties import examples
 
 NS = kinds.SYSTEM_NAMESPACE
 TEAM = "team-a"
@@ -215,7 +216,10 @@ def test_a_rack_topology_source_is_decided_from_its_snapshot_configmap() -> None
     live = applied_fleet(packaged_scenario("topology-8"), source=rack_source(), snapshot=rack_snapshot())
     report = plan_cluster(live, s, namespace=NS, settings_source="test")
     plan = plan_chain(
-        packaged_scenario("topology-8"), s, topology_source=rack_source(), snapshot=rack_snapshot(),
+        packaged_scenario("topology-8"),
+        s,
+        topology_source=rack_source(),
+        snapshot=rack_snapshot(),
         checks_active=False,
     )
     assert _names(report, "Topology") == sorted(plan.topologies)
@@ -280,8 +284,9 @@ def test_only_owned_objects_are_deleted() -> None:
 def test_yaml_is_a_list_of_the_objects_to_write_with_every_action_commented() -> None:
     s = parse_sets([])
     live, _ = converge(applied_fleet(packaged_scenario("chain-4")), s)
-    live.flavors.append({**copy.deepcopy(live.flavors[0]), "metadata": {
-        **live.flavors[0]["metadata"], "name": "leftover"}})
+    live.flavors.append(
+        {**copy.deepcopy(live.flavors[0]), "metadata": {**live.flavors[0]["metadata"], "name": "leftover"}}
+    )
     live.cluster_queues.pop()
     report = plan_cluster(live, s, namespace=NS, settings_source="test")
     doc, comments = report_list(report)
@@ -326,8 +331,13 @@ def test_field_diff_compares_only_what_the_controller_sets() -> None:
         "status": {
             "conditions": [
                 {"type": "Other", "status": "False"},
-                {"type": "Ready", "status": "True", "reason": "Ok",
-                 "message": "m", "lastTransitionTime": "1"},
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "Ok",
+                    "message": "m",
+                    "lastTransitionTime": "1",
+                },
             ],
             "counts": 3,
         },
@@ -354,7 +364,7 @@ def test_field_diff_names_an_absent_field() -> None:
 # --- the property: any fleet ---------------------------------------------------------------------------
 
 
-@settings(max_examples=25, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25), suppress_health_check=[HealthCheck.too_slow])
 @given(fleets(min_nodes=1, max_nodes=6, long_names=False))
 def test_any_fleet_plans_the_scenario_plans_chain_and_reaches_a_fixed_point(fleet: Fleet) -> None:
     s = fleet.grouping.settings()
@@ -437,7 +447,8 @@ def test_immutable_differences_are_classified_as_the_controller_acts_on_them() -
     assert set(reasons) <= {q["metadata"]["name"] for q in live.cluster_queues}
     doc, _comments = report_list(report)
     assert [i["metadata"]["name"] for i in doc["items"]] == [
-        selector["metadata"]["name"], *(n for k, n in then if k == "ClusterQueue")
+        selector["metadata"]["name"],
+        *(n for k, n in then if k == "ClusterQueue"),
     ]
     text = render_text(report)
     assert "-/+ replace" in text and "! drift" in text
@@ -578,7 +589,9 @@ def test_a_topology_not_created_yet_or_not_the_chains_is_missing_for_the_next_qu
         first = _writes(report, 1, "ClusterQueue")[T4].body
         ready = first["status"]["conditions"][0]
         assert (first["spec"]["stopPolicy"], ready["status"], ready["reason"]) == (
-            "Hold", "False", "MissingTopology"
+            "Hold",
+            "False",
+            "MissingTopology",
         ), how
         then = _writes(report, 2, "ClusterQueue")[T4].body
         assert then["status"]["conditions"][0]["reason"] == "Ready", how

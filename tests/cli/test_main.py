@@ -33,6 +33,7 @@ from gpustack_worker.runtime.client import (
     user_agent_of,
 )
 from gpustack_worker.runtime.version import VERSION, package_version
+from tests.kit.properties import examples
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -273,7 +274,7 @@ def _groups(leaf: st.SearchStrategy[BaseException]) -> st.SearchStrategy[BaseExc
     )
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(st.data())
 def test_a_known_error_anywhere_in_nested_groups_is_the_one_reported(data: st.DataObject) -> None:
     known = data.draw(_known)
@@ -458,7 +459,7 @@ def test_several_kubeconfigs_merge_as_kubectl_merges_them() -> None:
 _entry_names = st.lists(st.sampled_from(["a", "b", "c", "d"]), max_size=4)
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(st.lists(st.tuples(_entry_names, st.sampled_from(["", "a", "b"])), min_size=1, max_size=4))
 def test_every_name_comes_from_the_first_file_defining_it(files: list[tuple[list[str], str]]) -> None:
     docs = [

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpustack_worker.cli.output import FORMATS, add_output_flag, emit, is_object, kube_list, render, to_data
+from tests.kit.properties import examples
 
 NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}
 FLAVOR = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "f"}}
@@ -102,7 +103,7 @@ _objects = st.builds(
 )
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(st.lists(_objects, min_size=1, max_size=6), st.sampled_from(["json", "yaml"]))
 def test_every_list_of_objects_round_trips_as_a_list_in_both_formats(
     items: list[dict[str, Any]], fmt: str

@@ -19,6 +19,7 @@ from gpustack_worker.cli.plan_cmd import parse_sets
 from gpustack_worker.cli.planning import PlanError, PlannedChain, plan_chain, project
 from gpustack_worker.runtime.quantity import parse
 from gpustack_worker.simulate.load import packaged_scenario, packaged_scenario_names, parse_scenario
+from tests.kit.properties import examples
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -461,7 +462,7 @@ def test_a_bare_vendor_gkey_selects_only_its_own_nodes(aware: str, mixed: str) -
     assert_sound(plan)
 
 
-@settings(max_examples=25)
+@settings(max_examples=examples(25))
 @given(
     products=st.lists(
         st.sampled_from([RTX_PRO, "NVIDIA A10G", "Tesla T4", "N" * 80, "NVIDIA " + "é-x_" * 20]),

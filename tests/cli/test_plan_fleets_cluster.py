@@ -22,6 +22,7 @@ from gpustack_worker.runtime.client import Client
 from gpustack_worker.simulate.checks import check_scenario
 from tests.chain.fleets import Fleet, fleets
 from tests.cli.test_plan_cluster import CONVERGE_S, TEAM, _converged, _idle, live_view, plan_view
+from tests.kit.properties import examples
 from tests.stack import eventually, module_cluster, running_stack, write_settings
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ def fleet_of(seed: int) -> Fleet:
     return find(
         fleets(min_nodes=4, max_nodes=10, long_names=False),
         wanted,
-        settings=settings(database=None, max_examples=2000, phases=[Phase.generate]),
+        settings=settings(database=None, max_examples=examples(2000), phases=[Phase.generate]),
         random=random.Random(seed),
     )
 

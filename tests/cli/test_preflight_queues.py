@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from gpustack_worker.cli import preflight_queues
 from gpustack_worker.cli.preflighting import Outcome
+from tests.kit.properties import examples
 
 OK, WARN, FAIL = Outcome.OK, Outcome.WARN, Outcome.FAIL
 NV = "credits.gpustack.ai/nvidia"
@@ -221,7 +222,7 @@ _entry = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(
     st.lists(
         st.dictionaries(

@@ -15,6 +15,7 @@ from gpustack_worker.api import rbac, webhooks
 from gpustack_worker.cli import preflight_stage, preflighting
 from gpustack_worker.cli.preflight_stage import Stage
 from gpustack_worker.cli.preflighting import Outcome, Result
+from tests.kit.properties import examples
 
 OK, WARN, FAIL, INSTALLS = Outcome.OK, Outcome.WARN, Outcome.FAIL, Outcome.INSTALLS
 NS = "gpustack-system"
@@ -52,7 +53,7 @@ def test_the_stage_is_before_only_when_no_object_of_the_chart_exists(
     assert (decision.stage, decision.forced) == (stage, forced is not None)
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(st.sets(st.sampled_from([o.describe() for o in OBJECTS])))
 def test_any_object_of_the_chart_is_a_release_partly_installed(present: set[str]) -> None:
     decision = preflight_stage.decide(sorted(present), looked_for=N, forced=None)

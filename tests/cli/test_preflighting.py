@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from gpustack_worker.api import crdgen, kinds, kueue_config, rbac, webhooks
 from gpustack_worker.cli import preflighting
 from gpustack_worker.cli.preflighting import Outcome
+from tests.kit.properties import examples
 
 OK, WARN, FAIL = Outcome.OK, Outcome.WARN, Outcome.FAIL
 
@@ -425,7 +426,7 @@ _results = st.lists(
 )
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(_results)
 def test_exit_code_text_and_json_agree(results: list[preflighting.Result]) -> None:
     failed = [r for r in results if r.outcome is FAIL]

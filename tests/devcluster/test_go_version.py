@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpustack_worker.devcluster import build
+from tests.kit.properties import examples
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -55,7 +56,7 @@ def test_unreadable_version_is_refused() -> None:
         build.check_go_version("something else")
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(major=st.integers(0, 3), minor=st.integers(0, 60), patch=st.integers(0, 30), rc=st.booleans())
 def test_accepted_exactly_when_at_least_the_minimum(major: int, minor: int, patch: int, rc: bool) -> None:
     text = f"go version go{major}.{minor}{'rc1' if rc else f'.{patch}'} linux/amd64"

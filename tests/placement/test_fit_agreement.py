@@ -44,6 +44,7 @@ from gpustack_worker.api.devices_view import DevicesFacts, devices_facts
 from gpustack_worker.placement.demand import demand_of_podset
 from gpustack_worker.placement.fitpin import fit_requirements
 from gpustack_worker.placement.gate3 import READY, Cluster, judge
+from tests.kit.properties import examples
 
 from .test_gate3 import flavor_of, hosts, pod_template, podset, workload
 
@@ -210,7 +211,7 @@ def model_keys(devices: DevicesFacts) -> list[tuple[str, str]]:
 
 
 # --- the property -----------------------------------------------------------------------------------
-@settings(max_examples=1500)
+@settings(max_examples=examples(1500))
 @given(obj=devices_object(), data=st.data())
 def test_a_sliced_label_admits_a_node_exactly_when_gate3_would(
     obj: dict[str, Any], data: st.DataObject
@@ -230,7 +231,7 @@ def test_a_sliced_label_admits_a_node_exactly_when_gate3_would(
             assert gt_admits(labels, pin) is ready, (a_key, units, labels)
 
 
-@settings(max_examples=1500)
+@settings(max_examples=examples(1500))
 @given(obj=devices_object())
 def test_a_shared_label_admits_a_node_exactly_when_gate3_would(obj: dict[str, Any]) -> None:
     devices = checked(obj)

@@ -21,6 +21,7 @@ from gpustack_worker.agent import fit
 from gpustack_worker.agent.facts import node_facts
 from gpustack_worker.api import card_fit, keys, manufacturers
 from gpustack_worker.placement.gate3 import READY, Cluster, judge
+from tests.kit.properties import examples
 
 from . import gate3_model as model
 from .test_fit_agreement import NODE, PROFILES, checked, devices_object, share_request, slice_request
@@ -109,7 +110,7 @@ def _sizes(cards: list[model.ModelCard]) -> list[int]:
 
 
 # --- 1. the shared predicates (api/card_fit) ----------------------------------------------------------
-@settings(max_examples=1500)
+@settings(max_examples=examples(1500))
 @given(obj=devices_object())
 @with_examples
 def test_the_shared_predicates_are_the_models(obj: dict[str, Any]) -> None:
@@ -140,7 +141,7 @@ def labels_of(devices: DevicesFacts) -> dict[str, str]:
     return fit.desired(node, devices, manual=False)
 
 
-@settings(max_examples=1500)
+@settings(max_examples=examples(1500))
 @given(obj=devices_object())
 @with_examples
 def test_the_agents_fit_labels_are_the_models(obj: dict[str, Any]) -> None:
@@ -225,7 +226,7 @@ def check_asks(obj: dict[str, Any], demands: list[Ask]) -> None:
             assert got is want, (a_key, family, requests, pods, own)
 
 
-@settings(max_examples=1000)
+@settings(max_examples=examples(1000))
 @given(obj=devices_object(), demands=asks)
 def test_gate3_answers_what_the_model_answers(obj: dict[str, Any], demands: list[Ask]) -> None:
     check_asks(obj, demands)

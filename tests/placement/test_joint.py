@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from gpustack_worker.api import keys
 from gpustack_worker.placement import joint
 from gpustack_worker.placement.joint import Foreign, OwnerRef, State, Unresolved, Verdict
+from tests.kit.properties import examples
 
 NS = "team-a"
 DEP_UID = "dep-uid-1"
@@ -522,7 +523,7 @@ def _histories(draw: st.DrawFn) -> list[tuple[str, int]]:
     return draw(st.lists(steps, max_size=12))
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(_histories())
 def test_parking_lifecycle_property(history: list[tuple[str, int]]) -> None:
     """Simulate the controller and Kueue over random histories: a set is parked iff it waited 30 minutes

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from gpustack_worker.api import keys
 from gpustack_worker.api.crds.model_deployment import ModelDeployment
 from gpustack_worker.placement import pods
+from tests.kit.properties import examples
 
 TYPE = "gpustack--nvidia-a10g-linux-amd64"
 CPU_TYPE = "gpustack--generic-linux-amd64"
@@ -403,7 +404,7 @@ _OURS_ANNOTATIONS = {keys.POD_GROUP_TOTAL_COUNT, keys.ROLE_HASH}
 _TOPOLOGY_PREFIX = f"{keys.KUEUE_DOMAIN}/podset-"
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(labels=_ENTRIES, annotations=_ENTRIES, level=st.sampled_from([None, RACK, keys.HOSTNAME]))
 def test_a_rendered_pods_topology_annotations_are_exactly_the_roles_level(
     labels: dict[str, str], annotations: dict[str, str], level: str | None

@@ -24,6 +24,7 @@ from gpustack_worker.runtime.apply import UNSEEN_CREATE_MAX_S, Applier, dotted, 
 from gpustack_worker.runtime.client import Conflict
 from gpustack_worker.runtime.resources import FieldHints, Resource
 from gpustack_worker.runtime.transform import make_transform
+from tests.kit.properties import examples
 
 LABEL = ("f:metadata", "f:labels")
 TAKEN_IN_FIXTURE = {
@@ -124,7 +125,7 @@ def _body(labels: dict[str, str]) -> dict[str, Any]:
 KEYS = st.sampled_from([f"k{i}" for i in range(8)])
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(
     desired=st.dictionaries(KEYS, st.sampled_from(["a", "b"]), min_size=1),
     edits=st.dictionaries(KEYS, st.sampled_from(["taken", "added", "ours-changed", "same-by-other"])),

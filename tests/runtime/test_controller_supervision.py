@@ -19,6 +19,7 @@ from gpustack_worker.runtime.clock import FakeClock
 from gpustack_worker.runtime.controller import Controller, Result
 from gpustack_worker.runtime.metrics import RECONCILE_ERRORS
 from gpustack_worker.runtime.queue import WorkQueue
+from tests.kit.properties import examples
 
 
 async def settle(rounds: int = 20) -> None:
@@ -104,7 +105,7 @@ async def test_cancelling_the_worker_itself_still_ends_it() -> None:
 OUTCOMES = st.lists(st.sampled_from(["ok", "error", "foreign-future", "foreign-task", "after"]), max_size=12)
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(OUTCOMES, st.integers(1, 3))
 def test_no_reconcile_outcome_ends_a_worker(outcomes: list[str], workers: int) -> None:
     async def scenario() -> None:

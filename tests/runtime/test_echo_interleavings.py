@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from gpustack_worker.runtime.apply import Applier, FieldPath
+from tests.kit.properties import examples
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -210,7 +211,7 @@ def _issue(early: int, *changes: dict[FieldPath, str | None]) -> Any:
     )
 
 
-@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(1000), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(initial, steps)
 @_issue(3, {G: "b", H: "b"})  # the event before our answer
 @_issue(0, {G: "b", H: "b"})  # ... after it

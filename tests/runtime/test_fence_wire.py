@@ -32,6 +32,7 @@ from gpustack_worker.runtime import wire
 from gpustack_worker.runtime.client import Client, Fenced
 from gpustack_worker.runtime.resources import CONFIG_MAP
 from gpustack_worker.runtime.transport import Transport
+from tests.kit.properties import examples
 
 if TYPE_CHECKING:
     import socket
@@ -347,7 +348,7 @@ class Fixed:
         return self.value
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(st.floats(allow_nan=True, allow_infinity=True))
 def test_a_fence_is_open_only_with_time_above_zero(value: float) -> None:
     left = wire.time_left(Fixed(value))
@@ -384,7 +385,7 @@ async def test_a_kept_alive_connection_the_server_dropped_is_not_reused(
         await client.close()
 
 
-@settings(max_examples=30)
+@settings(max_examples=examples(30))
 @example(closes_at=3, size=3_000_000, tls=True).via("a body that needs several sends, cut in the middle")
 @example(closes_at=2, size=10, tls=False).via("closed between the headers and the body")
 @given(closes_at=st.integers(0, 40), size=st.sampled_from([0, 10, 200_000, 3_000_000]), tls=st.booleans())

@@ -19,6 +19,7 @@ from prometheus_client import REGISTRY
 
 from gpustack_worker.runtime.client import ApiError, Client, Gone, Unauthorized, _GcPause
 from gpustack_worker.runtime.resources import CONFIG_MAP
+from tests.kit.properties import examples
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -244,7 +245,7 @@ async def test_the_cyclic_gc_is_paused_while_a_page_is_converted_and_back_after(
     assert gc.isenabled()
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(st.booleans(), st.lists(st.integers(0, 3), max_size=30))
 def test_gc_pause_is_counted_across_holders_and_restores_what_it_found(
     was_enabled: bool, steps: list[int]

@@ -25,6 +25,7 @@ from gpustack_worker.cli.errors import describe
 from gpustack_worker.devcluster.pki import self_signed
 from gpustack_worker.runtime.client import KubeconfigError, _authenticate, check_kubeconfig, kubeconfig_source
 from gpustack_worker.runtime.kubeconfig_check import document_problem, kubeconfig_problem
+from tests.kit.properties import examples
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -494,7 +495,9 @@ def _replace(doc: Any, path: tuple[Any, ...], value: Any, delete: bool) -> Any:
     return doc
 
 
-@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=examples(1000), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=st.data(), context=st.sampled_from([None, "a", "b"]))
 def test_a_kubeconfig_broken_anywhere_is_named_or_usable(
     tmp_path: Path, data: st.DataObject, context: str | None

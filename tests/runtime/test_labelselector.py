@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpustack_worker.runtime.labelselector import SelectorError, parse_selector
+from tests.kit.properties import examples
 
 LABELS = {"team": "a", "tier": "gpu", "example.com/zone": "z1", "size": "8", "empty": ""}
 
@@ -101,7 +102,7 @@ def _direct(key: str, op: str, values: tuple[str, ...], labels: dict[str, str]) 
     return labels.get(key) not in values
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(
     requirements=st.lists(_requirement(), max_size=4),
     labels=st.dictionaries(_KEYS, _VALUES, max_size=4),

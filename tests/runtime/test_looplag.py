@@ -13,6 +13,7 @@ from prometheus_client import REGISTRY
 
 from gpustack_worker.runtime.clock import FakeClock
 from gpustack_worker.runtime.looplag import MAX_WINDOW_S, LagWindow, LoopLagMonitor
+from tests.kit.properties import examples
 
 
 def lag_count() -> float:
@@ -55,7 +56,7 @@ def test_the_max_keeps_a_stall_for_one_window_then_forgets_it() -> None:
     assert window.observe(0.001, now=10.0 + 2 * MAX_WINDOW_S) == 0.001  # two windows on: forgotten
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(st.lists(st.tuples(st.floats(0, 1000), st.floats(0, 30)), min_size=1, max_size=40))
 def test_the_max_covers_at_least_the_last_window_and_never_more_than_two(
     steps: list[tuple[float, float]],

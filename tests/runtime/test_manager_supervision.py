@@ -26,6 +26,7 @@ from gpustack_worker.runtime.manager import CacheSyncTimeout, Manager
 from gpustack_worker.runtime.queue import WorkQueue
 from gpustack_worker.runtime.registry import InformerRegistry
 from gpustack_worker.runtime.resources import CONFIG_MAP, LEASE, Resource
+from tests.kit.properties import examples
 from tests.runtime.fake_api import FakeApi, FakeServer
 
 if TYPE_CHECKING:
@@ -246,7 +247,7 @@ async def test_an_informer_that_ends_exits_non_zero_naming_it(how: str, log: Log
 RUNNERS = st.sampled_from(["informer0", "informer1", "registry", "controller0", "controller1"])
 
 
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 @given(RUNNERS, st.sampled_from(["returned", "raised"]), st.booleans())
 def test_whichever_runner_ends_the_manager_exits_1_naming_it(runner: str, how: str, leading: bool) -> None:
     async def scenario() -> None:

@@ -27,6 +27,7 @@ from gpustack_worker.runtime.metrics import (
 from gpustack_worker.runtime.resources import Resource
 from gpustack_worker.runtime.store import Store
 from gpustack_worker.topology import sources
+from tests.kit.properties import examples
 from tests.placement.test_node_devices import pending
 from tests.placement.test_node_devices import setup as gate3_setup
 
@@ -87,7 +88,7 @@ def _classify(obj: Any) -> tuple[str] | None:
     return None if state is None else (state,)
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(
     st.lists(st.lists(st.sampled_from(["a", "b", "c", None]), max_size=8), min_size=1, max_size=3),
 )

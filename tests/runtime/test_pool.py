@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
 from gpustack_worker.runtime.pool import LINEAR_POOL_HTTPCORE, LinearHTTPProxy, LinearPool, pool_classes
+from tests.kit.properties import examples
 
 #: The equivalence tests compare with httpcore's own private pass, which the verified versions have.
 verified = pytest.mark.skipif(
@@ -100,7 +101,7 @@ def _outcome(pool: Any, requests: list[Any], closing: list[Any]) -> tuple[Any, .
 
 
 @verified
-@settings(max_examples=400)
+@settings(max_examples=examples(400))
 @given(
     st.fixed_dictionaries(
         {

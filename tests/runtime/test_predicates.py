@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from gpustack_worker.api import keys
 from gpustack_worker.runtime.controller import labels_changed_except
+from tests.kit.properties import examples
 
 FIT = keys.FIT_LABEL_DOMAINS[0] + "nvidia"
 OTHER = "feature.node.kubernetes.io/cpu-model"
@@ -38,7 +39,7 @@ _keys = st.sampled_from([FIT, keys.FIT_LABEL_DOMAINS[1] + "x", OTHER, keys.TOPOL
 _labels = st.none() | st.dictionaries(_keys, st.sampled_from(["1", "2"]), max_size=4)
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(_labels, _labels)
 def test_passes_exactly_a_change_outside_the_ignored_prefixes(
     old: dict[str, str] | None, new: dict[str, str] | None
@@ -47,4 +48,3 @@ def test_passes_exactly_a_change_outside_the_ignored_prefixes(
         return {k: v for k, v in (labels or {}).items() if not k.startswith(keys.FIT_LABEL_DOMAINS)}
 
     assert ignore_fit("MODIFIED", node(old), node(new)) == (outside(old) != outside(new))
-

@@ -14,6 +14,7 @@ from gpustack_worker.runtime import ratelimit
 from gpustack_worker.runtime.clock import FakeClock
 from gpustack_worker.runtime.metrics import QUEUE_BUCKETS
 from gpustack_worker.runtime.queue import WorkQueue
+from tests.kit.properties import examples
 
 
 def make(clock: FakeClock, name: str = "test") -> WorkQueue:
@@ -291,7 +292,7 @@ OPS = st.lists(
 )
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(OPS)
 def test_queue_matches_client_go_through_a_draining_shutdown(ops: list[tuple[str, Any]]) -> None:
     async def scenario() -> None:

@@ -21,6 +21,7 @@ from gpustack_worker.simulate.load import packaged_scenario
 from gpustack_worker.simulate.scenario import Scenario
 from gpustack_worker.simulate.settings import SimulateSettings
 from gpustack_worker.simulate.synthetic import synthetic
+from tests.kit.properties import examples
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Callable
@@ -188,7 +189,7 @@ def _report_lines(writes: list[tuple[str, str]]) -> list[str]:
     return lines
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(
     n_nodes=st.integers(min_value=1, max_value=12),
     seed=st.integers(min_value=0, max_value=50),

@@ -48,6 +48,7 @@ from gpustack_worker.topology.admission import review
 from gpustack_worker.topology.controller import Topology
 from gpustack_worker.topology.spec_check import format_errors, level_limit_errors, spec_errors
 from tests.cli.test_cluster_plan import applied_fleet
+from tests.kit.properties import examples
 
 NS = kinds.SYSTEM_NAMESPACE
 NOW = dt.datetime(2026, 3, 4, 5, 6, 7, tzinfo=dt.UTC)
@@ -376,7 +377,7 @@ _KEYS = st.one_of(
 _LEVELS = st.integers(1, 20).flatmap(lambda n: st.lists(_KEYS, min_size=n, max_size=n, unique=True))
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(levels=_LEVELS)
 @example(levels=deep(15))
 @example(levels=deep(16))

@@ -19,6 +19,7 @@ from gpustack_worker.api import keys
 from gpustack_worker.topology import profiles, sources
 from gpustack_worker.topology.profiles import node_assignment, source_input, wakes_profiles
 from gpustack_worker.topology.selector import compile_selector
+from tests.kit.properties import examples
 
 H = keys.HOSTNAME
 R, Z, K = keys.PRIVATE_REGION, keys.PRIVATE_ZONE, keys.PRIVATE_RACK
@@ -176,7 +177,7 @@ def _assignments(source: dict[str, Any] | None) -> list[profiles.Assignment | No
     return [node_assignment(labels, fleet) for labels in NODES]
 
 
-@settings(max_examples=400)
+@settings(max_examples=examples(400))
 @given(old=SOURCES, new=SOURCES)
 def test_a_source_event_that_wakes_nothing_changes_no_profile(
     old: dict[str, Any] | None, new: dict[str, Any] | None

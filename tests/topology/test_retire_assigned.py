@@ -14,6 +14,7 @@ from gpustack_worker.runtime.registry import InformerRegistry
 from gpustack_worker.runtime.settings import SettingsSource
 from gpustack_worker.topology import profiles
 from gpustack_worker.topology.controller import Topology
+from tests.kit.properties import examples
 
 if TYPE_CHECKING:
     import pytest
@@ -83,7 +84,7 @@ _source_step = st.tuples(
 )
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(st.lists(st.one_of(_node_step, _source_step), min_size=1, max_size=25))
 def test_the_memoised_pass_equals_recomputing_every_node(steps: list[tuple[Any, ...]]) -> None:
     topology = _topology()

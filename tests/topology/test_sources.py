@@ -21,6 +21,7 @@ from gpustack_worker.runtime import conditions
 from gpustack_worker.topology import hierarchy, sources
 from gpustack_worker.topology.nodefeatures import nodefeature_body
 from gpustack_worker.topology.sources import Fetched, ReadFailed, SourceDecision, SourceInputs, decide
+from tests.kit.properties import examples
 
 NOW = dt.datetime(2026, 3, 4, 5, 6, 7, tzinfo=dt.UTC)
 NS = kinds.SYSTEM_NAMESPACE
@@ -852,7 +853,7 @@ def test_coverage_is_said_under_an_ownership_conflict_too() -> None:
     assert "node-02, node-03, node-04 and 1 more" in message(d, "Valid")
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     total=st.integers(min_value=0, max_value=30),
     picks=st.sets(st.integers(min_value=1, max_value=30)),

@@ -1,0 +1,1 @@
+"""The test kit: what many test modules need, written once (issue 30)."""
