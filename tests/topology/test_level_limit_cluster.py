@@ -60,8 +60,11 @@ HOSTNAME_ONLY = keys.topology_profile([keys.HOSTNAME])
 eventually = functools.partial(support.eventually, within=180.0)
 
 
+LEVEL_PREFIX = "topology.gpustack.ai/l"
+
+
 def deep(n: int) -> list[str]:
-    return [f"topology.gpustack.ai/l{i}" for i in range(n)]
+    return [f"{LEVEL_PREFIX}{i}" for i in range(n)]
 
 
 def _profile(levels: list[str]) -> str:
@@ -197,6 +200,17 @@ async def _delete_source(stack: Stack, name: str) -> None:
         return await admin.get(kinds.TOPOLOGY_SOURCE, name) is None
 
     await eventually(gone)
+
+    # Its NodeFeatures go with it, and nfd-master then removes their labels from the Nodes on its own
+    # schedule: the next test starts once no level label of any source is left on a rack node (a later
+    # test asserting that its own snapshot's labels never arrived would otherwise see this one's).
+    async def unlabelled() -> bool:
+        for node in RACK_NODES:
+            if any(k.startswith(LEVEL_PREFIX) for k in _labels(await admin.get(kinds.NODE, node))):
+                return False
+        return True
+
+    await eventually(unlabelled)
 
 
 async def _profiles(stack: Stack) -> set[str | None]:
