@@ -14,11 +14,14 @@ changed since it was read); ``managedFields``, ``creationTimestamp``, ``generati
 dropped (server-set; managedFields sent back would overwrite the server's field ownership). What the merge
 replaced and added is recorded (:mod:`gpustack_worker.api.kueue_merge_record`) in the annotation
 :data:`~gpustack_worker.api.keys.KUEUE_CONFIG_MERGE_ANNOTATION` of the ConfigMap, or for a bare file in
-``--record FILE`` (required unless ``--no-record``: a bare file has nowhere else to carry it).
+``--record FILE`` (required unless ``--no-record``: a bare file has nowhere else to carry it). A ConfigMap's
+record also keeps kubectl's ``last-applied-configuration`` annotation as it was, since ``kubectl
+replace``/``apply`` of the output rewrites it with the merged ConfigMap.
 
 ``--check``: print nothing and exit 0 when nothing would change; exit 1 with the table when something
 would. ``--revert FILE``: undo a recorded merge (the ConfigMap's annotation, or ``--record FILE`` for a
-bare file) and print the result; ``cleanup --kueue-config`` does it on the live ConfigMap.
+bare file) and print the result — the ConfigMap's last-applied annotation back too when the revert is byte
+for byte; ``cleanup --kueue-config`` does it on the live ConfigMap.
 
 Exit 0; 1 on a refused conflict, unreadable input, a missing record; 2 on a bad ``--accept``.
 """
@@ -62,6 +65,10 @@ CONFIG_KEY = "controller_manager_config.yaml"
 #: ``resourceVersion`` stay: they make ``kubectl replace``/``apply`` of the output refuse when the ConfigMap
 #: was changed or re-created since it was read).
 SERVER_SET: Final = ("managedFields", "creationTimestamp", "generation", "selfLink")
+#: kubectl's record of the last ``kubectl apply`` (kubectl's own annotation key).
+LAST_APPLIED: Final = "kubectl.kubernetes.io/last-applied-configuration"
+#: The record's entry for :data:`LAST_APPLIED` as it was before the first merge (``null``: absent).
+LAST_APPLIED_RECORD: Final = "lastApplied"
 #: A value in the table is cut at this many characters.
 _WIDTH: Final = 60
 #: Exit code of a bad ``--accept`` (usage).
@@ -285,14 +292,15 @@ def merge_document(
         record = None
         if changes:
             merged_text = kueue_merge_record.dump_config(merged)
-            record = kueue_merge_record.record_of(
-                inner_text,
-                inner,
-                merged,
-                changes,
-                merged_text,
-                kueue_merge_record.parse(str(previous)) if previous else None,
-            )
+            earlier = kueue_merge_record.parse(str(previous)) if previous else None
+            record = kueue_merge_record.record_of(inner_text, inner, merged, changes, merged_text, earlier)
+            # kubectl's last-applied annotation as it was before our first merge: ``kubectl replace`` or
+            # ``apply`` of our output rewrites it with the merged ConfigMap, and a byte-for-byte revert puts
+            # it back too (a key-by-key one leaves it: the team has applied since).
+            if earlier is None:
+                record[LAST_APPLIED_RECORD] = annotations.get(LAST_APPLIED)
+            elif record.get("original") is not None and LAST_APPLIED_RECORD in earlier:
+                record[LAST_APPLIED_RECORD] = earlier[LAST_APPLIED_RECORD]
             annotations[keys.KUEUE_CONFIG_MERGE_ANNOTATION] = json.dumps(record, sort_keys=True)
             meta["annotations"] = annotations
             out["data"] = {**doc["data"], CONFIG_KEY: merged_text}
@@ -326,7 +334,14 @@ def revert_document(doc: Any, text: str, record_text: str | None = None) -> tupl
                 f"the ConfigMap carries no {keys.KUEUE_CONFIG_MERGE_ANNOTATION} annotation: "
                 "no merge to revert"
             )
-        reverted = kueue_merge_record.revert(_inner_text(doc), kueue_merge_record.parse(str(raw)))
+        record = kueue_merge_record.parse(str(raw))
+        reverted = kueue_merge_record.revert(_inner_text(doc), record)
+        if reverted.exact and LAST_APPLIED_RECORD in record:
+            last_applied = record[LAST_APPLIED_RECORD]
+            if last_applied is None:
+                annotations.pop(LAST_APPLIED, None)
+            else:
+                annotations[LAST_APPLIED] = str(last_applied)
         meta = {k: v for k, v in (doc.get("metadata") or {}).items() if k not in SERVER_SET}
         if annotations:
             meta["annotations"] = annotations

@@ -34,10 +34,14 @@ if TYPE_CHECKING:
 
     from gpustack_worker.devcluster.cluster import DevCluster
 
-pytestmark = [
-    pytest.mark.cluster,
-    pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is the admin's tool under test"),
-]
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(autouse=True)
+def _kubectl_on_path() -> None:
+    """kubectl is the admin's tool under test: without it the module fails, saying so (never skipped)."""
+    if shutil.which("kubectl") is None:
+        pytest.fail("kubectl is not on PATH: these tests put the merge back with kubectl replace/apply")
 
 NS = f"kueue-merge-{uuid.uuid4().hex[:6]}"
 KEY = kueue_config_cmd.CONFIG_KEY
@@ -249,3 +253,37 @@ async def test_kubectl_apply_of_the_merge_keeps_helms_metadata_and_a_later_team_
         "fairSharing": inner["fairSharing"],
     }
     assert keys.KUEUE_CONFIG_MERGE_ANNOTATION not in back["metadata"]["annotations"]
+
+
+async def test_a_configmap_kubectl_applied_gets_its_last_applied_annotation_back(
+    devcluster: DevCluster, admin: Client
+) -> None:
+    """The team applied their ConfigMap with ``kubectl apply`` (kubectl's last-applied annotation holds it);
+    ``kubectl replace`` of the merge rewrites that annotation with the merged ConfigMap, and the byte-for-byte
+    revert puts the team's back — so their next ``kubectl apply`` diffs against their own file."""
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "kueue-applied", "namespace": NS, "labels": {"app.kubernetes.io/name": "kueue"}},
+        "data": {KEY: TEAM_TEXT},
+    }
+    applied = await asyncio.to_thread(_kubectl, "apply", yaml.safe_dump(manifest), devcluster.kubeconfig)
+    assert applied.returncode == 0, applied.stderr
+    original = await admin.get(kinds.CONFIG_MAP, "kueue-applied", NS)
+    assert original is not None
+    theirs = original["metadata"]["annotations"][kueue_config_cmd.LAST_APPLIED]
+
+    merged = await _merge(devcluster, original, *ACCEPTS)
+    assert merged.returncode == 0, merged.stderr
+    put = await asyncio.to_thread(_kubectl, "replace", merged.stdout, devcluster.kubeconfig)
+    assert put.returncode == 0, put.stderr
+    live = await admin.get(kinds.CONFIG_MAP, "kueue-applied", NS)
+    assert live is not None
+    assert live["metadata"]["annotations"][kueue_config_cmd.LAST_APPLIED] != theirs  # kubectl rewrote it
+
+    said: list[str] = []
+    assert await cleanup_cmd.revert_kueue_config(admin, f"{NS}/kueue-applied", dry_run=False, say=said.append)
+    back = await admin.get(kinds.CONFIG_MAP, "kueue-applied", NS)
+    assert back is not None
+    assert back["metadata"]["annotations"][kueue_config_cmd.LAST_APPLIED] == theirs
+    assert _stable(back) == _stable(original)
