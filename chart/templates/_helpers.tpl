@@ -19,6 +19,14 @@ name, else "<release>-<name>" (Helm's convention, as Kueue's and NFD's charts). 
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- /*
+The namespace of every namespaced object: systemNamespace when set, else the release's (helm -n), so
+`helm install -n NS` puts the whole release in NS as every chart does. It is also where the worker keeps
+its NodeFeatures, Lease, Events, settings and TopologySource ConfigMaps/Secrets (--namespace).
+*/ -}}
+{{- define "gpustack-worker.namespace" -}}
+{{- default .Release.Namespace .Values.systemNamespace -}}
+{{- end -}}
 {{- define "gpustack-worker.labels" -}}
 app.kubernetes.io/name: {{ include "gpustack-worker.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}

@@ -19,7 +19,7 @@ The admission webhook's serving certificate and CA, in one of three modes (value
 {{- define "gpustack-worker.webhookCerts" -}}
 {{- if not (hasKey .Values "__webhookCerts") -}}
 {{- $svc := include "gpustack-worker.webhookServiceName" . -}}
-{{- $ns := .Values.systemNamespace -}}
+{{- $ns := include "gpustack-worker.namespace" . -}}
 {{- $data := dict -}}
 {{- $secret := lookup "v1" "Secret" $ns (include "gpustack-worker.webhookSecretName" .) -}}
 {{- if $secret -}}
@@ -45,10 +45,10 @@ The admission webhook's serving certificate and CA, in one of three modes (value
 {{- if .Values.webhook.caBundle -}}
 {{- .Values.webhook.caBundle -}}
 {{- else -}}
-{{- $secret := lookup "v1" "Secret" .Values.systemNamespace .Values.webhook.existingSecret -}}
+{{- $secret := lookup "v1" "Secret" (include "gpustack-worker.namespace" .) .Values.webhook.existingSecret -}}
 {{- $ca := index (($secret | default dict).data | default dict) "ca.crt" -}}
 {{- if not $ca -}}
-{{- fail (printf "webhook.existingSecret %s: no ca.crt found in namespace %s (helm template reads no cluster: set webhook.caBundle to the base64 PEM CA)" .Values.webhook.existingSecret .Values.systemNamespace) -}}
+{{- fail (printf "webhook.existingSecret %s: no ca.crt found in namespace %s (helm template reads no cluster: set webhook.caBundle to the base64 PEM CA)" .Values.webhook.existingSecret (include "gpustack-worker.namespace" .)) -}}
 {{- end -}}
 {{- $ca -}}
 {{- end -}}
@@ -57,6 +57,6 @@ The admission webhook's serving certificate and CA, in one of three modes (value
 {{- /* cert-manager's CA injector reads the Certificate named here. */ -}}
 {{- define "gpustack-worker.webhookAnnotations" -}}
 {{- if eq (include "gpustack-worker.webhookMode" .) "certManager" -}}
-cert-manager.io/inject-ca-from: {{ printf "%s/%s-webhook" .Values.systemNamespace (include "gpustack-worker.fullname" .) }}
+cert-manager.io/inject-ca-from: {{ printf "%s/%s-webhook" (include "gpustack-worker.namespace" .) (include "gpustack-worker.fullname" .) }}
 {{- end -}}
 {{- end -}}

@@ -2,7 +2,7 @@
 
 Both outputs come from the same objects: the manifests with the system namespace ``gpustack-system``,
 static labels and names starting ``gpustack-worker`` (the dev cluster installs them), the chart templates
-with ``{{ .Values.systemNamespace }}``, the chart's label helper and its ``gpustack-worker.fullname`` helper
+with the chart's namespace helper (``systemNamespace``, else the release's), the chart's label helper and its ``gpustack-worker.fullname`` helper
 as the names' prefix (``fullnameOverride``; ``gpustack-worker`` for a release of that name). The tenant
 roles (:data:`~gpustack_worker.api.rbac.TENANT_ROLES`, aggregated into ``view``/``edit``/``admin``) go
 to ``tenants.yaml`` / ``rbac-tenants.yaml``. Output is deterministic, so ``--check`` compares bytes::
@@ -63,7 +63,7 @@ _RBAC_API: Final = "rbac.authorization.k8s.io"
 MANIFEST_LABELS: Final = {"app.kubernetes.io/name": "gpustack-worker", keys.PART_OF: keys.WORKER_PART_OF}
 #: What the chart writes where the manifests have their labels and system namespace.
 CHART_LABELS: Final = '{{- include "gpustack-worker.labels" . | nindent 4 }}'
-CHART_NAMESPACE: Final = "{{ .Values.systemNamespace }}"
+CHART_NAMESPACE: Final = '{{ include "gpustack-worker.namespace" . }}'
 #: What the chart writes where the manifests' names have :data:`~gpustack_worker.api.rbac.NAME_PREFIX`.
 CHART_FULLNAME: Final = '{{ include "gpustack-worker.fullname" . }}'
 #: The label that aggregates a ClusterRole into a user-facing role (``view``, ``edit``, ``admin``).

@@ -3,6 +3,9 @@
 ``up --jaeger`` also starts Jaeger (an optional component, built on first use) and prints its UI/API
 address and the ``OTEL_EXPORTER_OTLP_ENDPOINT`` that sends spans to it.
 
+``up --bare`` installs none of the chart's objects (by default our ServiceAccounts and their RBAC are
+there, so the processes can run as them): ``helm install ./chart`` then works on it as on a team's cluster.
+
 ``up --audit-log FILE`` makes kube-apiserver keep an audit log of every write (and of every request
 from the ``gpustack-system`` ServiceAccounts) in ``FILE``; read it with
 :class:`gpustack_worker.devcluster.audit.AuditLog`.
@@ -55,6 +58,8 @@ def up(args: argparse.Namespace) -> int:
         argv += ["--audit-log", str(Path(audit_log).resolve())]
     if getattr(args, "jaeger", False):
         argv.append("--jaeger")
+    if getattr(args, "bare", False):
+        argv.append("--bare")
     proc = subprocess.Popen(
         argv,
         stdin=subprocess.DEVNULL,
@@ -67,6 +72,12 @@ def up(args: argparse.Namespace) -> int:
         state = read_state(directory) or {}
         if state.get("status") == "ready":
             print(f"devcluster ready: {state['server']}\nexport KUBECONFIG={state['kubeconfig']}")
+            if not state.get("bare"):
+                # Helm refuses to adopt objects it did not create: say so before an install is tried.
+                print(
+                    "our ServiceAccounts and RBAC (manifests/rbac) are installed, so the processes run as "
+                    "them; to try helm install ./chart, start it with --bare"
+                )
             if state.get("audit_log"):
                 print(f"audit log: {state['audit_log']}")
             if state.get("jaeger_url"):

@@ -100,6 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
                 action="store_true",
                 help="also start Jaeger (built on first use) and print its UI/API and OTLP addresses",
             )
+            p.add_argument(
+                "--bare",
+                action="store_true",
+                help="none of the chart's objects (our ServiceAccounts and RBAC are otherwise installed so "
+                "the processes can run as them): helm install ./chart works on it as on a team's cluster",
+            )
 
     sim = sub.add_parser("simulate", help="simulate what stages 1-2 (NFD, Device Manager) would publish")
     sim_sub = sim.add_subparsers(dest="action", required=True)

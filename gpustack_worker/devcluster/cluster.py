@@ -91,6 +91,11 @@ class DevCluster:
     with_scheduler: bool = True
     #: Start Jaeger too (optional component, built on first use): :attr:`otlp_endpoint`, :attr:`jaeger_url`.
     with_jaeger: bool = False
+    #: Install our ServiceAccounts and their RBAC (``manifests/rbac``), so the processes can run as them.
+    #: Off (``devcluster up --bare``): none of the chart's objects exist, and ``helm install ./chart`` and
+    #: ``preflight``'s before-install stage meet the cluster as they would a team's — Helm refuses to adopt
+    #: objects it did not create.
+    with_worker_rbac: bool = True
     log: Any = print
     #: Keep a kube-apiserver audit log here (JSON lines; policy in :mod:`gpustack_worker.devcluster.audit`).
     audit_log: Path | None = None
@@ -225,7 +230,7 @@ class DevCluster:
             api.install_crds(crds)
             for ns in SYSTEM_NAMESPACES:
                 api.ensure_namespace(ns)
-            for doc in self._rbac_documents():
+            for doc in self._rbac_documents() if self.with_worker_rbac else ():
                 api.create_object(doc)
             if self.with_nfd:
                 api.create_node(_nfd_master_node())

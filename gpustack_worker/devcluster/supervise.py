@@ -41,11 +41,12 @@ def _write_state(directory: Path, **state: Any) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m gpustack_worker.devcluster.supervise DIR [--audit-log FILE] [--jaeger]``."""
+    """``python -m gpustack_worker.devcluster.supervise DIR [--audit-log FILE] [--jaeger] [--bare]``."""
     parser = argparse.ArgumentParser(prog="gpustack_worker.devcluster.supervise")
     parser.add_argument("dir")
     parser.add_argument("--audit-log", default=None)
     parser.add_argument("--jaeger", action="store_true")
+    parser.add_argument("--bare", action="store_true")
     args = parser.parse_args(argv)
     directory = Path(args.dir).resolve()
     directory.mkdir(parents=True, exist_ok=True)
@@ -54,7 +55,11 @@ def main(argv: list[str]) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     cluster = DevCluster(
-        directory, log=lambda msg: print(msg, flush=True), audit_log=audit_log, with_jaeger=args.jaeger
+        directory,
+        log=lambda msg: print(msg, flush=True),
+        audit_log=audit_log,
+        with_jaeger=args.jaeger,
+        with_worker_rbac=not args.bare,
     )
     _write_state(directory, status="starting")
     try:
@@ -70,6 +75,7 @@ def main(argv: list[str]) -> int:
         server=cluster.server,
         audit_log=str(cluster.audit_log) if cluster.audit_log else None,
         jaeger_url=cluster.jaeger_url,
+        bare=args.bare,
         otlp_endpoint=cluster.otlp_endpoint,
         components={name: proc.pid for name, proc in cluster.procs.items()},
     )

@@ -85,9 +85,11 @@ def test_workloads_run_as_the_generated_service_accounts(template: str, componen
     assert re.search(rf"serviceAccountName: {re.escape(name)}\s*$", text, re.MULTILINE)
 
 
-def test_the_chart_default_system_namespace_is_the_manifests_one() -> None:
+def test_the_chart_installs_into_its_release_namespace_which_the_readme_names_as_the_manifests() -> None:
     values = yaml.safe_load((ROOT / "chart" / "values.yaml").read_text())
-    assert values["systemNamespace"] == kinds.SYSTEM_NAMESPACE
+    assert values["systemNamespace"] == ""  # the release's namespace (helm -n)
+    readme = (ROOT / "README.md").read_text()
+    assert f"helm install gpustack-worker ./chart -n {kinds.SYSTEM_NAMESPACE} --create-namespace" in readme
 
 
 @pytest.mark.parametrize("component", rbac.COMPONENTS, ids=lambda c: c.key)

@@ -60,7 +60,7 @@ def run_helm(helm: tuple[Path, dict[str, str]], *args: str) -> subprocess.Comple
 
 def render(helm: tuple[Path, dict[str, str]], *sets: str) -> list[Doc]:
     args = [a for s in sets for a in ("--set", s)]
-    proc = run_helm(helm, "template", RELEASE, str(CHART), *args)
+    proc = run_helm(helm, "template", RELEASE, str(CHART), "--namespace", "gpustack-system", *args)
     assert proc.returncode == 0, proc.stderr
     return [d for d in yaml.safe_load_all(proc.stdout) if d]
 

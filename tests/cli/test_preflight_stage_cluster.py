@@ -2,10 +2,13 @@
 
 A control plane of this module's own (etcd + kube-apiserver: nothing runs that the checks would wait for)
 with Kueue's and NFD's APIs served and Kueue's configuration given as the chain needs it, but nothing of
-the chart: our CRDs, ClusterRoles and ClusterRoleBindings deleted, and preflight pointed at a system
-namespace that does not exist. That is the README's order — preflight before ``helm install`` — and it
-passes, what the chart installs listed as ``installs with the chart``. One object of the chart put back (a
-half-finished install) and the same checks fail.
+the chart: started without our RBAC (``devcluster up --bare``), our CRDs deleted, and preflight pointed at
+a system namespace that does not exist. That is the README's order — preflight before ``helm install`` —
+and it passes, what the chart installs listed as ``installs with the chart``. One object of the chart put
+back (a half-finished install) and the same checks fail. Last, the chart installed for real with ``helm
+install`` (nothing refuses it: no object of the chart pre-existed) and preflight after it: every object
+there, every check of what the chart installs passing but the webhook, which needs the controller's pods
+(no kubelet runs them here).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import yaml
 
 from gpustack_worker.api import kinds, kueue_config, rbac
 from gpustack_worker.cli import preflight_stage
+from gpustack_worker.devcluster import build
 from gpustack_worker.devcluster.cluster import DevCluster
 
 if TYPE_CHECKING:
@@ -61,6 +65,7 @@ def fresh() -> Iterator[tuple[DevCluster, Path]]:
         with_kueue=False,
         with_nfd=False,
         with_scheduler=False,
+        with_worker_rbac=False,  # what `devcluster up --bare` starts: none of the chart's RBAC
         log=lambda msg: print(f"[fresh devcluster] {msg}"),
     )
     cluster.start()
@@ -74,8 +79,7 @@ def fresh() -> Iterator[tuple[DevCluster, Path]]:
                     f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}",
                 )
         for name in _CLUSTER_ROLES:
-            api.request("DELETE", f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{name}")
-            api.request("DELETE", f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{name}")
+            assert api.request("GET", f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{name}").status_code == 404
         # The API server stops serving the group once its last CRD is gone (the finalizers run one by
         # one): wait for the discovery document preflight reads to go, bounded.
         for _ in range(3000):
@@ -181,3 +185,39 @@ def test_a_partial_install_is_judged_as_installed(fresh: tuple[DevCluster, Path]
     finally:
         api.request("DELETE", f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{rbac.CONTROLLER.name}")
         api.close()
+
+
+def test_helm_install_in_the_readmes_order_then_preflight_after_it(fresh: tuple[DevCluster, Path]) -> None:
+    """The README's order to the end: preflight passed before (above), ``helm install`` itself, preflight."""
+    cluster, _ = fresh
+    binary = build.ensure_optional("helm")
+    home = cluster.dir / "helm-home"
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "HELM_CONFIG_HOME": str(home / "config"),
+        "HELM_CACHE_HOME": str(home / "cache"),
+        "HELM_DATA_HOME": str(home / "data"),
+    }
+    chart = Path(__file__).resolve().parents[2] / "chart"
+    installed = subprocess.run(
+        [str(binary), "install", "gpustack-worker", str(chart), "-n", FRESH_NS, "--create-namespace"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert installed.returncode == 0, installed.stderr
+    assert "STATUS: deployed" in installed.stdout
+
+    code, data, text = _preflight(fresh)
+    assert data["stage"]["stage"] == "after-install" and len(data["stage"]["present"]) == _LOOKED_FOR, text
+    outcomes = _outcomes(data)
+    # everything the chart installs is there and right, but the webhook: its Service has no pods here
+    assert {c: outcomes[c] for c in _CHART_CHECKS - {"devices", "webhook"}} == dict.fromkeys(
+        _CHART_CHECKS - {"devices", "webhook"}, "ok"
+    ), text
+    assert outcomes["devices"] == "warn", text  # no Device Manager publishes ledgers here
+    assert outcomes["webhook"] == "fail", text
+    assert code == 1
