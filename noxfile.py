@@ -1,5 +1,5 @@
-"""Sessions: tests, tests_thorough, lint, typecheck, crds, rbac, webhooks, kueue_config, settings_doc, demo, bench,
-http_deps, lock, lock_check.
+"""Sessions: tests, tests_thorough, lint, typecheck, crds, rbac, webhooks, kueue_config, settings_doc, demo,
+bench, http_deps, lock, lock_check.
 
 ``nox -s lint typecheck tests`` is CI.
 """

@@ -2,8 +2,9 @@
 
 Both outputs come from the same objects: the manifests with the system namespace ``gpustack-system``,
 static labels and names starting ``gpustack-worker`` (the dev cluster installs them), the chart templates
-with the chart's namespace helper (``systemNamespace``, else the release's), the chart's label helper and its ``gpustack-worker.fullname`` helper
-as the names' prefix (``fullnameOverride``; ``gpustack-worker`` for a release of that name). The tenant
+with the chart's namespace helper (``systemNamespace``, else the release's), its label helper and its
+``gpustack-worker.fullname`` helper as the names' prefix (``fullnameOverride``; ``gpustack-worker`` for a
+release of that name). The tenant
 roles (:data:`~gpustack_worker.api.rbac.TENANT_ROLES`, aggregated into ``view``/``edit``/``admin``) go
 to ``tenants.yaml`` / ``rbac-tenants.yaml``. Output is deterministic, so ``--check`` compares bytes::
 

@@ -79,7 +79,8 @@ def fresh() -> Iterator[tuple[DevCluster, Path]]:
                     f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}",
                 )
         for name in _CLUSTER_ROLES:
-            assert api.request("GET", f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{name}").status_code == 404
+            role = api.request("GET", f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{name}")
+            assert role.status_code == 404, name
         # The API server stops serving the group once its last CRD is gone (the finalizers run one by
         # one): wait for the discovery document preflight reads to go, bounded.
         for _ in range(3000):
