@@ -118,6 +118,12 @@ class Result:
     items: tuple[str, ...] = ()
 
 
+def _some(names: Sequence[str]) -> str:
+    """The first :data:`SHOWN` names, then how many more (all of them go to the row's items)."""
+    more = f", +{len(names) - SHOWN} more" if len(names) > SHOWN else ""
+    return ", ".join(names[:SHOWN]) + more
+
+
 def _ok(check: str, detail: str) -> Result:
     return Result(check, Outcome.OK, detail)
 
@@ -268,13 +274,18 @@ def kueue_configuration(
         # The transformations as one item naming their inputs (each in full is kueue-config's output).
         rewrites = [c for c in changes if c.path.startswith("resources.transformations[")]
         items = [c.describe() for c in changes if c not in rewrites]
+        full = list(items)
         if rewrites:
             missing = [c.now["input"] for c in rewrites if c.was is None]
             other = [c.now["input"] for c in rewrites if c.was is not None]
-            parts = [f"{len(missing)} missing ({', '.join(missing)})"] if missing else []
-            parts += [f"{len(other)} different from ours ({', '.join(other)})"] if other else []
+            parts = [f"{len(missing)} missing ({_some(missing)})"] if missing else []
+            parts += [f"{len(other)} different from ours ({_some(other)})"] if other else []
             items.insert(0, "resources.transformations: " + ", ".join(parts))
-        return Result("kueue-config", Outcome.FAIL, f"{source} lacks: " + "; ".join(items), fix_merge)
+            full[:0] = [c.describe() for c in rewrites]
+        detail = f"{source} lacks: " + "; ".join(items)
+        if len(rewrites) > SHOWN:
+            detail += "; all: --verbose or -o json"
+        return Result("kueue-config", Outcome.FAIL, detail, fix_merge, items=tuple(full))
     gates = "--feature-gates" if gate_flag is not None else "featureGates"
     return _ok(
         "kueue-config",

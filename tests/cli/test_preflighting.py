@@ -95,15 +95,19 @@ def test_kueue_configuration_ours_passes_and_missing_pieces_are_listed() -> None
     result = preflighting.kueue_configuration(bare, source="ConfigMap kueue-system/kueue-manager-config")
     assert result.outcome is FAIL
     count = len(kueue_config.transformations())
+    # the row names three transformations and counts the rest; every one is in its items (--verbose, JSON)
     assert f"resources.transformations: {count} missing (alibabacloud.com/ppu, " in result.detail
+    assert f", +{count - preflighting.SHOWN} more)" in result.detail
+    assert "nvidia.com/gpu.sliced.units" not in result.detail
+    listed = [i.split(":", 1)[0] for i in result.items]
+    assert {f"resources.transformations[{t['input']}]" for t in kueue_config.transformations()} <= set(listed)
     for needed in (
-        "nvidia.com/gpu.sliced.units",
         "integrations.frameworks",
         "featureGates.TASBalancedPlacement",
         "featureGates.TASRespectNodeAffinityPreferred",
         "resources.quotaCheckStrategy",
     ):
-        assert needed in result.detail
+        assert needed in result.detail and needed in listed
     assert "kueue-config --merge" in result.fix
 
 
