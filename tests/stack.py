@@ -8,10 +8,9 @@ import asyncio
 import contextlib
 import shutil
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from gpustack_worker.agent.controller import Agent
 from gpustack_worker.api import kinds, rbac
@@ -25,31 +24,16 @@ from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP, DEFAULT_NAMESPAC
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario
 from gpustack_worker.topology.controller import Topology
+from tests.kit.waiting import eventually
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+    from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 
     from gpustack_worker.runtime.controller import Controller
     from gpustack_worker.runtime.informer import InformerOptions
     from gpustack_worker.simulate.scenario import Scenario
 
 __all__ = ("Stack", "condition", "eventually", "module_cluster", "running_stack", "write_settings")
-
-_T = TypeVar("_T")
-
-
-async def eventually(check: Callable[[], Awaitable[_T]], *, within: float = 60.0, every: float = 0.25) -> _T:
-    """Poll an async ``check`` until it returns a truthy value and return that value; fail with the last
-    value seen after ``within`` seconds (a generous bound, never a measurement)."""
-    deadline = time.monotonic() + within
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(every)
-    raise AssertionError(f"condition not met within {within}s; last value: {last!r}")
-
 
 def condition(obj: Mapping[str, Any] | None, type_: str) -> dict[str, Any]:
     """The ``status.conditions`` entry of ``type_`` (``{}`` when absent)."""
