@@ -7,16 +7,12 @@ StartupError carry go's or the component's own output) — they are never skippe
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import tempfile
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
-from gpustack_worker.devcluster.cluster import DevCluster
+from tests.kit import cluster as kit_cluster
 from tests.kit import properties
 
 # Property-based tests (hypothesis): the ``ci`` and ``thorough`` profiles and the example counts
@@ -26,32 +22,25 @@ properties.register()
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from gpustack_worker.devcluster.cluster import DevCluster
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_control_plane_stopped() -> Iterator[None]:
+    """Stops the session's control plane at the end, whoever started it (tests/kit/cluster.py)."""
+    try:
+        yield
+    finally:
+        kit_cluster.stop_session()
+
 
 @pytest.fixture(scope="session")
-def devcluster() -> Iterator[DevCluster]:
-    """etcd + kube-apiserver + Kueue + nfd-master on 127.0.0.1, with Kueue's, NFD's and our CRDs installed,
-    and kube-apiserver's audit log at ``<dir>/audit.log`` (see :mod:`gpustack_worker.devcluster.audit`).
-
-    Its directory is not under pytest's basetemp: pytest prunes old basetemps, which would delete a
-    running cluster's etcd data when several test sessions run at once.
-    """
-    directory = Path(tempfile.mkdtemp(prefix="gpustack-devcluster-"))
-    # Always audited (cheap): tests count writes from the server's side with AuditLog(cluster.audit_log).
-    cluster = DevCluster(
-        directory, log=lambda msg: print(f"[devcluster] {msg}"), audit_log=directory / "audit.log"
-    )
-    cluster.start()
-    previous = os.environ.get("KUBECONFIG")
-    os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-        shutil.rmtree(directory, ignore_errors=True)
-        if previous is None:
-            os.environ.pop("KUBECONFIG", None)
-        else:
-            os.environ["KUBECONFIG"] = previous
+def devcluster() -> DevCluster:
+    """The session's control plane: etcd + kube-apiserver + Kueue + nfd-master + kube-scheduler on
+    127.0.0.1, with Kueue's, NFD's and our CRDs installed, and kube-apiserver's audit log at
+    ``<dir>/audit.log`` (see :mod:`gpustack_worker.devcluster.audit`). Shared with every module; a module
+    that must see no other module's objects asks for :func:`tests.kit.cluster.shared_baseline`."""
+    return kit_cluster.session()
 
 
 #: ``await eventually(predicate, within=30.0)``: poll until true, else TimeoutError.

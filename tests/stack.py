@@ -6,17 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpustack_worker.agent.controller import Agent
 from gpustack_worker.api import kinds, rbac
 from gpustack_worker.chain.controller import Chain
 from gpustack_worker.cli.settings import WorkerSettings
-from gpustack_worker.devcluster.cluster import DevCluster
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.manager import Manager
 from gpustack_worker.runtime.registry import InformerRegistry
@@ -24,11 +20,14 @@ from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP, DEFAULT_NAMESPAC
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario
 from gpustack_worker.topology.controller import Topology
+from tests.kit import cluster as kit_cluster
 from tests.kit.waiting import eventually
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+    from pathlib import Path
 
+    from gpustack_worker.devcluster.cluster import DevCluster
     from gpustack_worker.runtime.controller import Controller
     from gpustack_worker.runtime.informer import InformerOptions
     from gpustack_worker.simulate.scenario import Scenario
@@ -59,17 +58,14 @@ async def write_settings(admin: Client, data: dict[str, str]) -> None:
 
 @contextlib.contextmanager
 def module_cluster(name: str, *, audited: bool = False) -> Iterator[DevCluster]:
-    """A fresh control plane for one test module (the chain reads every Node, so other modules' scenarios
-    must not leak into its pools); ``audited``: with the audit log at ``<dir>/audit.log``."""
-    directory = Path(tempfile.mkdtemp(prefix=f"gpustack-{name}-"))
-    audit = directory / "audit.log" if audited else None
-    cluster = DevCluster(directory, log=lambda msg: print(f"[{name} devcluster] {msg}"), audit_log=audit)
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-        shutil.rmtree(directory, ignore_errors=True)
+    """The control plane of a module that reads every Node (the chain builds pools from all of them, so
+    other modules' scenarios must not leak into its pools): the session's, put back to its baseline
+    first (tests/kit/reset.py) — the isolation of a fresh one without its start-up. It is always
+    audited; ``audited`` stays for the callers that say they read the log (read a window:
+    ``AuditLog.from_now``). ``name`` labels the module in the output."""
+    del audited  # the session's control plane always keeps the audit log
+    print(f"[{name}] the session's control plane, reset to its baseline")
+    yield kit_cluster.shared_baseline()
 
 
 @dataclass

@@ -296,7 +296,7 @@ async def test_a_16_level_source_stored_without_the_webhook_is_not_ready_and_pro
     admin, levels, name = stack.admin, deep(16), "sixteen"
     seventeen = _profile(levels)
     assert devcluster.audit_log is not None
-    audit = AuditLog(devcluster.audit_log)
+    audit = AuditLog.from_now(devcluster.audit_log)
     await admin.create(kinds.CONFIG_MAP, _config_map("sixteen", _snapshot(levels, "sixteen-1")))
     async with earlier_schema(stack, api):  # no webhook registered: stored as an earlier release allowed
         stored = await admin.create(kinds.TOPOLOGY_SOURCE, _source(name, levels, "sixteen"))
