@@ -13,11 +13,16 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.kit import cluster as kit_cluster
-from tests.kit import properties
+from tests.kit import phases, properties
 
 # Property-based tests (hypothesis): the ``ci`` and ``thorough`` profiles and the example counts
 # (tests/kit/properties.py). Registered at import, before hypothesis' plugin reads --hypothesis-profile.
 properties.register()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Where the time went (start-ups, resets, cluster and other tests), printed at the end of the run.
+    config.pluginmanager.register(phases.Phases(), "gpustack-phases")
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpustack_worker.devcluster.cluster import DevCluster
-from tests.kit import reset
+from tests.kit import phases, reset
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -35,8 +35,6 @@ class _Session:
     cluster: DevCluster | None = None
     baseline: reset.Baseline | None = None
     kubeconfig_before: str | None = None
-    #: How many modules were handed the reset control plane (the closing summary counts start-ups saved).
-    resets: int = 0
 
 
 def session() -> DevCluster:
@@ -82,10 +80,9 @@ def shared_baseline() -> DevCluster:
     assert _Session.baseline is not None
     api = cluster.bootstrap()
     try:
-        reset.reset(api, _Session.baseline)
+        phases.timed(phases.RESET)(reset.reset)(api, _Session.baseline)
     finally:
         api.close()
-    _Session.resets += 1
     return cluster
 
 
