@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -30,9 +29,10 @@ from gpustack_worker.runtime.quantity import parse
 from gpustack_worker.runtime.settings import SettingsSource
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario
+from tests.kit.waiting import eventually
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable
+    from collections.abc import AsyncIterator, Callable
 
     from gpustack_worker.devcluster.cluster import DevCluster
 
@@ -47,18 +47,6 @@ DEVICES_CRD = "devices.worker.gpustack.ai"
 MEMORY_MAX = (
     "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/groups/items/properties/memory/maximum"
 )
-
-
-async def _eventually(check: Callable[[], Awaitable[Any]], *, within: float = 60.0) -> Any:
-    """Poll an async ``check`` until truthy (nfd-master projects about once a second)."""
-    deadline = time.monotonic() + within
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.25)
-    raise AssertionError(f"condition not met within {within}s; last value: {last!r}")
 
 
 def _metric(name: str, controller: str) -> float:
@@ -155,7 +143,7 @@ async def _patch_devices_spec(
             return False
         return True
 
-    await _eventually(attempt, within=30)
+    await eventually(attempt, within=30)
     return original
 
 
@@ -168,9 +156,9 @@ async def test_stuck_values_hold_their_keys_report_once_and_end_the_retry_loop(
     hygon_count = keys.count_key(keys.general_key("hygon-c86-7285"))
 
     # Converged first: the last good values every bad key must keep.
-    await _eventually(lambda: _has(admin, a100, memory_mib, 4 * 81920))
-    await _eventually(lambda: _labelled(admin, hygon, hygon_count, "64"))
-    await _eventually(lambda: _fit_is(admin, hygon, keys.shared_free_cards_key("hygon-k100_ai"), "2"))
+    await eventually(lambda: _has(admin, a100, memory_mib, 4 * 81920))
+    await eventually(lambda: _labelled(admin, hygon, hygon_count, "64"))
+    await eventually(lambda: _fit_is(admin, hygon, keys.shared_free_cards_key("hygon-k100_ai"), "2"))
     before_a100 = await _node(admin, a100)
     before_hygon = await _node(admin, hygon)
     others = {
@@ -213,10 +201,10 @@ async def test_stuck_values_hold_their_keys_report_once_and_end_the_retry_loop(
             f"{NV}.sliced.memory-percentage": 300,
             memory_mib: 4 * 81920,
         }
-        await _eventually(lambda: _counting_is(admin, a100, want_a100))
+        await eventually(lambda: _counting_is(admin, a100, want_a100))
         # gpu-hygon: count label and .sliced keys held; the fit label follows the ledger change.
         shared = keys.shared_free_cards_key("hygon-k100_ai")
-        await _eventually(lambda: _fit_is(admin, hygon, shared, str(int(_fits(before_hygon)[shared]) - 1)))
+        await eventually(lambda: _fit_is(admin, hygon, shared, str(int(_fits(before_hygon)[shared]) - 1)))
         node = await _node(admin, hygon)
         assert node["status"]["capacity"]["cpu"] == "10e999999"  # what the API server made of it
         assert _counting(node) == _counting(before_hygon)
@@ -227,12 +215,12 @@ async def test_stuck_values_hold_their_keys_report_once_and_end_the_retry_loop(
         assert feature is not None and feature["spec"]["labels"][hygon_count] == "64"
 
         # One Event per bad value, naming field, value and rule.
-        a100_events = await _eventually(lambda: _events_settled(admin, a100, 1))
+        a100_events = await eventually(lambda: _events_settled(admin, a100, 1))
         (memory_event,) = a100_events
         assert memory_event["type"] == "Warning" and memory_event["reason"] == "ValueOutOfRange"
         assert memory_event["regarding"]["kind"] == "Devices"
         assert "memory=10000000000000000" in memory_event["note"] and "4,194,304" in memory_event["note"]
-        hygon_events = await _eventually(lambda: _events_settled(admin, hygon, 2))
+        hygon_events = await eventually(lambda: _events_settled(admin, hygon, 2))
         assert {e["regarding"]["kind"] for e in hygon_events} == {"Node"}
         notes = sorted(e["note"] for e in hygon_events)
         assert notes[0].startswith("status.capacity[cpu]='10e999999'")
@@ -245,7 +233,7 @@ async def test_stuck_values_hold_their_keys_report_once_and_end_the_retry_loop(
                 await admin.patch(
                     kinds.NODE, name, {"metadata": {"labels": {"test.gpustack.ai/poke": str(i)}}}
                 )
-            await _eventually(lambda done=done: _all_reconciled_again(done, 1))
+            await eventually(lambda done=done: _all_reconciled_again(done, 1))
         assert _counters() == counters, "a bad value must not make a reconcile fail or retry"
         for ctl in (agent.nodefeature, agent.capacity, agent.fit):
             assert ctl.queue.num_requeues(a100) == 0 and ctl.queue.num_requeues(hygon) == 0
@@ -263,8 +251,8 @@ async def test_stuck_values_hold_their_keys_report_once_and_end_the_retry_loop(
         for name in (a100, hygon):
             await admin.patch(kinds.NODE, name, {"metadata": {"labels": {"test.gpustack.ai/poke": None}}})
     # Fixed inputs: everything converges back to the good values.
-    await _eventually(lambda: _counting_is(admin, a100, _counting(before_a100)))
-    await _eventually(lambda: _counting_is(admin, hygon, _counting(before_hygon)))
+    await eventually(lambda: _counting_is(admin, a100, _counting(before_a100)))
+    await eventually(lambda: _counting_is(admin, hygon, _counting(before_hygon)))
 
 
 async def _has(client: Client, name: str, key: str, value: int) -> bool:

@@ -24,13 +24,13 @@ from gpustack_worker.runtime.clock import FakeClock
 from gpustack_worker.runtime.settings import SettingsSource
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario
+from tests.kit.waiting import eventually
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from gpustack_worker.devcluster.cluster import DevCluster
     from gpustack_worker.runtime.controller import Controller
-    from tests.conftest import Poll
 
 pytestmark = pytest.mark.cluster
 
@@ -47,7 +47,7 @@ def idle(*controllers: Controller) -> bool:
     return all(not len(c.queue) and not c.queue.delayed and not c.queue.processing for c in controllers)
 
 
-async def test_ledger_burst_yields_one_fit_patch(devcluster: DevCluster, eventually: Poll) -> None:
+async def test_ledger_burst_yields_one_fit_patch(devcluster: DevCluster) -> None:
     admin = await Client.connect(str(devcluster.kubeconfig))
     await apply_scenario(admin, packaged_scenario("mixed-4"))  # card 0 full, card 1 one slice, 2-3 free
     client = await Client.connect(str(devcluster.kubeconfig))
@@ -66,12 +66,13 @@ async def test_ledger_burst_yields_one_fit_patch(devcluster: DevCluster, eventua
     async def settle(done: Callable[[], bool]) -> None:
         """Close every fit window until ``done`` holds and nothing is left to reconcile."""
 
-        async def closing() -> None:
-            while not (done() and idle(*controllers)):
-                await clock.advance(window)
-                await asyncio.sleep(0.05)
+        async def settled() -> bool:
+            if done() and idle(*controllers):
+                return True
+            await clock.advance(window)  # closes the open window; the next poll sees what it wrote
+            return False
 
-        await asyncio.wait_for(closing(), 60)
+        await eventually(settled, within=60, every=0.05)
 
     stop = asyncio.Event()
     task = asyncio.create_task(agent.run(stop))
@@ -100,7 +101,7 @@ async def test_ledger_burst_yields_one_fit_patch(devcluster: DevCluster, eventua
             cached: Any = agent.devices.store.get(NODE) or {}
             return bool((cached.get("metadata") or {}).get("resourceVersion") == last_rv)
 
-        await eventually(seen_last)
+        await eventually(seen_last, within=30, every=0.05)
         # The whole burst is inside the first event's window: one key waiting, nothing written yet.
         assert agent.fit.queue.delayed == 1
         assert agent.steps.writes[fit.FIELD_MANAGER] == fit_before

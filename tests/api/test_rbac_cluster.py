@@ -23,14 +23,13 @@ import datetime
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import urllib.request
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 import yaml
@@ -42,13 +41,13 @@ from gpustack_worker.cli.controller_cmd import USER_AGENT as CONTROLLER_UA
 from gpustack_worker.cli.simulate_cmd import USER_AGENT as SIMULATE_UA
 from gpustack_worker.devcluster.audit import AuditEvent, AuditLog
 from gpustack_worker.devcluster.cluster import DevCluster
+from gpustack_worker.devcluster.procs import free_port
 from gpustack_worker.runtime.client import Client, user_agent_of
 from gpustack_worker.simulate.load import packaged_scenario
+from tests.kit.waiting import eventually
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
-
-    from tests.conftest import Poll
 
 pytestmark = pytest.mark.cluster
 
@@ -99,12 +98,6 @@ def _used(events: Iterable[AuditEvent]) -> set[Key]:
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _ready(port: int) -> bool:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as resp:
@@ -149,7 +142,7 @@ def devcluster() -> Iterator[DevCluster]:
 
 
 async def test_roles_grant_exactly_what_the_processes_use(
-    devcluster: DevCluster, eventually: Poll, tmp_path: Path
+    devcluster: DevCluster, tmp_path: Path
 ) -> None:
     assert devcluster.audit_log is not None
     audit = AuditLog(devcluster.audit_log)
@@ -178,7 +171,7 @@ async def test_roles_grant_exactly_what_the_processes_use(
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": settings_cm, "namespace": NS}},
     )
 
-    ports = {"all": _free_port(), "one": _free_port(), "ctl": _free_port()}
+    ports = {"all": free_port(), "one": free_port(), "ctl": free_port()}
     common = ("--namespace", NS, "--settings-configmap", settings_cm)
     procs = {
         "all": _cli("agent", "--all-nodes", "--kubeconfig", agent_kc, *common,
@@ -200,22 +193,24 @@ async def test_roles_grant_exactly_what_the_processes_use(
                 assert proc.poll() is None, f"{name} exited {proc.returncode}: {logs.read_text()[-3000:]}"
             return all([await asyncio.to_thread(_ready, p) for p in ports.values()])
 
-        await _poll(all_ready, 90)
+        await eventually(all_ready, within=90, every=0.2)
 
         # The controller writes (Events included) only while it leads: wait until the Lease names it.
         async def leading() -> bool:
             lease = await admin.get(kinds.LEASE, LEASE_NAME, NS)
             return lease is not None and (lease.get("spec") or {}).get("holderIdentity") == identity
 
-        await _poll(leading, 90)
+        await eventually(leading, within=90, every=0.2)
         created = (NS, kinds.NODE_FEATURE.group, kinds.NODE_FEATURE.plural, "create")
-        await eventually(lambda: created in used(agent_user), within=60)
+        await eventually(lambda: created in used(agent_user), within=60, every=0.05)
 
         # 2. a rejected settings revision: each process posts a Warning Event on the ConfigMap.
         await admin.patch(kinds.CONFIG_MAP, settings_cm, {"data": {"no-such-setting": "1"}}, namespace=NS)
         event_in_ns = (NS, kinds.EVENT.group, kinds.EVENT.plural, "create")
         await eventually(
-            lambda: event_in_ns in used(agent_user) and event_in_ns in used(controller_user), within=60
+            lambda: event_in_ns in used(agent_user) and event_in_ns in used(controller_user),
+            within=60,
+            every=0.05,
         )
 
         # 3. bad input (one card listed in two groups): a Warning Event about a cluster-scoped object,
@@ -228,12 +223,12 @@ async def test_roles_grant_exactly_what_the_processes_use(
             kinds.DEVICES, fresh, [{"op": "add", "path": "/spec/groups/-", "value": twin}], patch_type="json"
         )
         event_default = (rbac.EVENTS_NAMESPACE, kinds.EVENT.group, kinds.EVENT.plural, "create")
-        await eventually(lambda: event_default in used(agent_user), within=60)
+        await eventually(lambda: event_default in used(agent_user), within=60, every=0.05)
 
         # 4. the Node goes: the agent deletes its worker NodeFeature (no GC runs here).
         await admin.delete(kinds.NODE, fresh)
         deleted = (NS, kinds.NODE_FEATURE.group, kinds.NODE_FEATURE.plural, "delete")
-        await eventually(lambda: deleted in used(agent_user), within=60)
+        await eventually(lambda: deleted in used(agent_user), within=60, every=0.05)
 
         # 5. a writing TopologySource over the scenario's nodes: its NodeFeatures, finalizer and status;
         # deleting it removes them again (the controller's topology verbs).
@@ -274,11 +269,13 @@ async def test_roles_grant_exactly_what_the_processes_use(
         nf_created = (NS, kinds.NODE_FEATURE.group, kinds.NODE_FEATURE.plural, "create")
         status = ("", kinds.TOPOLOGY_SOURCE.group, f"{kinds.TOPOLOGY_SOURCE.plural}/status", "patch")
         await eventually(
-            lambda: nf_created in used(controller_user) and status in used(controller_user), within=90
+            lambda: nf_created in used(controller_user) and status in used(controller_user),
+            within=90,
+            every=0.05,
         )
         await admin.delete(kinds.TOPOLOGY_SOURCE, source)
         nf_deleted = (NS, kinds.NODE_FEATURE.group, kinds.NODE_FEATURE.plural, "delete")
-        await eventually(lambda: nf_deleted in used(controller_user), within=90)
+        await eventually(lambda: nf_deleted in used(controller_user), within=90, every=0.05)
         await admin.delete(kinds.CONFIG_MAP, f"rbac-inventory-{run}", NS)
 
         # 6. a ModelDeployment: its role Pods (Kueue gates and groups them into a Workload), the joint
@@ -314,15 +311,17 @@ async def test_roles_grant_exactly_what_the_processes_use(
         await eventually(
             lambda: {verdicts, pods, md_status} <= _covered(used(controller_user), _granted(rbac.CONTROLLER)),
             within=120,
+            every=0.05,
         )
 
         # 7. everything the roles grant and the run can reach, reached.
         for component, user in ((rbac.AGENT, agent_user), (rbac.CONTROLLER, controller_user)):
             want = _granted(component) - _allowed_unused(component)
-            with contextlib.suppress(TimeoutError):  # asserted below with the difference spelled out
+            with contextlib.suppress(AssertionError):  # asserted below with the difference spelled out
                 await eventually(
                     lambda want=want, user=user, c=component: want <= _covered(used(user), _granted(c)),
                     within=60,
+                    every=0.05,
                 )
     finally:
         for proc in procs.values():
@@ -363,9 +362,3 @@ async def test_roles_grant_exactly_what_the_processes_use(
     assert agents == {user_agent_of(f"{AGENT_UA}/all-nodes"), user_agent_of(f"{AGENT_UA}/{fresh}")}
     controllers = {e.user_agent for e in audit.events(username=controller_user, since=start)}
     assert controllers == {user_agent_of(f"{CONTROLLER_UA}/{identity}")}
-
-
-async def _poll(check: Any, within: float) -> None:
-    async with asyncio.timeout(within):
-        while not await check():  # noqa: ASYNC110 - polling other processes' health endpoints
-            await asyncio.sleep(0.2)

@@ -15,7 +15,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,7 @@ import httpx
 from gpustack_worker.api import kinds, rbac
 from gpustack_worker.cli.controller_cmd import LEASE_NAME, USER_AGENT
 from gpustack_worker.devcluster.cluster import DevCluster
+from gpustack_worker.devcluster.procs import free_port
 from gpustack_worker.runtime.client import Client, Conflict
 from gpustack_worker.runtime.resources import Resource
 
@@ -103,12 +103,6 @@ async def controller_account(cluster: DevCluster, admin: Client, suffix: str) ->
     return path, f"system:serviceaccount:{ns}:{name}"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class ControllerProcs:
     """``gpustack-worker controller`` subprocesses by identity, each with its own kubeconfig; every one is
     stopped at :meth:`stop_all`. stderr (the JSON log) goes to ``<logs>/<identity>.log``."""
@@ -129,7 +123,7 @@ class ControllerProcs:
         cmd = [
             sys.executable, "-m", "gpustack_worker", "controller",
             f"--kubeconfig={kubeconfig}", f"--identity={identity}",
-            f"--metrics-bind=127.0.0.1:{self.ports.setdefault(identity, _free_port())}",
+            f"--metrics-bind=127.0.0.1:{self.ports.setdefault(identity, free_port())}",
             "--webhook-bind=",  # no admission webhook server: two processes would collide on :9443
         ]  # fmt: skip
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSTACK_")}

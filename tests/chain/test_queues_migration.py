@@ -9,7 +9,6 @@ writes it (every flavor of the resource groups listed, zero totals included).
 
 from __future__ import annotations
 
-import asyncio
 import copy
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -21,6 +20,7 @@ from gpustack_worker.chain import flavors, instancetypes, pools, queues
 from gpustack_worker.chain.nodes import NodeHardware, node_hardware
 from gpustack_worker.runtime.client import Client
 from tests.chain.builders import HOSTNAME_PROFILE, mixed_cluster, node
+from tests.kit.waiting import eventually
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -904,7 +904,7 @@ def test_tearing_down_an_instance_type_leaves_a_queue_it_never_filled() -> None:
 # --- what real Kueue reports (the readers above assume it) ------------------------------------------------
 @pytest.mark.cluster
 async def test_real_kueue_reports_idle_flavors_and_a_stop_the_way_the_decision_reads_them(
-    devcluster: Any, eventually: Any
+    devcluster: Any,
 ) -> None:
     """Kueue v0.19 lists every flavor of the groups with zero totals (so a dropped idle flavor goes in place)
     and reports a stop policy as ``Active=False/Stopped`` at the new generation (what the switch waits
@@ -952,7 +952,7 @@ async def test_real_kueue_reports_idle_flavors_and_a_stop_the_way_the_decision_r
             seen["queue"] = await admin.get(kinds.CLUSTER_QUEUE, queue_name)
             return queues._reported(seen["queue"]) is not None
 
-        await _until(current)
+        await eventually(current, within=60, every=0.2)
         queue = seen["queue"]
         for listed in ("flavorsReservation", "flavorsUsage"):
             assert sorted(f["name"] for f in queue["status"][listed]) == names
@@ -964,7 +964,7 @@ async def test_real_kueue_reports_idle_flavors_and_a_stop_the_way_the_decision_r
 
         body["spec"]["stopPolicy"] = "HoldAndDrain"
         await admin.apply(kinds.CLUSTER_QUEUE, body, field_manager="probe")
-        await _until(current)
+        await eventually(current, within=60, every=0.2)
         stopped = queues._reported(seen["queue"])
         assert stopped is not None and stopped.stopped() and stopped.workloads() == 0
     finally:
@@ -973,10 +973,3 @@ async def test_real_kueue_reports_idle_flavors_and_a_stop_the_way_the_decision_r
             await admin.delete(kinds.RESOURCE_FLAVOR, name)
         await admin.delete(kinds.TOPOLOGY, topology)
         await admin.close()
-
-
-async def _until(check: Any, within: float = 60.0) -> None:
-    """Poll an async ``check`` (state Kueue writes; there is no single event to await)."""
-    async with asyncio.timeout(within):
-        while not await check():  # noqa: ASYNC110 - Kueue writes the state; nothing to await
-            await asyncio.sleep(0.2)

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -22,8 +20,10 @@ import yaml
 from gpustack_worker.api import kinds
 from gpustack_worker.devcluster.audit import AuditLog
 from gpustack_worker.devcluster.cluster import NFD_MASTER_NODE
+from gpustack_worker.devcluster.procs import free_port
 from gpustack_worker.runtime.client import api_of
 from gpustack_worker.runtime.version import VERSION
+from tests.kit.waiting import eventually_sync
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -86,13 +86,6 @@ def _write(path: Path, config: dict[str, Any]) -> str:
     return str(path)
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
-
-
 def _with_server(config: dict[str, Any], server: str) -> dict[str, Any]:
     first = config["clusters"][0]
     cluster = {**first["cluster"], "server": server}
@@ -100,7 +93,7 @@ def _with_server(config: dict[str, Any], server: str) -> dict[str, Any]:
 
 
 def test_an_unreachable_server_is_named_in_one_line(devcluster: DevCluster, tmp_path: Path) -> None:
-    server = f"https://127.0.0.1:{_closed_port()}"
+    server = f"https://127.0.0.1:{free_port()}"
     kubeconfig = _write(tmp_path / "kc", _with_server(_config(devcluster), server))
     for command in (*COMMANDS, *RUNNING):
         line = _one_error_line(_cli(*command, "--kubeconfig", kubeconfig))
@@ -177,11 +170,7 @@ def test_an_api_the_server_does_not_serve_is_named(devcluster: DevCluster) -> No
     api = devcluster.bootstrap()
     try:
         api.request("DELETE", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd}")
-        for _ in range(600):
-            if not _served(devcluster, path):
-                break
-            time.sleep(0.1)
-        assert not _served(devcluster, path)
+        eventually_sync(lambda: _served(devcluster, path), lambda served: not served, within=60, every=0.1)
         kubeconfig = str(devcluster.kubeconfig)
         line = _one_error_line(_cli("explain", "node", NFD_MASTER_NODE, "--kubeconfig", kubeconfig))
         assert line == (
@@ -209,7 +198,7 @@ def test_context_selects_a_second_context_and_current_context_is_the_default(
     devcluster: DevCluster, tmp_path: Path
 ) -> None:
     config = _config(devcluster)
-    unreachable = f"https://127.0.0.1:{_closed_port()}"
+    unreachable = f"https://127.0.0.1:{free_port()}"
     real = config["clusters"][0]
     config["clusters"] = [real, {"name": "gone", "cluster": {**real["cluster"], "server": unreachable}}]
     user = config["users"][0]["name"]

@@ -22,7 +22,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,6 +40,7 @@ from gpustack_worker.runtime.resources import Resource
 from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario
+from tests.kit.waiting import eventually_sync
 from tests.stack import eventually
 
 if TYPE_CHECKING:
@@ -110,12 +110,12 @@ def bare() -> Iterator[DevCluster]:
             # The API server stops serving a deleted CRD's group version once every CRD of it is gone (the
             # CRDs' finalizers run one by one: the version first lists fewer resources) — wait for the
             # discovery document preflight reads to go, bounded, and say so if it does not.
-            for _ in range(3000):
-                if api.request("GET", f"/apis/{group_version}").status_code == 404:
-                    break
-                time.sleep(0.1)
-            else:
-                raise AssertionError(f"{group_version} still served 300 s after its CRDs were deleted")
+            eventually_sync(
+                lambda gv=group_version: (gv, api.request("GET", f"/apis/{gv}").status_code),
+                lambda served: served[1] == 404,
+                within=300,
+                every=0.1,
+            )
         yield cluster
     finally:
         api.close()

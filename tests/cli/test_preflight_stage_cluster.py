@@ -19,7 +19,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +29,7 @@ from gpustack_worker.api import kinds, kueue_config, rbac
 from gpustack_worker.cli import preflight_stage
 from gpustack_worker.devcluster import build
 from gpustack_worker.devcluster.cluster import DevCluster
+from tests.kit.waiting import eventually_sync
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -83,12 +83,12 @@ def fresh() -> Iterator[tuple[DevCluster, Path]]:
             assert role.status_code == 404, name
         # The API server stops serving the group once its last CRD is gone (the finalizers run one by
         # one): wait for the discovery document preflight reads to go, bounded.
-        for _ in range(3000):
-            if api.request("GET", f"/apis/{kinds.INSTANCE_TYPE.api_version}").status_code == 404:
-                break
-            time.sleep(0.1)
-        else:
-            raise AssertionError("worker.gpustack.ai still served 300 s after its CRDs were deleted")
+        eventually_sync(
+            lambda: api.request("GET", f"/apis/{kinds.INSTANCE_TYPE.api_version}").status_code,
+            lambda code: code == 404,
+            within=300,
+            every=0.1,
+        )
         config = kueue_config.kueue_manager_config()
         config["managedJobsNamespaceSelector"]["matchExpressions"][0]["values"].append(FRESH_NS)
         path = directory / "kueue-config.yaml"

@@ -14,12 +14,12 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import time
 from typing import TYPE_CHECKING
 
 import pytest
 
 from gpustack_worker.devcluster import build
+from tests.kit.waiting import eventually_sync
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -101,15 +101,6 @@ def _go_builds(tmp_path: Path) -> int:
     return len(counter.read_text().splitlines()) if counter.exists() else 0
 
 
-def _wait_for(predicate: object, what: str) -> None:
-    assert callable(predicate)
-    deadline = time.monotonic() + PATIENCE
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"gave up waiting for {what}")
-        time.sleep(0.05)
-
-
 def test_two_concurrent_builds_build_once_and_both_get_the_binary(
     tmp_path: Path, source: Path, env: dict[str, str]
 ) -> None:
@@ -131,9 +122,11 @@ def test_two_concurrent_builds_build_once_and_both_get_the_binary(
                         stderr=subprocess.STDOUT,
                     )
                 )
-        _wait_for(
+        # both processes wait for the lock
+        eventually_sync(
             lambda: all("waiting for another process building hello" in log.read_text() for log in logs),
-            "both processes to wait for the lock",
+            within=PATIENCE,
+            every=0.05,
         )
         assert sorted(p.name for p in component.binary.parent.iterdir()) == ["hello.lock"]
         fcntl.flock(held, fcntl.LOCK_UN)

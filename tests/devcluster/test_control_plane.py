@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tests.kit.waiting import eventually_sync
+
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Iterator
 
     from gpustack_worker.devcluster.bootstrap import ApiBootstrap
     from gpustack_worker.devcluster.cluster import DevCluster
@@ -57,16 +59,6 @@ def _node(name: str, labels: dict[str, str], cpu: str = "4") -> dict[str, Any]:
             ],
         },
     }
-
-
-def _eventually(fetch: Callable[[], Any], accept: Callable[[Any], bool], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last = fetch()
-    while not accept(last) and time.monotonic() < deadline:
-        time.sleep(0.25)
-        last = fetch()
-    assert accept(last), f"condition not met within {timeout}s; last seen: {last}"
-    return last
 
 
 def _condition(obj: dict[str, Any], kind: str) -> str | None:
@@ -197,13 +189,13 @@ def test_kueue_activates_queue_and_admits_workload(api: ApiBootstrap) -> None:
         api.create_node(_node(name, {"pool": "kq"}, cpu="2"))
     ns = _queue_chain(api, "kq", {"pool": "kq"}, cpu=4)
 
-    cq = _eventually(
+    cq = eventually_sync(
         lambda: _get(api, f"{KUEUE}/clusterqueues/cq-kq"), lambda o: _condition(o, "Active") == "True"
     )
     assert cq["spec"]["resourceGroups"][0]["flavors"][0]["name"] == "rf-kq"
 
     api.create(f"{KUEUE}/namespaces/{ns}/workloads", _workload(ns, "wl", count=3))
-    wl = _eventually(
+    wl = eventually_sync(
         lambda: _get(api, f"{KUEUE}/namespaces/{ns}/workloads/wl"),
         lambda o: _condition(o, "Admitted") == "True",
     )
@@ -215,7 +207,7 @@ def test_kueue_activates_queue_and_admits_workload(api: ApiBootstrap) -> None:
     # Quota is real: a second Workload that exceeds what is left stays pending.
     api.create(f"{KUEUE}/namespaces/{ns}/workloads", _workload(ns, "wl-too-big", count=2))
     # Kueue says so itself: QuotaReserved=False once it has tried and found no room (no fixed wait).
-    big = _eventually(
+    big = eventually_sync(
         lambda: _get(api, f"{KUEUE}/namespaces/{ns}/workloads/wl-too-big"),
         lambda o: _condition(o, "QuotaReserved") == "False",
     )
@@ -237,7 +229,7 @@ def test_nfd_master_projects_nodefeature_labels(api: ApiBootstrap) -> None:
             "spec": {"labels": {"feature.gpustack.ai/test": "true"}},
         },
     )
-    node = _eventually(
+    node = eventually_sync(
         lambda: _get(api, "/api/v1/nodes/nfd-node-1"),
         lambda o: (o.get("metadata", {}).get("labels") or {}).get("feature.gpustack.ai/test") == "true",
     )
@@ -246,7 +238,7 @@ def test_nfd_master_projects_nodefeature_labels(api: ApiBootstrap) -> None:
 
     # Deleting the NodeFeature makes nfd-master take the label away again.
     api.request("DELETE", f"{NFD}/namespaces/gpustack-system/nodefeatures/nfd-node-1-test")
-    _eventually(
+    eventually_sync(
         lambda: _get(api, "/api/v1/nodes/nfd-node-1"),
         lambda o: "feature.gpustack.ai/test" not in (o.get("metadata", {}).get("labels") or {}),
     )
@@ -267,7 +259,7 @@ def test_topology_aware_admission_keeps_podset_in_one_rack(api: ApiBootstrap) ->
         },
     )
     ns = _queue_chain(api, "tas", {"pool": "tas"}, cpu=6, topologyName="racks")
-    _eventually(
+    eventually_sync(
         lambda: _get(api, f"{KUEUE}/clusterqueues/cq-tas"), lambda o: _condition(o, "Active") == "True"
     )
 
@@ -275,7 +267,7 @@ def test_topology_aware_admission_keeps_podset_in_one_rack(api: ApiBootstrap) ->
         f"{KUEUE}/namespaces/{ns}/workloads",
         _workload(ns, "wl-rack", count=3, pod_set={"topologyRequest": {"required": "example.com/rack"}}),
     )
-    wl = _eventually(
+    wl = eventually_sync(
         lambda: _get(api, f"{KUEUE}/namespaces/{ns}/workloads/wl-rack"),
         lambda o: _condition(o, "Admitted") == "True",
     )

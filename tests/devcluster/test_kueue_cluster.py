@@ -18,9 +18,10 @@ import pytest
 from gpustack_worker.api import keys, kueue_config
 from gpustack_worker.api.crds.common import parse_quantity
 from gpustack_worker.devcluster import kueue_webhooks
+from tests.kit.waiting import eventually_sync
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Iterator
 
     from gpustack_worker.devcluster.bootstrap import ApiBootstrap
     from gpustack_worker.devcluster.cluster import DevCluster
@@ -38,16 +39,6 @@ def api(devcluster: DevCluster) -> Iterator[ApiBootstrap]:
     client = devcluster.bootstrap()
     yield client
     client.close()
-
-
-def _eventually(fetch: Callable[[], Any], accept: Callable[[Any], bool], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last = fetch()
-    while not accept(last) and time.monotonic() < deadline:
-        time.sleep(0.25)
-        last = fetch()
-    assert accept(last), f"condition not met within {timeout}s; last seen: {last}"
-    return last
 
 
 def _get(api: ApiBootstrap, path: str) -> dict[str, Any]:
@@ -364,7 +355,7 @@ def test_device_requests_are_charged_in_credits(api: ApiBootstrap) -> None:
             "spec": {"clusterQueue": "cq-credits"},
         },
     )
-    _eventually(
+    eventually_sync(
         lambda: _get(api, f"{KUEUE}/clusterqueues/cq-credits"),
         lambda o: _condition(o, "Active").get("status") == "True",
     )
@@ -375,7 +366,7 @@ def test_device_requests_are_charged_in_credits(api: ApiBootstrap) -> None:
         f"{KUEUE}/namespaces/{ns}/workloads",
         _workload(ns, "two-cards", {"nvidia.com/gpu": "2", "cpu": "1"}),
     )
-    wl = _eventually(
+    wl = eventually_sync(
         lambda: _get(api, f"{KUEUE}/namespaces/{ns}/workloads/two-cards"),
         lambda o: _condition(o, "Admitted").get("status") == "True",
     )
@@ -391,7 +382,7 @@ def test_device_requests_are_charged_in_credits(api: ApiBootstrap) -> None:
             for r in f["resources"]
         }
 
-    cq = _eventually(
+    cq = eventually_sync(
         lambda: _get(api, f"{KUEUE}/clusterqueues/cq-credits"),
         lambda o: charged(o, "flavorsUsage") == {CREDITS: 3_200_000},
     )
@@ -403,11 +394,11 @@ def test_device_requests_are_charged_in_credits(api: ApiBootstrap) -> None:
         f"{KUEUE}/namespaces/{ns}/workloads",
         _workload(ns, "three-shares", {"nvidia.com/gpu.shared": "3"}),
     )
-    _eventually(
+    eventually_sync(
         lambda: _get(api, f"{KUEUE}/namespaces/{ns}/workloads/three-shares"),
         lambda o: _condition(o, "Admitted").get("status") == "True",
     )
-    _eventually(
+    eventually_sync(
         lambda: _get(api, f"{KUEUE}/clusterqueues/cq-credits"),
         lambda o: charged(o, "flavorsReservation") == {CREDITS: 3_680_000},
     )
@@ -418,7 +409,7 @@ def test_device_requests_are_charged_in_credits(api: ApiBootstrap) -> None:
         f"{KUEUE}/namespaces/{ns}/workloads",
         _workload(ns, "ten-cards", {"nvidia.com/gpu": "2"}, count=5),
     )
-    pending = _eventually(
+    pending = eventually_sync(
         lambda: _get(api, f"{KUEUE}/namespaces/{ns}/workloads/ten-cards"),
         lambda o: _condition(o, "QuotaReserved").get("reason") == "Pending",
     )
@@ -479,4 +470,4 @@ def test_server_side_apply_does_not_own_what_kueue_defaults(devcluster: DevClust
             assert kueue_webhooks.KUEUE_FINALIZER in again["metadata"]["finalizers"]
             return bool(again["metadata"]["resourceVersion"] == before)
 
-        _eventually(reapply_is_noop, bool)
+        eventually_sync(reapply_is_noop)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
-import time
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,9 +22,10 @@ from gpustack_worker.devcluster.cluster import SCHEDULER_ACCOUNT, SYSTEM_NAMESPA
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import parse_scenario
+from tests.kit.waiting import eventually_sync
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Iterator
 
     from gpustack_worker.devcluster.bootstrap import ApiBootstrap
 
@@ -41,6 +41,8 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 TOTAL_COUNT = "kueue.x-k8s.io/pod-group-total-count"
 ADMISSION_GATE = {"name": "kueue.x-k8s.io/admission"}
+#: How long kube-scheduler and Kueue may take to act here (a bound for a loaded machine, not a measurement).
+SCHEDULED_WITHIN = 90.0
 #: One CPU-only Node, written by the simulator exactly as the other end-to-end tests write theirs.
 SCENARIO = {
     "nodes": [{"name": NODE, "cpu": {"vendor": "Intel", "model": "Xeon", "cores": 4}, "memory": "16Gi"}]
@@ -82,14 +84,9 @@ def _get(api: ApiBootstrap, path: str) -> dict[str, Any]:
     return resp.json() if resp.is_success else {}
 
 
-def _eventually(fetch: Callable[[], Any], accept: Callable[[Any], bool], timeout: float = 90.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last = fetch()
-    while not accept(last) and time.monotonic() < deadline:
-        time.sleep(0.25)
-        last = fetch()
-    assert accept(last), f"condition not met within {timeout}s; last seen: {last}"
-    return last
+def _node_name(pod: dict[str, Any]) -> str | None:
+    """The Node a Pod is bound to (None while it is not)."""
+    return pod.get("spec", {}).get("nodeName")
 
 
 def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -174,9 +171,10 @@ def api(devcluster: DevCluster) -> Iterator[ApiBootstrap]:
             "spec": {"clusterQueue": CLUSTER_QUEUE},
         },
     )
-    _eventually(
+    eventually_sync(
         lambda: _get(client, f"{KUEUE}/clusterqueues/{CLUSTER_QUEUE}"),
         lambda o: _condition(o, "Active").get("status") == "True",
+        within=SCHEDULED_WITHIN,
     )
     try:
         yield client
@@ -197,11 +195,11 @@ def _cleanup(api: ApiBootstrap) -> None:
     api.request("DELETE", f"{KUEUE}/namespaces/{NS}/localqueues/{LOCAL_QUEUE}")
     api.request("DELETE", f"{KUEUE}/clusterqueues/{CLUSTER_QUEUE}")
     api.request("DELETE", f"{KUEUE}/resourceflavors/{FLAVOR}")
-    _eventually(lambda: _get(api, _pods_path()).get("items"), lambda items: not items, timeout=60)
-    _eventually(
+    eventually_sync(lambda: _get(api, _pods_path()).get("items"), lambda items: not items, within=60)
+    eventually_sync(
         lambda: api.request("GET", f"{KUEUE}/clusterqueues/{CLUSTER_QUEUE}").status_code,
         lambda code: code == 404,
-        timeout=60,
+        within=60,
     )
 
 
@@ -212,7 +210,7 @@ def test_a_plain_pod_is_bound_by_kube_scheduler_and_never_starts(
     # No queue name: Kueue's webhook leaves it alone, and nobody set a node.
     assert "schedulingGates" not in created["spec"]
     assert "nodeName" not in created["spec"]
-    pod = _eventually(lambda: _get(api, _pods_path("plain")), lambda p: p.get("spec", {}).get("nodeName"))
+    pod = eventually_sync(lambda: _get(api, _pods_path("plain")), _node_name, within=SCHEDULED_WITHIN)
     _bound_and_not_running(pod)
 
     # The binding is the scheduler's: its Scheduled event (recorded asynchronously, after the binding)
@@ -221,7 +219,7 @@ def test_a_plain_pod_is_bound_by_kube_scheduler_and_never_starts(
         events = _get(api, f"/apis/events.k8s.io/v1/namespaces/{NS}/events").get("items") or []
         return [e for e in events if e["regarding"]["name"] == "plain" and e["reason"] == "Scheduled"]
 
-    scheduled = _eventually(scheduled_events, bool)
+    scheduled = eventually_sync(scheduled_events, within=SCHEDULED_WITHIN)
     assert scheduled[0]["reportingController"] == "default-scheduler"
     assert NODE in scheduled[0]["note"]
     # ... and made with the scheduler's own ServiceAccount (its RBAC is the built-in scheduler roles).
@@ -255,7 +253,7 @@ def test_a_queued_pod_group_is_gated_admitted_as_one_workload_then_bound(api: Ap
             for e in events
         )
 
-    _eventually(compose_refused, bool)
+    eventually_sync(compose_refused, within=SCHEDULED_WITHIN)
     assert not _get(api, f"{KUEUE}/namespaces/{NS}/workloads").get("items")
     waiting = _get(api, _pods_path("group-a-0"))
     assert ADMISSION_GATE in waiting["spec"]["schedulingGates"]
@@ -265,9 +263,10 @@ def test_a_queued_pod_group_is_gated_admitted_as_one_workload_then_bound(api: Ap
     assert ADMISSION_GATE in second["spec"]["schedulingGates"]
 
     # One Workload for the whole group, admitted by the plain queue.
-    workload = _eventually(
+    workload = eventually_sync(
         lambda: _get(api, f"{KUEUE}/namespaces/{NS}/workloads"),
         lambda ws: any(_condition(w, "Admitted").get("status") == "True" for w in ws.get("items") or []),
+        within=SCHEDULED_WITHIN,
     )["items"]
     assert len(workload) == 1, [w["metadata"]["name"] for w in workload]
     wl = workload[0]
@@ -280,7 +279,7 @@ def test_a_queued_pod_group_is_gated_admitted_as_one_workload_then_bound(api: Ap
 
     # Kueue removed the gate from both, and kube-scheduler bound them to the Node; none of them starts.
     for name in ("group-a-0", "group-a-1"):
-        pod = _eventually(partial(_get, api, _pods_path(name)), lambda p: p.get("spec", {}).get("nodeName"))
+        pod = eventually_sync(partial(_get, api, _pods_path(name)), _node_name, within=SCHEDULED_WITHIN)
         assert ADMISSION_GATE not in (pod["spec"].get("schedulingGates") or [])
         _bound_and_not_running(pod)
 
@@ -295,9 +294,7 @@ def test_the_workers_own_namespace_is_never_gated(api: ApiBootstrap) -> None:
     try:
         assert "schedulingGates" not in created["spec"]
         assert "kueue.x-k8s.io/managed" not in created["metadata"]["labels"]
-        pod = _eventually(
-            partial(_get, api, f"{path}/system-pod"), lambda p: p.get("spec", {}).get("nodeName")
-        )
+        pod = eventually_sync(partial(_get, api, f"{path}/system-pod"), _node_name, within=SCHEDULED_WITHIN)
         _bound_and_not_running(pod)
     finally:
         api.request("DELETE", f"{path}/system-pod?gracePeriodSeconds=0")

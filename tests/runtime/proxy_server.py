@@ -17,12 +17,12 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpustack_worker.devcluster.pki import Authority
+from tests.kit.waiting import eventually_sync
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -99,18 +99,18 @@ def make_ca_and_certificate() -> tuple[bytes, bytes, bytes]:
     return ca.cert_pem, cert, key
 
 
-def _wait_until_it_accepts(process: subprocess.Popen[bytes], port_file: Path, log: Path) -> int:
-    deadline = time.monotonic() + START_DEADLINE_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"proxy.py exited with {process.returncode}: {log.read_text()[-2000:]}")
-        text = port_file.read_text().strip() if port_file.exists() else ""
-        if text:
-            port = int(text.split()[0])
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=5):
-                return port
-        time.sleep(0.1)  # polling for a condition, with a deadline
-    raise RuntimeError(f"proxy.py did not accept within {START_DEADLINE_S} s")
+def _accepting_port(process: subprocess.Popen[bytes], port_file: Path, log: Path) -> int | None:
+    """The port proxy.py wrote to its port file, once a connection to it is accepted (None before);
+    RuntimeError with its log if it exited."""
+    if process.poll() is not None:
+        raise RuntimeError(f"proxy.py exited with {process.returncode}: {log.read_text()[-2000:]}")
+    text = port_file.read_text().strip() if port_file.exists() else ""
+    if not text:
+        return None
+    port = int(text.split()[0])
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=5):
+        return port
+    return None
 
 
 @contextlib.contextmanager
@@ -160,7 +160,9 @@ def running_proxy(directory: Path, *, tls: bool, basic_auth: str | None = None) 
         args, cwd=directory, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
-        port = _wait_until_it_accepts(process, port_file, log)
+        port = eventually_sync(
+            lambda: _accepting_port(process, port_file, log), within=START_DEADLINE_S, every=0.1
+        )
         yield RealProxy("https" if tls else "http", port, ca_pem, directory, process)
     finally:
         process.terminate()

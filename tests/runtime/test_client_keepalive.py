@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,25 +23,25 @@ from test_fence_wire import NS, Recorder, certificate_pair, connect, serve, stop
 
 from gpustack_worker.runtime.resources import CONFIG_MAP
 from tests.kit.properties import examples
+from tests.kit.waiting import eventually_sync
 
 if TYPE_CHECKING:
     from gpustack_worker.runtime.client import Client
 
 
-def _arrived(server: Recorder, prefix: str, count: int) -> bool:
-    """Wait (in a thread: the server's handlers are threads) until ``count`` requests named ``prefix…``
-    arrived complete."""
-    deadline = time.monotonic() + 30
-    while len(server.complete(prefix)) < count and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return len(server.complete(prefix)) >= count
+def _arrived(server: Recorder, prefix: str, count: int) -> list[tuple[str, str]]:
+    """The requests named ``prefix…`` that arrived complete, once there are ``count`` of them (a blocking
+    wait, run in a thread: the server's handlers are threads)."""
+    return eventually_sync(
+        lambda: server.complete(prefix), lambda done: len(done) >= count, within=30, every=0.01
+    )
 
 
 async def _round(server: Recorder, client: Client, width: int, tag: str) -> None:
     """``width`` GETs in flight at once: each waits at the server until all of them have arrived."""
     server.release.clear()
     reads = [asyncio.ensure_future(client.get(CONFIG_MAP, f"slow-{tag}-{i}", NS)) for i in range(width)]
-    assert await asyncio.to_thread(_arrived, server, f"slow-{tag}-", width)
+    await asyncio.to_thread(_arrived, server, f"slow-{tag}-", width)
     server.release.set()
     assert await asyncio.gather(*reads) == [{}] * width
 

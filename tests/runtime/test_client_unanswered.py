@@ -9,13 +9,13 @@ No elapsed time is asserted: the test only ends because the deadline did its wor
 
 from __future__ import annotations
 
-import socket
 from typing import TYPE_CHECKING
 
 import httpx
 import pytest
 
 from gpustack_worker.cli.errors import describe
+from gpustack_worker.devcluster.procs import free_port
 from gpustack_worker.runtime import wire
 from gpustack_worker.runtime.client import Client, RequestTimeout
 from gpustack_worker.runtime.resources import CONFIG_MAP
@@ -107,9 +107,7 @@ async def test_a_server_that_answers_wrongly_is_one_line_saying_how(
 
 
 async def test_a_refused_connection_says_so(tmp_path: Path) -> None:
-    with socket.socket() as sock:  # a port nothing listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # nothing listens there
     path = tmp_path / "kubeconfig"
     path.write_text(
         "current-context: a\n"

@@ -18,8 +18,9 @@ import pytest
 from gpustack_worker.api import kinds
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.resources import CONFIG_MAP, LEASE
+from tests.kit.waiting import eventually
 from tests.runtime.supervision_app import CONTROLLER, LABEL
-from tests.runtime.test_leader_fencing_cluster import log_lines, start, until
+from tests.runtime.test_leader_fencing_cluster import SERVER_POLL, log_lines, start
 
 if TYPE_CHECKING:
     import subprocess
@@ -62,7 +63,7 @@ async def test_a_leader_whose_only_worker_dies_exits_non_zero_and_releases_the_l
         async def leads() -> bool:
             return await holder() == identity
 
-        await until(leads, 120)
+        await eventually(leads, within=120, every=SERVER_POLL)
 
         async def seen(name: str) -> dict[str, str]:
             cm = await admin.get(CONFIG_MAP, f"{name}-seen", ns)
@@ -74,13 +75,13 @@ async def test_a_leader_whose_only_worker_dies_exits_non_zero_and_releases_the_l
         async def foreign_retried() -> bool:
             return (await seen("foreign")).get("attempts") == "2"
 
-        await until(foreign_retried, 60)
+        await eventually(foreign_retried, within=60, every=SERVER_POLL)
         await admin.create(CONFIG_MAP, source(ns, "after"), namespace=ns)
 
         async def after_reconciled() -> bool:
             return (await seen("after")).get("attempts") == "1"
 
-        await until(after_reconciled, 60)
+        await eventually(after_reconciled, within=60, every=SERVER_POLL)
         assert proc.poll() is None, "the replica exited after a foreign CancelledError"
 
         # 2. The only worker is cancelled for good: the process exits non-zero and gives the Lease up.
@@ -89,7 +90,7 @@ async def test_a_leader_whose_only_worker_dies_exits_non_zero_and_releases_the_l
         async def exited() -> bool:
             return proc is not None and proc.poll() is not None
 
-        await until(exited, 60)
+        await eventually(exited, within=60, every=SERVER_POLL)
         assert proc.returncode == 1
         stopped = [r for r in log_lines(log) if r.get("event") == "runner stopped, exiting"]
         assert [r.get("runner") for r in stopped] == [f"controller {CONTROLLER}"], log.read_text()[-4000:]

@@ -30,6 +30,7 @@ from gpustack_worker.runtime.informer import (
 )
 from gpustack_worker.runtime.manager import Manager
 from gpustack_worker.runtime.resources import CONFIG_MAP, Resource
+from tests.kit.waiting import eventually
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -40,6 +41,10 @@ THINGS = CONFIG_MAP
 NS = "ns"
 #: client-go's backoff without jitter (the tests' rng draws 0): 0.8 s doubling to 30 s.
 FIRST, SECOND, THIRD = 0.8, 1.6, 3.2
+#: States reached through real loop time (the inactivity watchdog) are awaited with the kit's
+#: ``eventually``, polled every 5 ms for at most 10 s (what the loop of 2000 five-millisecond sleeps allowed);
+#: states reached by event-loop turns alone are awaited with :func:`until`, which counts turns.
+WATCHDOG_WITHIN, WATCHDOG_EVERY = 10.0, 0.005
 
 
 def obj(name: str, rv: str, value: str = "") -> dict[str, Any]:
@@ -195,20 +200,14 @@ class Rig:
 
 
 async def until(predicate: Callable[[], bool], spins: int = 2000) -> None:
-    """Let the informer task run until ``predicate`` holds (event-loop turns, not wall time)."""
+    """Let the informer task run until ``predicate`` holds (event-loop turns, not wall time).
+
+    Not the kit's ``eventually`` on purpose: these states need no real time at all (the clock is fake), so
+    the bound is a count of loop turns — a state that only a real-time wait would reach fails here."""
     for _ in range(spins):
         if predicate():
             return
         await asyncio.sleep(0)
-    raise AssertionError("the informer never reached the expected state")
-
-
-async def eventually(predicate: Callable[[], bool]) -> None:
-    """Like :func:`until`, for states reached through real loop time (the inactivity watchdog)."""
-    for _ in range(2000):
-        if predicate():
-            return
-        await asyncio.sleep(0.005)
     raise AssertionError("the informer never reached the expected state")
 
 
@@ -368,14 +367,14 @@ async def test_a_watch_that_never_opens_is_a_failure_backed_off_and_relisted() -
     lists: list[tuple[list[dict[str, Any]], str] | BaseException] = [([obj("a", "5")], "10")] * 2
     watches = [Watch(never_open=True), Watch(hold=True)]
     async with rig(lists, watches, inactivity_timeout_s=0.05, unhealthy_after_failures=1) as r:
-        await eventually(lambda: r.clock.sleepers == 1)
+        await eventually(lambda: r.clock.sleepers == 1, within=WATCHDOG_WITHIN, every=WATCHDOG_EVERY)
         assert r.clock.slept == [FIRST]  # backed off, not resumed at once
         assert r.informer.consecutive_failures == 1
         assert not r.informer.healthy  # the cache is not called fresh
         assert r.informer.last_error is not None and "WatchNeverOpenedError" in r.informer.last_error
         assert len(r.client.lists) == 1
         await r.clock.advance(FIRST)
-        await eventually(lambda: len(r.client.watches) == 2)
+        await eventually(lambda: len(r.client.watches) == 2, within=WATCHDOG_WITHIN, every=WATCHDOG_EVERY)
         assert r.list_versions() == [("0", None), ("10", "NotOlderThan")]  # relisted from the last RV
         assert r.informer.relists_by_reason == {"initial": 1, "error": 1}
         assert r.client.before_watch == [(1, 0), (2, 1)]
@@ -392,11 +391,15 @@ async def test_watches_that_never_open_turn_unhealthy_although_every_relist_betw
     async with rig(lists, watches, inactivity_timeout_s=0.05, unhealthy_after_failures=3) as r:
         healthy: list[bool] = []
         for delay in (FIRST, SECOND, THIRD):
-            await eventually(lambda: r.clock.sleepers == 1)
+            await eventually(lambda: r.clock.sleepers == 1, within=WATCHDOG_WITHIN, every=WATCHDOG_EVERY)
             healthy.append(r.informer.healthy)
             await r.clock.advance(delay)
         assert healthy == [True, True, False]  # the third unopened watch in a row crosses the threshold
-        await eventually(lambda: len(r.client.watches) == 4 and r.informer.watching)
+        await eventually(
+            lambda: len(r.client.watches) == 4 and r.informer.watching,
+            within=WATCHDOG_WITHIN,
+            every=WATCHDOG_EVERY,
+        )
         assert r.informer.relists_by_reason == {"initial": 1, "error": 3}  # every relist succeeded
         assert not r.informer.healthy  # still unproven: the relists alone do not make it fresh
         await r.clock.advance(1.0)
@@ -431,7 +434,7 @@ async def test_a_watch_that_opened_and_went_quiet_is_resumed_at_once() -> None:
     quiet = [Advance(1.0)]  # open for longer than a "very short" watch, then silent
     watches = [Watch([event(ADDED, "b", "11")], hold=True), Watch(quiet, hold=True), Watch(quiet, hold=True)]
     async with rig([([obj("a", "5")], "10")], watches, inactivity_timeout_s=0.05) as r:
-        await eventually(lambda: len(r.client.watches) == 3)
+        await eventually(lambda: len(r.client.watches) == 3, within=WATCHDOG_WITHIN, every=WATCHDOG_EVERY)
         assert r.client.before_watch == [(1, 0)] * 3  # no relist, no backoff between them
         assert r.watch_versions() == ["10", "11", "11"]
         assert r.informer.consecutive_failures == 0
@@ -598,7 +601,7 @@ async def test_a_list_of_more_than_one_page_gives_its_freed_memory_back(
         assert trims == []
         await r.clock.advance(FIRST)
         # the trim runs in a worker thread: loop turns alone may not see it end on a loaded machine
-        await eventually(lambda: len(r.client.watches) == 2)
+        await eventually(lambda: len(r.client.watches) == 2, within=WATCHDOG_WITHIN, every=WATCHDOG_EVERY)
         assert trims == [0]
         assert sorted(r.informer.store.keys()) == ["ns/a", "ns/b", "ns/c"]
 

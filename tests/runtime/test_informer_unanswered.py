@@ -14,6 +14,7 @@ from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.clock import MonotonicClock
 from gpustack_worker.runtime.informer import Informer, InformerOptions
 from gpustack_worker.runtime.resources import CONFIG_MAP
+from tests.kit.waiting import eventually
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -107,10 +108,7 @@ async def test_a_watch_never_answered_backs_off_relists_and_turns_unhealthy(tmp_
         informer = clock.informer = Informer(client, CONFIG_MAP, namespace="ns", options=options, clock=clock)
         task = asyncio.ensure_future(informer.run())
         try:
-            for _ in range(2000):
-                if api.watches >= 3 and len(clock.healthy) >= 2:
-                    break
-                await asyncio.sleep(0.01)
+            await eventually(lambda: api.watches >= 3 and len(clock.healthy) >= 2, within=20, every=0.01)
             assert informer.has_synced
             assert api.watches >= 3
             assert api.lists >= 3  # every unanswered watch was followed by a relist

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,18 +20,14 @@ import pytest
 
 from gpustack_worker.api import kinds, rbac
 from gpustack_worker.cli.controller_cmd import LEASE_NAME
+from gpustack_worker.devcluster.procs import free_port
 from gpustack_worker.runtime.client import Client
+from tests.kit.waiting import eventually
 
 pytestmark = pytest.mark.cluster
 NS = kinds.SYSTEM_NAMESPACE
 #: A generous bound for polling only (a failure here means 'never', not 'slow').
 PATIENCE_S = 180.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start(kubeconfig: str, identity: str, port: int) -> subprocess.Popen[bytes]:
@@ -75,18 +70,19 @@ async def test_exactly_one_leader_and_handover_after_kill(devcluster: Any) -> No
         max_simultaneous = max(max_simultaneous, sum(1 for g in gauges.values() if g == 1.0))
         return gauges
 
+    async def the_one_leader() -> str | None:
+        """The process that leads, once both answer and exactly one of them leads."""
+        gauges = await sample()
+        leading = [n for n, g in gauges.items() if g == 1.0]
+        answering = all(g is not None for g in gauges.values())
+        return leading[0] if answering and len(leading) == 1 else None
+
+    async def leads(name: str) -> bool:
+        return (await sample())[name] == 1.0
+
     try:
         # 1. exactly one of the two leads, and the Lease names it
-        deadline = time.monotonic() + PATIENCE_S
-        leader = None
-        while time.monotonic() < deadline:
-            gauges = await sample()
-            leading = [n for n, g in gauges.items() if g == 1.0]
-            if len(leading) == 1 and all(g is not None for g in gauges.values()):
-                leader = leading[0]
-                break
-            await asyncio.sleep(0.2)
-        assert leader is not None, "no leader elected"
+        leader = await eventually(the_one_leader, within=PATIENCE_S, every=0.2)
         lease = await client.get(LEASE, LEASE_NAME, NS)
         assert lease is not None and lease["spec"]["holderIdentity"] == leader
         for _ in range(15):  # stays stable: the standby does not grab the lease
@@ -98,13 +94,8 @@ async def test_exactly_one_leader_and_handover_after_kill(devcluster: Any) -> No
         procs[leader].send_signal(signal.SIGKILL)
         killed_at = time.monotonic()
         procs[leader].wait(10)
-        took = None
-        while time.monotonic() - killed_at < PATIENCE_S:
-            if (await sample())[standby] == 1.0:
-                took = time.monotonic() - killed_at
-                break
-            await asyncio.sleep(0.2)
-        assert took is not None, "the standby never took over after the leader was killed"
+        await eventually(lambda: leads(standby), within=PATIENCE_S, every=0.2)
+        took = time.monotonic() - killed_at
         print(f"handover after kill -9: {took:.1f}s (informational)")
         lease = await client.get(LEASE, LEASE_NAME, NS)
         assert lease is not None and lease["spec"]["holderIdentity"] == standby

@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import uuid
@@ -29,15 +28,14 @@ import yaml
 
 from gpustack_worker.api import kinds
 from gpustack_worker.devcluster.audit import AuditEvent, AuditLog
+from gpustack_worker.devcluster.procs import free_port
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.resources import CONFIG_MAP, LEASE, Resource
+from tests.kit.waiting import eventually
 from tests.runtime.fencing_app import LABEL, MIRROR, SOURCE, USER_AGENT
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
-
     from gpustack_worker.devcluster.cluster import DevCluster
-    from tests.conftest import Poll
 
 pytestmark = pytest.mark.cluster
 
@@ -47,12 +45,8 @@ ROLE = Resource("rbac.authorization.k8s.io", "v1", "Role", "roles", namespaced=T
 ROLE_BINDING = Resource("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", namespaced=True)
 FAST_SOURCES = [f"src-{i}" for i in range(4)]
 SLOW_SOURCE = "slow"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+#: The pause between two reads of state the API server holds (the Lease, the mirrors).
+SERVER_POLL = 0.2
 
 
 def token_request(name: str) -> Resource:
@@ -120,7 +114,7 @@ def show(events: list[AuditEvent]) -> list[str]:
 
 
 async def test_a_frozen_leader_writes_nothing_after_the_standby_acquired(
-    devcluster: DevCluster, eventually: Poll, tmp_path: Path
+    devcluster: DevCluster, tmp_path: Path
 ) -> None:
     assert devcluster.audit_log is not None
     audit = AuditLog(devcluster.audit_log)
@@ -175,11 +169,11 @@ async def test_a_frozen_leader_writes_nothing_after_the_standby_acquired(
             await poll_holder()
             return holder["now"] in ids.values()
 
-        await until(leader_known, 120)
+        await eventually(leader_known, within=120, every=SERVER_POLL)
         old = next(k for k, v in ids.items() if v == holder["now"])
         new = next(k for k in ids if k != old)
 
-        await until(lambda: mirrors_by(admin, ns, ids[old]), 120)
+        await eventually(lambda: mirrors_by(admin, ns, ids[old]), within=120, every=SERVER_POLL)
 
         # 2. keep the sources changing, so a leader always has reconciles in flight and writes
         churn = asyncio.create_task(keep_changing(admin, ns))
@@ -189,7 +183,7 @@ async def test_a_frozen_leader_writes_nothing_after_the_standby_acquired(
             return sum(1 for e in writes if e.resource == "configmaps")
 
         count = mirror_writes_by_old()
-        await eventually(lambda: mirror_writes_by_old() >= count + 5, within=120)
+        await eventually(lambda: mirror_writes_by_old() >= count + 5, within=120, every=0.05)
 
         # 3. freeze the leader; the standby takes the Lease once it has expired on its own clock
         procs[old].send_signal(signal.SIGSTOP)
@@ -198,12 +192,12 @@ async def test_a_frozen_leader_writes_nothing_after_the_standby_acquired(
             await poll_holder()
             return holder["now"] == ids[new]
 
-        await until(standby_holds, 180)
+        await eventually(standby_holds, within=180, every=SERVER_POLL)
         spec = await lease_spec()
         assert int(spec.get("leaseTransitions") or 0) >= 1
 
         # 4. the new leader writes while the old one is still frozen
-        await until(lambda: mirrors_by(admin, ns, ids[new]), 120)
+        await eventually(lambda: mirrors_by(admin, ns, ids[new]), within=120, every=SERVER_POLL)
 
         # 5. resume the old leader: it must find its fence closed and exit 1 without writing
         procs[old].send_signal(signal.SIGCONT)
@@ -292,10 +286,3 @@ def source(ns: str, name: str, data: dict[str, str]) -> dict[str, Any]:
         "metadata": {"name": name, "namespace": ns, "labels": {LABEL: SOURCE}},
         "data": data,
     }
-
-
-async def until(check: Callable[[], Awaitable[bool]], within: float) -> None:
-    """Poll an async check that asks the server, every 0.2 s, for at most ``within`` seconds."""
-    async with asyncio.timeout(within):
-        while not await check():  # noqa: ASYNC110 - the state lives on the server; nothing to await
-            await asyncio.sleep(0.2)

@@ -14,6 +14,7 @@ from gpustack_worker.runtime.leader import LeaderElector
 from gpustack_worker.runtime.manager import Manager
 from gpustack_worker.runtime.queue import WorkQueue
 from gpustack_worker.runtime.resources import CONFIG_MAP, LEASE
+from tests.kit.waiting import eventually
 from tests.runtime.fake_api import FakeApi, FakeServer
 
 NS = "gpustack-system"
@@ -29,14 +30,6 @@ async def settle(rounds: int = 50) -> None:
 async def step(clock: FakeClock, seconds: float) -> None:
     await clock.advance(seconds)
     await settle()
-
-
-async def until(predicate: Any, what: str) -> None:
-    """Wait (real time, generously) for state other tasks build without the clock moving."""
-    async with asyncio.timeout(10):
-        while not predicate():  # noqa: ASYNC110 - state built by other tasks
-            await asyncio.sleep(0.001)
-    assert predicate(), what
 
 
 def mirror(name: str) -> dict[str, Any]:
@@ -90,11 +83,11 @@ async def test_lost_lease_cancels_in_flight_reconciles_and_refuses_their_writes(
     manager.add_controller(slow)
     manager.add_controller(other)
     run = asyncio.ensure_future(manager.run(asyncio.Event()))
-    await until(manager.leading.is_set, "never led")
+    await eventually(manager.leading.is_set, within=10, every=0.001)
     slow.queue.add("slow")
     slow.queue.add("queued")  # waits behind "slow" (one worker)
     other.queue.add("detached")
-    await until(lambda: len([e for e in events if e[0] == "started"]) == 2, "reconciles did not start")
+    await eventually(lambda: len([e for e in events if e[0] == "started"]) == 2, within=10, every=0.001)
     server.fail("a", "leases", 500)  # from now on every renewal fails
     while not run.done():
         assert clock.now() < T0 + 60.0, "the Manager did not stop"
@@ -133,10 +126,10 @@ async def test_graceful_stop_keeps_renewing_while_draining_then_releases() -> No
     manager.add_controller(ctl)
     stop = asyncio.Event()
     run = asyncio.ensure_future(manager.run(stop))
-    await until(manager.leading.is_set, "never led")
+    await eventually(manager.leading.is_set, within=10, every=0.001)
     campaign = asyncio.ensure_future(standby.campaign())
     ctl.queue.add("k")
-    await until(lambda: ("started", "k") in events, "reconcile did not start")
+    await eventually(lambda: ("started", "k") in events, within=10, every=0.001)
     stop.set()
     await settle()
     stopped_at = clock.now()
@@ -149,7 +142,7 @@ async def test_graceful_stop_keeps_renewing_while_draining_then_releases() -> No
     assert len(renewals) >= 3 * elector.lease_duration / elector.retry_period - 1
     assert all(w.status == 200 for w in renewals)
     finish.set()
-    await until(run.done, "the Manager did not finish after the drain")
+    await eventually(run.done, within=10, every=0.001)  # the Manager finishes after the drain
     assert run.result() == 0
     assert events == [("started", "k"), ("wrote", "k")]
     release = server.writes(sender="a")[-1]

@@ -27,10 +27,12 @@ from gpustack_worker.api import kinds
 from gpustack_worker.devcluster.audit import AuditLog
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.resources import CONFIG_MAP, LEASE
+from tests.kit.waiting import eventually
 from tests.runtime.fencing_app import STALL_WRITES, USER_AGENT
 from tests.runtime.test_leader_fencing_cluster import (
     FAST_SOURCES,
     ROLE,
+    SERVER_POLL,
     keep_changing,
     log_lines,
     mirrors_by,
@@ -38,7 +40,6 @@ from tests.runtime.test_leader_fencing_cluster import (
     show,
     source,
     start,
-    until,
 )
 
 if TYPE_CHECKING:
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from gpustack_worker.devcluster.cluster import DevCluster
-    from tests.conftest import Poll
 
 pytestmark = pytest.mark.cluster
 
@@ -54,7 +54,7 @@ STALL_SOURCE = "stall"
 
 
 async def test_a_leader_whose_loop_stalls_past_the_renew_deadline_writes_nothing_after_the_hand_over(
-    devcluster: DevCluster, eventually: Poll, tmp_path: Path
+    devcluster: DevCluster, tmp_path: Path
 ) -> None:
     assert devcluster.audit_log is not None
     audit = AuditLog(devcluster.audit_log)
@@ -106,11 +106,11 @@ async def test_a_leader_whose_loop_stalls_past_the_renew_deadline_writes_nothing
             holder["now"] = str((await lease_spec()).get("holderIdentity") or "")
             return holder["now"] in identities
 
-        await until(lambda: leader_is(set(ids.values())), 120)
+        await eventually(lambda: leader_is(set(ids.values())), within=120, every=SERVER_POLL)
         old = next(k for k, v in ids.items() if v == holder["now"])
         new = next(k for k in ids if k != old)
 
-        await until(lambda: mirrors_by(admin, ns, ids[old]), 120)
+        await eventually(lambda: mirrors_by(admin, ns, ids[old]), within=120, every=SERVER_POLL)
 
         # 2. keep the sources changing, so a leader always has reconciles and writes to make
         churn = asyncio.create_task(keep_changing(admin, ns))
@@ -120,20 +120,22 @@ async def test_a_leader_whose_loop_stalls_past_the_renew_deadline_writes_nothing
             return sum(1 for e in writes if e.resource == "configmaps")
 
         count = mirror_writes_by_old()
-        await eventually(lambda: mirror_writes_by_old() >= count + 5, within=120)
+        await eventually(lambda: mirror_writes_by_old() >= count + 5, within=120, every=0.05)
 
         # 3. the leader stalls its own loop, writes queued right behind the stall
         stall = {"stall-who": ids[old], "stall-until": str(release)}
         await admin.create(CONFIG_MAP, source(ns, STALL_SOURCE, stall), namespace=ns)
         await eventually(
-            lambda: any(r.get("event") == "loop stall begins" for r in log_lines(logs[old])), within=120
+            lambda: any(r.get("event") == "loop stall begins" for r in log_lines(logs[old])),
+            within=120,
+            every=0.05,
         )
 
         # 4. the standby takes the Lease once it expired on its own clock, and writes
-        await until(lambda: leader_is({ids[new]}), 180)
+        await eventually(lambda: leader_is({ids[new]}), within=180, every=SERVER_POLL)
         spec = await lease_spec()
         assert int(spec.get("leaseTransitions") or 0) >= 1
-        await until(lambda: mirrors_by(admin, ns, ids[new]), 120)
+        await eventually(lambda: mirrors_by(admin, ns, ids[new]), within=120, every=SERVER_POLL)
         assert procs[old].poll() is None, "the stalled leader exited before its stall ended"
 
         # 5. end the stall: the queued writes meet the closed fence; the process steps down and exits 1

@@ -27,6 +27,7 @@ from gpustack_worker.runtime.queue import WorkQueue
 from gpustack_worker.runtime.registry import InformerRegistry
 from gpustack_worker.runtime.resources import CONFIG_MAP, LEASE, Resource
 from tests.kit.properties import examples
+from tests.kit.waiting import eventually
 from tests.runtime.fake_api import FakeApi, FakeServer
 
 if TYPE_CHECKING:
@@ -134,13 +135,6 @@ def kill_workers(ctl: Controller, how: str) -> None:
     ctl.queue.add("k")  # wakes a worker blocked in the old get(); its next get() raises
 
 
-async def until(predicate: Any, what: str) -> None:
-    async with asyncio.timeout(10):
-        while not predicate():  # noqa: ASYNC110 - state built by other tasks
-            await asyncio.sleep(0.001)
-    assert predicate(), what
-
-
 def only_this_task_left() -> bool:
     return asyncio.all_tasks() == {asyncio.current_task()}
 
@@ -197,7 +191,7 @@ async def test_a_worker_pool_that_ends_while_leading_exits_non_zero_and_drops_re
     manager.add_controller(ctl)
     manager.add_controller(other)
     run = asyncio.ensure_future(manager.run(asyncio.Event()))
-    await until(manager.leading.is_set, "never led")
+    await eventually(manager.leading.is_set, within=10, every=0.001)
     assert manager.ready()
     kill_workers(ctl, how)
     assert await asyncio.wait_for(run, 5) == 1
@@ -219,7 +213,7 @@ async def test_a_leader_whose_worker_pool_ends_steps_down_releases_and_exits_non
     manager = Manager(elector=elector)
     manager.add_controller(ctl)
     run = asyncio.ensure_future(manager.run(asyncio.Event()))
-    await until(manager.leading.is_set, "never led")
+    await eventually(manager.leading.is_set, within=10, every=0.001)
     kill_workers(ctl, "raised")
     assert await asyncio.wait_for(run, 5) == 1
     assert log.stopped() == ["controller leader-dies"]
@@ -236,7 +230,7 @@ async def test_an_informer_that_ends_exits_non_zero_naming_it(how: str, log: Log
     manager.add_informer(dying)
     manager.add_controller(controller(f"informer-{how}"))
     run = asyncio.ensure_future(manager.run(asyncio.Event()))
-    await until(manager.leading.is_set, "never led")
+    await eventually(manager.leading.is_set, within=10, every=0.001)
     cast("StandInInformer", dying).stop(how)
     assert await asyncio.wait_for(run, 5) == 1
     assert log.stopped() == ["informer nodes labelSelector=gpu=yes"]
@@ -268,9 +262,9 @@ def test_whichever_runner_ends_the_manager_exits_1_naming_it(runner: str, how: s
             if not leading:
                 in_registry.syncs = False  # still syncing: no controller runs yet
             run = asyncio.ensure_future(manager.run(asyncio.Event()))
-            await until(in_registry.running.is_set, "registry did not start")
+            await eventually(in_registry.running.is_set, within=10, every=0.001)
             if leading:
-                await until(manager.leading.is_set, "never led")
+                await eventually(manager.leading.is_set, within=10, every=0.001)
             expected = {
                 "informer0": "informer configmaps",
                 "informer1": "informer nodes",

@@ -14,7 +14,8 @@ from gpustack_worker.runtime import registry as registry_module
 from gpustack_worker.runtime.manager import Manager
 from gpustack_worker.runtime.registry import InformerRegistry
 from gpustack_worker.runtime.resources import CONFIG_MAP
-from tests.runtime.test_manager_supervision import NODE, LogRecorder, StandInInformer, informer, until
+from tests.kit.waiting import eventually
+from tests.runtime.test_manager_supervision import NODE, LogRecorder, StandInInformer, informer
 
 if TYPE_CHECKING:
     from gpustack_worker.runtime.client import Client
@@ -59,7 +60,7 @@ async def test_caches_synced_counts_every_informer_waited_for(
     manager.add_registry(registry)
     stop = asyncio.Event()
     run = asyncio.ensure_future(manager.run(stop))
-    await until(manager.leading.is_set, "never led")
+    await eventually(manager.leading.is_set, within=10, every=0.001)
     stop.set()
     assert await asyncio.wait_for(run, 10) == 0
     assert _synced_counts(log) == [direct + registered + (1 if settings else 0)]

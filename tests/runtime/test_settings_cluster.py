@@ -16,6 +16,7 @@ from gpustack_worker.api import kinds
 from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.settings import SettingsSource
+from tests.kit import waiting
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -50,10 +51,9 @@ async def _events(
 async def _wait_events(
     client: Client, name: str, needle: str, reason: str = "InvalidSettings"
 ) -> list[dict[str, Any]]:
-    async with asyncio.timeout(15):
-        while not (events := await _events(client, name, needle, reason)):  # noqa: ASYNC110 (polling the API server)
-            await asyncio.sleep(0.2)
-    return events
+    """The Events ``_events`` finds, once there is one (the source posts them asynchronously). The kit's
+    ``eventually`` by its module: the tests here take the ``eventually`` fixture under that name."""
+    return await waiting.eventually(lambda: _events(client, name, needle, reason), within=15, every=0.2)
 
 
 @contextlib.asynccontextmanager

@@ -26,6 +26,7 @@ import pytest
 import yaml
 from test_fence_wire import certificate_pair
 
+from gpustack_worker.devcluster.procs import free_port
 from gpustack_worker.runtime import wire
 from gpustack_worker.runtime.client import TRANSPORT_ERRORS, Client, RequestTimeout, Unauthorized, _Api
 from gpustack_worker.runtime.pool import LINEAR_POOL_HTTPCORE, LinearHTTPProxy, LinearPool
@@ -427,10 +428,7 @@ async def test_transport_maps_errors_and_bodies(tls_files: tuple[Path, Path, byt
             await writer.drain()
         writer.close()
 
-    closed = socket.socket()
-    closed.bind(("127.0.0.1", 0))
-    port = closed.getsockname()[1]
-    closed.close()  # nobody listens there
+    port = free_port()  # nobody listens there
     async with httpx.AsyncClient(
         transport=Transport(build_pool("http://x", ssl_context=ssl.create_default_context()))
     ) as s:

@@ -5,7 +5,6 @@ labels and buckets controller-runtime exports."""
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -17,6 +16,7 @@ from prometheus_client import REGISTRY, generate_latest
 from gpustack_worker.devcluster.pki import Pki, make_pki
 from gpustack_worker.runtime.metrics import WEBHOOK_BUCKETS
 from gpustack_worker.runtime.webhook_server import WebhookServer
+from tests.kit.waiting import eventually
 from tests.runtime.test_webhook_server import Conn, echo, explode, review
 
 if TYPE_CHECKING:
@@ -164,9 +164,7 @@ async def test_a_request_in_progress_is_in_flight(served: tuple[WebhookServer, P
             f"POST {paths.ok} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(payload)}\r\n\r\n".encode()
         )
         await conn.writer.drain()
-        async with asyncio.timeout(10):
-            while paths.in_flight(paths.ok) != 1:  # noqa: ASYNC110 - the server task updates the gauge
-                await asyncio.sleep(0.01)
+        await eventually(lambda: paths.in_flight(paths.ok) == 1, within=10, every=0.01)
         conn.writer.write(payload)
         status, _, _ = await conn.response()
         assert status == 200
@@ -183,11 +181,7 @@ async def test_a_client_gone_mid_body_leaves_nothing_in_flight(
     conn = await Conn.open(server.port, pki.ca_cert)
     conn.writer.write(f"POST {paths.ok} HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{{".encode())
     await conn.writer.drain()
-    async with asyncio.timeout(10):
-        while paths.in_flight(paths.ok) != 1:  # noqa: ASYNC110 - the server task updates the gauge
-            await asyncio.sleep(0.01)
+    await eventually(lambda: paths.in_flight(paths.ok) == 1, within=10, every=0.01)
     await conn.close()
-    async with asyncio.timeout(10):
-        while paths.in_flight(paths.ok) != 0:  # noqa: ASYNC110 - the server task updates the gauge
-            await asyncio.sleep(0.01)
+    await eventually(lambda: paths.in_flight(paths.ok) == 0, within=10, every=0.01)
     assert paths.count(paths.ok, 200) == 0

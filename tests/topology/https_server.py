@@ -26,7 +26,6 @@ import contextlib
 import enum
 import http.server
 import os
-import socket
 import ssl
 import sys
 import tempfile
@@ -39,7 +38,7 @@ from gpustack_worker.devcluster.pki import Authority
 if TYPE_CHECKING:
     from types import TracebackType
 
-__all__ = ("DEFAULT_SNAPSHOT", "Mode", "Pki", "Recorded", "SnapshotServer", "free_port")
+__all__ = ("DEFAULT_SNAPSHOT", "Mode", "Pki", "Recorded", "SnapshotServer")
 
 DEFAULT_SNAPSHOT = b'{"apiVersion":"topology.gpustack.ai/v1alpha1","revision":"r1","nodes":{}}'
 
@@ -307,10 +306,3 @@ def _load_chain(context: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> Non
             with os.fdopen(fd, "wb") as handle:
                 handle.write(blob)
         context.load_cert_chain(cert_path, key_path)
-
-
-def free_port() -> int:
-    """A port on 127.0.0.1 nothing listens on (for a dead proxy or endpoint)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from cryptography.hazmat.primitives import serialization
 
+from gpustack_worker.devcluster.procs import free_port
 from gpustack_worker.topology import fetch as fetch_module
 from gpustack_worker.topology.fetch import (
     MAX_SNAPSHOT_BYTES,
@@ -21,7 +22,7 @@ from gpustack_worker.topology.fetch import (
     fetch,
     ssl_context,
 )
-from tests.topology.https_server import DEFAULT_SNAPSHOT, Mode, Pki, SnapshotServer, free_port
+from tests.topology.https_server import DEFAULT_SNAPSHOT, Mode, Pki, SnapshotServer
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
