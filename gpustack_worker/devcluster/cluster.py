@@ -79,6 +79,11 @@ def _http_ok(url: str, ctx: ssl.SSLContext | None = None) -> bool:
         return False
 
 
+#: How many times a start-up is tried when a port chosen free was taken before the component bound it.
+_BIND_ATTEMPTS = 3
+_ADDRESS_IN_USE = "address already in use"
+
+
 @dataclass
 class DevCluster:
     """One local control plane rooted at ``dir``."""
@@ -148,11 +153,21 @@ class DevCluster:
         if self.with_jaeger:
             self.binaries["jaeger"] = build.ensure_optional("jaeger", self.log)
         built = time.monotonic()
-        try:
-            self._start_all()
-        except BaseException:
-            self.stop()
-            raise
+        for attempt in range(1, _BIND_ATTEMPTS + 1):
+            try:
+                self._start_all()
+                break
+            except StartupError as exc:
+                self.stop()
+                # A port is chosen free, then bound by the component a moment later: another process on
+                # the machine (a second test session, another cluster) can take it in between. That is
+                # not the component's failure: choose new ports and start again.
+                if _ADDRESS_IN_USE not in str(exc) or attempt == _BIND_ATTEMPTS:
+                    raise
+                self.log(f"a port was taken before it was bound (attempt {attempt}): starting on new ports")
+            except BaseException:
+                self.stop()
+                raise
         self.log(
             f"devcluster ready in {time.monotonic() - built:.1f}s "
             f"(build/cache check {built - started:.1f}s): "
