@@ -6,14 +6,13 @@ StartupError carry go's or the component's own output) — they are never skippe
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.kit import cluster as kit_cluster
-from tests.kit import phases, properties
+from tests.kit import phases, properties, waiting
 
 # Property-based tests (hypothesis): the ``ci`` and ``thorough`` profiles and the example counts
 # (tests/kit/properties.py). Registered at import, before hypothesis' plugin reads --hypothesis-profile.
@@ -48,18 +47,16 @@ def devcluster() -> DevCluster:
     return kit_cluster.session()
 
 
-#: ``await eventually(predicate, within=30.0)``: poll until true, else TimeoutError.
-Poll = Callable[..., Awaitable[None]]
+#: ``await eventually(predicate, within=30.0)``: the kit's wait (tests/kit/waiting.py) as a fixture.
+Poll = Callable[..., Awaitable[object]]
 
 
 @pytest.fixture
 def eventually() -> Poll:
-    """Poll a predicate over state that other tasks build from server events (there is no single event
-    to await); fails with TimeoutError after ``within`` seconds."""
+    """The kit's :func:`tests.kit.waiting.eventually`, polling every 50 ms (a predicate over in-memory state
+    that other tasks build from server events; there is no single event to await), 30 s by default."""
 
-    async def poll(predicate: Callable[[], bool], within: float = 30.0) -> None:
-        async with asyncio.timeout(within):
-            while not predicate():  # noqa: ASYNC110 - state is built by other tasks; nothing to await
-                await asyncio.sleep(0.05)
+    async def poll(predicate: Callable[[], object], within: float = 30.0) -> object:
+        return await waiting.eventually(predicate, within=within, every=0.05)
 
     return poll
