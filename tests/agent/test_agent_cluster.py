@@ -1,16 +1,17 @@
 """End to end on the real control plane: the simulated mixed-4 cluster, the agent in --all-nodes mode,
-nfd-master projecting the worker NodeFeature, capacity keys in Node status, zero writes over a quiet
-minute, and live settings (manual node management; an invalid value keeps the last good settings). One fit
-patch per ledger burst is shown in ``test_fit_burst_cluster.py``, with an agent on a fake clock."""
+nfd-master projecting the worker NodeFeature, capacity keys in Node status, zero writes once converged
+(every reconciler runs again on every node and has nothing to write), and live settings (manual node
+management; an invalid value keeps the last good settings). One fit patch per ledger burst is shown in
+``test_fit_burst_cluster.py``, with an agent on a fake clock."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from gpustack_worker.agent import capacity, fit
 from gpustack_worker.agent.controller import Agent
@@ -22,29 +23,19 @@ from gpustack_worker.runtime.quantity import parse
 from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP, DEFAULT_NAMESPACE, SettingsSource
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario
+from tests.kit.waiting import eventually
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator
 
     from gpustack_worker.devcluster.cluster import DevCluster
+    from gpustack_worker.runtime.controller import Controller
 
 pytestmark = pytest.mark.cluster
 
 M = keys.UNITS_PER_ACCELERATOR
-#: The issue's "quiet minute".
-QUIET_S = 60.0
-
-
-async def _eventually(check: Callable[[], Any], *, within: float = 30.0, every: float = 0.25) -> Any:
-    """Poll an async ``check`` until it returns a truthy value (nfd-master batches about once a second)."""
-    deadline = time.monotonic() + within
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(every)
-    raise AssertionError(f"condition not met within {within}s; last value: {last!r}")
+#: A label no reconciler writes and every reconciler reads: a Node event that changes none of their outputs.
+POKE = "test.gpustack.ai/poke"
 
 
 def _q(resources: dict[str, str], key: str) -> int | None:
@@ -108,7 +99,7 @@ async def test_nfd_projects_worker_nodefeature_labels(cluster: tuple[Client, Age
             labels = (await _node(admin, name))["metadata"].get("labels") or {}
             return all(labels.get(k) == v for k, v in want.items())
 
-        await _eventually(projected)
+        await eventually(projected)
     # Mixing is on by default: no node is marked cpu-only.
     assert keys.CPU_ONLY not in ((await _node(admin, "cpu-a"))["metadata"].get("labels") or {})
 
@@ -131,7 +122,7 @@ async def test_capacity_keys_in_node_status(cluster: tuple[Client, Agent]) -> No
                 for part in ("capacity", "allocatable")
             )
 
-        await _eventually(applied)
+        await eventually(applied)
     # Spec anchors on the scenario: both families on the mixed A100 node, one 3g.40gb carved on card 4
     # (so 7g.80gb fits only the three other MIG cards), T-Head's 4g48gb published as 4g.48gb, and
     # nothing on the CPU node.
@@ -149,10 +140,10 @@ async def test_capacity_keys_in_node_status(cluster: tuple[Client, Agent]) -> No
 async def test_wiped_key_is_reapplied_and_vanished_pool_removes_keys(cluster: tuple[Client, Agent]) -> None:
     admin, _ = cluster
     units = "hygon.com/dcu.sliced.units"
-    await _eventually(lambda: _has_capacity(admin, "gpu-hygon", units))
+    await eventually(lambda: _has_capacity(admin, "gpu-hygon", units))
     # Something (a kubelet restart) wipes a counting key: the agent puts it back.
     await admin.patch(kinds.NODE, "gpu-hygon", {"status": {"capacity": {units: None}}}, subresource="status")
-    await _eventually(lambda: _has_capacity(admin, "gpu-hygon", units))
+    await eventually(lambda: _has_capacity(admin, "gpu-hygon", units))
     # The bare pool disappears: every .sliced.* key goes with it.
     pool = (await _node(admin, "gpu-hygon"))["status"]["capacity"]["hygon.com/dcu.sliced"]
     await admin.patch(
@@ -166,7 +157,7 @@ async def test_wiped_key_is_reapplied_and_vanished_pool_removes_keys(cluster: tu
         cap = (await _node(admin, "gpu-hygon"))["status"]["capacity"]
         return not [k for k in cap if k.startswith("hygon.com/dcu.sliced.")]
 
-    await _eventually(gone)
+    await eventually(gone)
     # The pool comes back: so do the keys.
     await admin.patch(
         kinds.NODE,
@@ -174,22 +165,41 @@ async def test_wiped_key_is_reapplied_and_vanished_pool_removes_keys(cluster: tu
         {"status": {"capacity": {"hygon.com/dcu.sliced": pool}}},
         subresource="status",
     )
-    await _eventually(lambda: _has_capacity(admin, "gpu-hygon", units))
+    await eventually(lambda: _has_capacity(admin, "gpu-hygon", units))
 
 
 async def _has_capacity(client: Client, name: str, key: str) -> bool:
     return key in (await _node(client, name))["status"]["capacity"]
 
 
-async def test_zero_writes_over_a_quiet_minute(cluster: tuple[Client, Agent]) -> None:
+async def test_zero_writes_once_converged(cluster: tuple[Client, Agent]) -> None:
+    """Converged, every reconciler runs again on every node — woken by :data:`POKE`, which changes none of
+    their outputs — and the agent writes nothing.
+
+    The agent has no timer but its queues' delayed keys (fit windows, retries): once the reconciles of
+    the last event have run and no key is pending, delayed or in flight, it does nothing more until
+    the next event. So the claim is checked once, after that positive signal: each controller's
+    reconcile counter moved by one per node at least, and every queue drained since."""
     admin, agent = cluster
     # Converged first: NodeFeatures projected and every window closed.
-    await _eventually(lambda: _has_capacity(admin, "gpu-a100", "nvidia.com/gpu.sliced.units"))
-    # Converged by construction, not by a fixed wait: every queue empty, nothing delayed or in flight.
-    await _eventually(lambda: _true(_idle(agent)))
+    await eventually(lambda: _has_capacity(admin, "gpu-a100", "nvidia.com/gpu.sliced.units"))
+    await eventually(lambda: _idle(agent))
+    nodes = agent.nodes.store.keys()
     before = dict(agent.client.requests_by_method)
-    await asyncio.sleep(QUIET_S)
-    after = dict(agent.client.requests_by_method)
+    start = _reconciles(agent)
+    try:
+        for name in nodes:
+            await admin.patch(kinds.NODE, name, {"metadata": {"labels": {POKE: "1"}}})
+
+        def every_node_reconciled_and_drained() -> bool:
+            now = _reconciles(agent)
+            return all(now[c] >= start[c] + len(nodes) for c in start) and _idle(agent)
+
+        await eventually(every_node_reconciled_and_drained)
+        after = dict(agent.client.requests_by_method)
+    finally:
+        for name in nodes:
+            await admin.patch(kinds.NODE, name, {"metadata": {"labels": {POKE: None}}})
     writes = {m: after.get(m, 0) - before.get(m, 0) for m in ("POST", "PATCH", "PUT", "DELETE")}
     assert writes == {"POST": 0, "PATCH": 0, "PUT": 0, "DELETE": 0}
 
@@ -207,10 +217,11 @@ async def test_per_node_mode_watches_only_its_node(
     task = asyncio.create_task(agent.run(stop))
     try:
         await asyncio.wait_for(agent.ready.wait(), 30)
-        await asyncio.sleep(1)
         assert agent.nodes.store.keys() == ["gpu-hygon"]
         assert agent.devices.store.keys() == ["gpu-hygon"]
         assert agent.features.store.keys() == [f"{kinds.SYSTEM_NAMESPACE}/gpu-hygon-gpustack-worker"]
+        # Every controller took its node from the first lists, and every queue has drained since.
+        await eventually(lambda: all(c.queue.adds > 0 for c in _controllers(agent)) and _idle(agent))
         assert client.writes == 0
     finally:
         stop.set()
@@ -274,49 +285,56 @@ async def test_manual_node_management_withdraws_stamp_keys_and_labels(cluster: t
         fit_labels = [k for k in node["metadata"].get("labels") or {} if fit.is_fit_label(k)]
         return await stamped() and units in node["status"]["capacity"] and len(fit_labels) == 2
 
-    await _eventually(restored)
+    await eventually(restored)
     saved = await _settings_data(admin)
     existed = saved is not None
     try:
         await _set_manual(admin, "true", existed=existed)
-        await _eventually(withdrawn, within=30)
+        await eventually(withdrawn, within=30)
         assert agent.settings.current.node_management_manual is True
 
         rejected_before = agent.settings.rejections
         await _set_manual(admin, "maybe", existed=True)
-        await _eventually(lambda: _true(agent.settings.rejections > rejected_before))
+        await eventually(lambda: agent.settings.rejections > rejected_before)
         assert agent.settings.current.node_management_manual is True  # last good settings stay
         assert agent.settings.last_error is not None
         assert MANUAL in str(agent.settings.last_error)
         # A Node event reconciles all three outputs again, under the last good (manual) settings.
-        poke = "test.gpustack.ai/poke"
-        processed = {c.name: c.queue.adds for c in (agent.nodefeature, agent.capacity, agent.fit)}
-        await admin.patch(kinds.NODE, name, {"metadata": {"labels": {poke: "1"}}})
+        processed = {c.name: c.queue.adds for c in _controllers(agent)}
+        await admin.patch(kinds.NODE, name, {"metadata": {"labels": {POKE: "1"}}})
         # The poke was handed to every controller and every queue has drained since (no fixed wait).
-        await _eventually(
-            lambda: _true(
-                all(c.queue.adds > processed[c.name] for c in (agent.nodefeature, agent.capacity, agent.fit))
-                and _idle(agent)
-            )
+        await eventually(
+            lambda: all(c.queue.adds > processed[c.name] for c in _controllers(agent)) and _idle(agent)
         )
         assert await withdrawn()
-        await admin.patch(kinds.NODE, name, {"metadata": {"labels": {poke: None}}})
+        await admin.patch(kinds.NODE, name, {"metadata": {"labels": {POKE: None}}})
     finally:
         if existed:
             await _set_manual(admin, (saved or {}).get(MANUAL), existed=True)
         else:
             await admin.delete(kinds.CONFIG_MAP, DEFAULT_CONFIGMAP, DEFAULT_NAMESPACE)
-    await _eventually(restored, within=30)
+    await eventually(restored, within=30)
     assert agent.settings.current.node_management_manual is False
 
 
-async def _true(value: bool) -> bool:
-    return value
+def _controllers(agent: Agent) -> tuple[Controller, ...]:
+    return (agent.nodefeature, agent.capacity, agent.fit)
 
 
 def _idle(agent: Agent) -> bool:
     """Every agent queue empty: nothing pending, delayed (fit window) or in flight."""
     return all(
-        len(c.queue) == 0 and not c.queue.processing and c.queue.delayed == 0
-        for c in (agent.nodefeature, agent.capacity, agent.fit)
+        len(c.queue) == 0 and not c.queue.processing and c.queue.delayed == 0 for c in _controllers(agent)
     )
+
+
+def _reconciles(agent: Agent) -> dict[str, float]:
+    """Each agent controller's successful reconciles so far (controller-runtime's counter; this module
+    runs one agent at a time, so the process' count is that agent's)."""
+    return {
+        c.name: REGISTRY.get_sample_value(
+            "controller_runtime_reconcile_total", {"controller": c.name, "result": "success"}
+        )
+        or 0.0
+        for c in _controllers(agent)
+    }

@@ -57,6 +57,8 @@ Interface:
 - ``running_chain(cluster, scenario=SCENARIO, *, controller_kubeconfig=None, informer_options=None)``:
   :func:`tests.stack.running_stack` with the scenario's Nodes published first
 - ``await converged(stack, expected) -> Snapshot``
+- ``await kueue_current(admin) -> bool`` (Kueue's report on every queue is of the queue as it is);
+  ``await caches_current(admin, informers) -> bool``; ``quiescent(controllers) -> bool``
 - ``await baseline(scenario=SCENARIO) -> Baseline`` (``objects``, ``writes``): computed once per test
   session on a fresh audited control plane, then cached
 - ``metric(name, **labels) -> float`` (this process' Prometheus registry); ``relists(stack, reason) ->
@@ -83,11 +85,12 @@ from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.devcluster.audit import AuditEvent, AuditLog
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.settings import SettingsSource
+from gpustack_worker.runtime.store import object_key, resource_version
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario
 from tests.chain.controller_procs import audited_cluster
 from tests.cli.test_plan_cluster import TEAM, live_view, plan_view
-from tests.stack import Stack, eventually, running_stack
+from tests.stack import Stack, condition, eventually, running_stack
 
 if TYPE_CHECKING:
     import datetime
@@ -95,7 +98,8 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from gpustack_worker.devcluster.cluster import DevCluster
-    from gpustack_worker.runtime.informer import InformerOptions
+    from gpustack_worker.runtime.controller import Controller
+    from gpustack_worker.runtime.informer import Informer, InformerOptions
 
 __all__ = (
     "AGENT_USER",
@@ -111,12 +115,15 @@ __all__ = (
     "assert_same",
     "at_rest",
     "baseline",
+    "caches_current",
     "converged",
     "diff",
     "doubled_writes",
     "in_cache",
+    "kueue_current",
     "metric",
     "normalize",
+    "quiescent",
     "refused_writes",
     "relists",
     "rewritten",
@@ -288,6 +295,92 @@ def rewritten(
     ]
 
 
+# --- at rest: positive signals that nobody has anything left to write -------------------------------
+
+
+def quiescent(controllers: Iterable[Controller]) -> bool:
+    """Every queue empty: no key pending, delayed (a coalescing window, a requeue, a retry) or in flight."""
+    return all(
+        len(c.queue) == 0 and not c.queue.processing and c.queue.delayed == 0 for c in controllers
+    )
+
+
+async def caches_current(admin: Client, informers: Iterable[Informer]) -> bool:
+    """Every informer holds what the server holds in its scope (the same objects, at the same
+    resourceVersions): its controllers have been handed every change there is. With :func:`quiescent`
+    after it, they have also acted on all of it."""
+    for informer in informers:
+        items, _ = await admin.list(
+            informer.resource,
+            namespace=informer.namespace,
+            label_selector=informer.label_selector,
+            field_selector=informer.field_selector,
+        )
+        live = {object_key(o): resource_version(o) for o in items}
+        cached = {object_key(o): resource_version(o) for o in informer.store.list()}
+        if live != cached:
+            return False
+    return True
+
+
+def _spec_flavors(cq: Mapping[str, Any]) -> list[str]:
+    groups = (cq.get("spec") or {}).get("resourceGroups") or ()
+    return sorted(str(f.get("name")) for g in groups for f in g.get("flavors") or ())
+
+
+def _reported_flavors(queue: Mapping[str, Any]) -> list[str]:
+    return sorted(str(f.get("name")) for f in (queue.get("status") or {}).get("flavorsReservation") or ())
+
+
+def _holding(workloads: Iterable[Mapping[str, Any]], condition_type: str) -> collections.Counter[str]:
+    """Workloads whose ``condition_type`` condition is True, per ClusterQueue and per
+    ``<namespace>/<LocalQueue>``."""
+    out: collections.Counter[str] = collections.Counter()
+    for wl in workloads:
+        if condition(wl, condition_type).get("status") != "True":
+            continue
+        out[str(((wl.get("status") or {}).get("admission") or {}).get("clusterQueue"))] += 1
+        out[f"{wl['metadata'].get('namespace')}/{(wl.get('spec') or {}).get('queueName')}"] += 1
+    return out
+
+
+async def kueue_current(admin: Client) -> bool:
+    """Kueue's report on every ClusterQueue and LocalQueue is of the queue as it is now, so Kueue has
+    nothing left to write there: the ``Active`` condition observed the queue's generation (a LocalQueue's
+    also agrees with its ClusterQueue's), the flavors it reports are the ClusterQueue's spec flavors, and
+    the reserving and admitted counts are those of the Workloads that exist."""
+    queues, _ = await admin.list(kinds.CLUSTER_QUEUE)
+    local_queues, _ = await admin.list(kinds.LOCAL_QUEUE)
+    workloads, _ = await admin.list(kinds.WORKLOAD)
+    reserving, admitted = _holding(workloads, "QuotaReserved"), _holding(workloads, "Admitted")
+    by_name = {q["metadata"]["name"]: q for q in queues}
+
+    def reports(queue: Mapping[str, Any], key: str, flavors: list[str]) -> bool:
+        status = queue.get("status") or {}
+        return (
+            condition(queue, "Active").get("observedGeneration") == queue["metadata"].get("generation")
+            and _reported_flavors(queue) == flavors
+            and int(status.get("reservingWorkloads") or 0) == reserving[key]
+            and int(status.get("admittedWorkloads") or 0) == admitted[key]
+        )
+
+    for cq in queues:
+        if not reports(cq, cq["metadata"]["name"], _spec_flavors(cq)):
+            return False
+    for lq in local_queues:
+        meta = lq["metadata"]
+        cq = by_name.get(str((lq.get("spec") or {}).get("clusterQueue")))
+        key = f"{meta.get('namespace')}/{meta['name']}"
+        if cq is None:
+            if condition(lq, "Active").get("status") != "False":
+                return False
+            continue
+        agrees = condition(lq, "Active").get("status") == condition(cq, "Active").get("status")
+        if not agrees or not reports(lq, key, _spec_flavors(cq)):
+            return False
+    return True
+
+
 # --- running and converging ------------------------------------------------------------------------
 
 
@@ -295,29 +388,49 @@ def _node_names(scenario: str) -> list[str]:
     return [n.name for n in packaged_scenario(scenario).nodes]
 
 
-def _agent_idle(agent: Agent) -> bool:
-    controllers = (agent.nodefeature, agent.capacity, agent.fit)
-    return all(len(c.queue) == 0 and not c.queue.processing for c in controllers)
+def _agent_parts(agent: Agent) -> tuple[tuple[Controller, ...], tuple[Informer, ...]]:
+    return (agent.nodefeature, agent.capacity, agent.fit), (agent.nodes, agent.devices, agent.features)
+
+
+async def _projected(admin: Client, nodes: set[str]) -> bool:
+    """Every Node has its worker NodeFeature, and carries the labels of each of its NodeFeatures
+    (nfd-master's projection, which the agent and the chain read)."""
+    features, _ = await admin.list(kinds.NODE_FEATURE)
+    wanted: dict[str, dict[str, str]] = {}
+    published = set()
+    for feature in features:
+        node = str((feature["metadata"].get("labels") or {}).get(keys.NFD_NODE_NAME))
+        wanted.setdefault(node, {}).update((feature.get("spec") or {}).get("labels") or {})
+        if feature["metadata"]["name"] == keys.worker_nodefeature_name(node):
+            published.add(node)
+    if not published >= nodes:
+        return False
+    for name in nodes:
+        node = await admin.get(kinds.NODE, name)
+        labels = ((node or {}).get("metadata") or {}).get("labels") or {}
+        if any(labels.get(k) != v for k, v in wanted.get(name, {}).items()):
+            return False
+    return True
 
 
 async def _publish(cluster: DevCluster, scenario: str) -> None:
-    """Apply ``scenario``'s Nodes and run the agent alone until every Node has its NodeFeature and the
-    agent is idle twice in a row, a second apart."""
+    """Apply ``scenario``'s Nodes and run the agent alone until it is at rest: every Node has its
+    NodeFeature and nfd-master's projection of it, the agent's caches hold what the server holds, and
+    no key is pending, delayed or in flight (it has acted on everything and has nothing left to write)."""
     admin = await Client.connect(str(cluster.kubeconfig), user_agent="fault-kit")
     agent_client = await Client.connect(str(cluster.service_account_kubeconfig(rbac.AGENT.name)))
     agent = Agent(agent_client, SettingsSource(agent_client, model=WorkerSettings, env={}), node_name=None)
     stop = asyncio.Event()
     task = asyncio.create_task(agent.run(stop))
     nodes = set(_node_names(scenario))
-    idle_before = False
+    controllers, informers = _agent_parts(agent)
 
     async def done() -> bool:
-        nonlocal idle_before
-        features, _ = await admin.list(kinds.NODE_FEATURE)
-        published = {str((f["metadata"].get("labels") or {}).get(keys.NFD_NODE_NAME)) for f in features}
-        idle = published >= nodes and _agent_idle(agent)
-        settled, idle_before = idle and idle_before, idle
-        return settled
+        return (
+            await _projected(admin, nodes)
+            and await caches_current(admin, informers)
+            and quiescent(controllers)
+        )
 
     try:
         await apply_scenario(admin, packaged_scenario(scenario))
@@ -386,20 +499,28 @@ _BASELINES: dict[str, Baseline] = {}
 
 
 async def _settled(stack: Stack, scenario: str) -> Snapshot | None:
-    """Idle, equal to ``plan`` (plan == live, tests/cli/test_plan_cluster.py), and unchanged over a
-    second (Kueue's status caught up): the snapshot."""
+    """The chain equal to ``plan`` (plan == live, tests/cli/test_plan_cluster.py) and at rest: every
+    cache of the stack holds what the server holds and every queue is empty with nothing delayed or in
+    flight (the controllers and the agent have acted on every change there is), and Kueue's report on
+    every queue is current (it has nothing left to write either); the snapshot."""
     plan = plan_chain(packaged_scenario(scenario), parse_sets([]), checks_active=False)
-    if not stack.idle() or await live_view(stack.admin, _node_names(scenario)) != plan_view(plan):
+    controllers, informers = _agent_parts(stack.agent)
+    controllers += tuple(stack.controllers)
+    informers += tuple(stack.registry.informers)
+    if not quiescent(controllers):
         return None
-    first = await snapshot(stack.admin)
-    await asyncio.sleep(1.0)
-    second = await snapshot(stack.admin)
-    return second if first == second and stack.idle() else None
+    if await live_view(stack.admin, _node_names(scenario)) != plan_view(plan):
+        return None
+    if not await kueue_current(stack.admin) or not await caches_current(stack.admin, informers):
+        return None
+    found = await snapshot(stack.admin)
+    # Still at rest after the reads: nothing arrived meanwhile that a controller took up.
+    return found if quiescent(controllers) and await caches_current(stack.admin, informers) else None
 
 
 async def baseline(scenario: str = SCENARIO) -> Baseline:
     """The undisturbed run of ``scenario`` (:func:`running_chain` on a fresh audited control plane, until
-    the chain equals ``plan`` and is idle and stable), once per test session."""
+    the chain equals ``plan`` and is at rest), once per test session."""
     cached = _BASELINES.get(scenario)
     if cached is not None:
         return cached

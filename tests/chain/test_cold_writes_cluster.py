@@ -20,7 +20,6 @@ rewrote its flavors, queue status and InstanceType status with every second of l
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import datetime as dt
 import shutil
@@ -38,6 +37,7 @@ from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.devcluster.audit import AuditEvent, AuditLog
 from gpustack_worker.devcluster.cluster import DevCluster
 from gpustack_worker.runtime.client import Client
+from tests.kit.waiting import eventually
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -118,14 +118,19 @@ async def cold_run(cold_cluster: DevCluster) -> ColdRun:
         started = dt.datetime.now(dt.UTC)
         proc = chain_bench.start_controller(cluster, cluster.service_account_kubeconfig(rbac.CONTROLLER.name))
         assert proc.pid is not None
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + CONVERGE_LIMIT_S
-        left = await chain_bench.missing(admin, exp)
-        while left:
-            assert proc.alive(), proc.log_tail()
-            assert loop.time() < deadline, f"not converged: {left}"
-            await asyncio.sleep(0.5)
+        left: dict[str, int] = {}
+
+        async def converged() -> bool:
+            nonlocal left
+            if not proc.alive():
+                pytest.fail(f"the controller exited:\n{proc.log_tail()}")
             left = await chain_bench.missing(admin, exp)
+            return not left
+
+        try:
+            await eventually(converged, within=CONVERGE_LIMIT_S, every=0.5)
+        except AssertionError as exc:
+            raise AssertionError(f"not converged: {left}") from exc
         await chain_bench.wait_idle(proc.pid)
     finally:
         if proc is not None:

@@ -36,7 +36,7 @@ from gpustack_worker.runtime.settings import SettingsSource
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario
 from tests.chain.controller_procs import ControllerProcs, audited_cluster, controller_account, lease_holder
-from tests.chain.fault_kit import accepted_writes, refused_writes, snapshot
+from tests.chain.fault_kit import accepted_writes, kueue_current, refused_writes
 from tests.stack import condition, eventually
 
 if TYPE_CHECKING:
@@ -106,9 +106,10 @@ def _flavors(cq: dict[str, Any] | None) -> list[str]:
 
 
 async def converged(w: World) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """The queue on the pool's one flavor, TopologyReady and Active for its generation, the controller's
-    work queues empty and the chain's objects (the fault kit's snapshot) the same twice in a row, a second
-    apart; the queue and the flavor."""
+    """The queue on the pool's one flavor, TopologyReady and Active for its generation, Kueue's report on
+    every queue current (:func:`~tests.chain.fault_kit.kueue_current`: it has nothing left to write), and
+    the controller's work queues empty with no reconcile running, before and after the queue and the
+    flavor are read again; the queue and the flavor."""
     admin = w.admin
     cq = await admin.get(kinds.CLUSTER_QUEUE, QUEUE)
     rf = await admin.get(kinds.RESOURCE_FLAVOR, FLAVOR)
@@ -122,14 +123,17 @@ async def converged(w: World) -> tuple[dict[str, Any], dict[str, Any]] | None:
         and ready.get("observedGeneration") == generation
         and condition(cq, "Active").get("observedGeneration") == generation
         and NOTE in (rf["metadata"].get("annotations") or {})
-        and await w.procs.metric(IDENTITY, "workqueue_depth") == 0
     )
-    if not ok:
+    if not ok or not await kueue_current(admin) or not await idle(w):
         return None
-    first = await snapshot(admin)
-    await asyncio.sleep(1.0)
-    stable = first == await snapshot(admin) and await w.procs.metric(IDENTITY, "workqueue_depth") == 0
-    return (cq, rf) if stable else None
+    cq, rf = await admin.get(kinds.CLUSTER_QUEUE, QUEUE), await admin.get(kinds.RESOURCE_FLAVOR, FLAVOR)
+    return (cq, rf) if cq is not None and rf is not None and await idle(w) else None
+
+
+async def idle(w: World) -> bool:
+    """The controller process has no key queued and no reconcile running."""
+    depth = await w.procs.metric(IDENTITY, "workqueue_depth")
+    return depth == 0 and await w.procs.metric(IDENTITY, "controller_runtime_active_workers") == 0
 
 
 def spec_writes(w: World, since: datetime.datetime, *, accepted: bool = True) -> dict[str, int]:

@@ -83,6 +83,7 @@ from gpustack_worker.runtime.settings import env_name, settings_from
 from gpustack_worker.simulate.load import load_scenario, packaged_scenario
 from tests.chain.controller_procs import lease_holder
 from tests.chart import rendered_pods as rp
+from tests.kit.waiting import eventually
 from tests.stack import module_cluster
 from tests.test_containerfile import parse_containerfile
 
@@ -391,13 +392,14 @@ class _Pods:
 
 
 async def _ready(pods: _Pods, kind: str) -> None:
-    async with asyncio.timeout(READY_S):
-        while True:
-            assert not pods.dead(), f"a process exited: {pods.dead()}"
-            probes = [s.probes[kind] for s in pods.specs.values()]
-            if all(await asyncio.gather(*(asyncio.to_thread(_http_ok, p) for p in probes))):
-                return
-            await asyncio.sleep(0.3)
+    """Wait until every Pod's ``kind`` probe answers OK (failing at once when a process exits)."""
+
+    async def answering() -> bool:
+        assert not pods.dead(), f"a process exited: {pods.dead()}"
+        probes = [s.probes[kind] for s in pods.specs.values()]
+        return all(await asyncio.gather(*(asyncio.to_thread(_http_ok, p) for p in probes)))
+
+    await eventually(answering, within=READY_S, every=0.3)
 
 
 @dataclass
@@ -526,13 +528,12 @@ def _rendered_settings(docs: list[Doc], controller: rp.LocalProcess) -> WorkerSe
 async def test_the_rendered_pods_converge_the_chain(chart_run: ChartRun) -> None:
     run = chart_run
     assert run.exp.types, "the fleet yields no InstanceType: nothing would be proven"
-    left = await chain_bench.missing(run.admin, run.exp)
-    async with asyncio.timeout(CONVERGE_S):
-        while left:
-            assert not run.pods.dead(), f"a process exited: {run.pods.dead()}"
-            await asyncio.sleep(0.5)
-            left = await chain_bench.missing(run.admin, run.exp)
-    assert left == {}
+
+    async def converged() -> bool:
+        assert not run.pods.dead(), f"a process exited: {run.pods.dead()}"
+        return not await chain_bench.missing(run.admin, run.exp)
+
+    await eventually(converged, within=CONVERGE_S, every=0.5)
     await _ready(run.pods, "livenessProbe")
     # one controller replica leads (the Lease names it: <hostname>_<pid>), the other stands by
     holder = await lease_holder(run.admin)

@@ -39,6 +39,7 @@ from gpustack_worker.api import keys, kinds, rbac
 from gpustack_worker.cli import demo_scene
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.simulate.load import packaged_scenario
+from tests.kit.waiting import eventually_sync
 from tests.stack import condition
 
 if TYPE_CHECKING:
@@ -118,14 +119,14 @@ def demo() -> Iterator[Demo]:
             env=env,
         )
     running = Demo(directory, proc, out)
+
+    def output_while_alive() -> str:
+        if proc.poll() is not None:
+            pytest.fail(f"the demo exited ({proc.returncode}) before it was running:\n{running.text()}")
+        return running.text()
+
     try:
-        deadline = time.monotonic() + READY_WITHIN
-        while EXPLORE not in running.text():
-            if proc.poll() is not None:
-                pytest.fail(f"the demo exited ({proc.returncode}) before it was running:\n{running.text()}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"the demo was not running within {READY_WITHIN:.0f}s:\n{running.text()}")
-            time.sleep(1)
+        eventually_sync(output_while_alive, lambda text: EXPLORE in text, within=READY_WITHIN, every=1.0)
         print(f"\ndemo running after {time.monotonic() - started:.1f}s\n{running.text()}")
         yield running
     finally:
@@ -303,7 +304,8 @@ def test_ctrl_c_stops_everything(demo: Demo) -> None:
     assert children
     demo.proc.send_signal(signal.SIGINT)
     assert demo.proc.wait(STOP_WITHIN) == 0, demo.text()[-3000:]
-    deadline = time.monotonic() + STOP_WITHIN
-    while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not [pid for pid in children if _alive(pid)]
+
+    def still_alive() -> list[int]:
+        return [pid for pid in children if _alive(pid)]
+
+    eventually_sync(still_alive, lambda alive: not alive, within=STOP_WITHIN, every=0.5)

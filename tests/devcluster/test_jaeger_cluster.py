@@ -16,7 +16,6 @@ import re
 import shutil
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +30,7 @@ from gpustack_worker.devcluster.procs import ManagedProcess
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario
+from tests.kit.waiting import eventually
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -151,17 +151,18 @@ async def test_reconcile_trace_has_its_api_calls_as_children(traced_cluster: Dev
     # dies with this process (PDEATHSIG) if the test run is killed
     agent = ManagedProcess("traced-agent", argv, log_path, env)
     agent.start()
+
+    async def a_write_traced() -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+        """The reconcile traces so far, once one of them holds a successful write to the node's objects
+        (empty before)."""
+        assert agent.alive(), f"the agent exited:\n{agent.log_tail()}"
+        found = _reconcile_traces(await asyncio.to_thread(jaeger.traces, service, limit=1000))
+        written = any(200 <= w["http.response.status_code"] < 300 for w in _node_writes(found, node_name))
+        return found if written else []
+
+    print(f"[jaeger] the agent's traces: service {service} in {jaeger.ui_url}")
     try:
-        found: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
-        deadline = time.monotonic() + PATIENCE_S
-        while time.monotonic() < deadline:
-            assert agent.alive(), f"the agent exited:\n{agent.log_tail()}"
-            traces = await asyncio.to_thread(jaeger.traces, service, limit=1000)
-            found = _reconcile_traces(traces)
-            if any(200 <= w["http.response.status_code"] < 300 for w in _node_writes(found, node_name)):
-                break
-            await asyncio.sleep(0.5)
-        assert found, f"no reconcile trace with child spans for {service} in {jaeger.ui_url}"
+        found = await eventually(a_write_traced, within=PATIENCE_S, every=0.5)
     finally:
         await asyncio.to_thread(agent.stop)
 

@@ -34,6 +34,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.cli.webhook_serving import webhook_server
@@ -44,7 +45,7 @@ from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP, DEFAULT_NAMESPAC
 from tests import stack as support
 from tests.placement.racks import L4, RACK_OF, RACKS, apply_racks, blocker, check_entry
 from tests.stack import Stack, condition, module_cluster, running_stack
-from tests.topology.cluster_helpers import topology_assignments
+from tests.topology.cluster_helpers import topology_assignments, workload
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -185,6 +186,62 @@ async def running(devcluster: DevCluster, tmp_path_factory: pytest.TempPathFacto
                 await server.close()
 
 
+# --- the system's chance to act (checked before a claim that nothing moved) -------------------------------
+
+
+def _idle(run: Running) -> bool:
+    """No key queued or in flight in the placement controllers (a delayed key — the moment a waiting set
+    parks — may wait)."""
+    return all(len(c.queue) == 0 and not c.queue.processing for c in run.placement.controllers)
+
+
+def _reconciles(run: Running) -> dict[str, float]:
+    """Each placement controller's reconciles so far, whatever their result (controller-runtime's
+    counter; this module runs one Placement, so the process' count is its)."""
+    return {
+        c.name: sum(
+            REGISTRY.get_sample_value(
+                "controller_runtime_reconcile_total", {"controller": c.name, "result": result}
+            )
+            or 0.0
+            for result in ("success", "error", "requeue_after")
+        )
+        for c in run.placement.controllers
+    }
+
+
+async def _resynced(run: Running) -> None:
+    """Hand every key of the placement controllers over again (a resync) and wait until each controller
+    has reconciled at least as many keys as it was handed and none has a key queued or in flight."""
+    start = _reconciles(run)
+    adds = {c.name: c.queue.adds for c in run.placement.controllers}
+    run.placement.resync()
+    handed = {c.name: c.queue.adds - adds[c.name] for c in run.placement.controllers}
+
+    def reconciled_and_idle() -> bool:
+        now = _reconciles(run)
+        return all(now[name] >= start[name] + n for name, n in handed.items()) and _idle(run)
+
+    await eventually(reconciled_and_idle)
+
+
+async def _kueue_refused_a_later_prefill(run: Running) -> None:
+    """Kueue's scheduler has taken a turn on the L4 queue since now: a Workload submitted now that asks
+    what prefill asks (four L4, one rack) is evaluated and marked ``QuotaReserved=False`` (then deleted)."""
+    name = "later-prefill"
+    body = workload(name, TEAM, L4, count=4, required_level=RACK)
+    await run.admin.create(kinds.WORKLOAD, body, namespace=TEAM)
+    try:
+
+        async def refused() -> dict[str, Any] | None:
+            cond = condition(await run.workload(name), "QuotaReserved")
+            return cond if cond.get("status") == "False" and cond.get("message") else None
+
+        await eventually(refused)
+    finally:
+        await run.admin.delete(kinds.WORKLOAD, name, TEAM)
+
+
 # --- shared preconditions --------------------------------------------------------------------------------
 
 
@@ -318,8 +375,10 @@ async def test_two_roles_wait_together_then_bind_within_one_rack(running: Runnin
     for pod in pods:
         assert _gated(pod), pod["metadata"]["name"]
         assert not pod["spec"].get("nodeName"), pod["metadata"]["name"]
-    # Held, not moving: a few seconds on (a settling look, not a measurement) still so.
-    await asyncio.sleep(3)
+    # Held, not moving, once both sides have had their chance: every placement controller has decided
+    # every key again, and Kueue's scheduler has evaluated a later Workload asking what prefill asks.
+    await _resynced(run)
+    await _kueue_refused_a_later_prefill(run)
     assert check_entry(await run.workload(groups["decode"]), keys.JOINT_CHECK)["state"] == "Pending"
     assert condition(await run.workload(groups["prefill"]), "QuotaReserved").get("status") == "False"
     for pod in await run.pods("disagg"):

@@ -27,6 +27,7 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from gpustack_worker.agent.controller import Agent
 from gpustack_worker.api import keys, kinds, rbac
@@ -220,18 +221,67 @@ async def _pods(admin: Client) -> list[dict[str, Any]]:
     return items
 
 
-async def _no_writes_on_resync(running: Running) -> None:
-    """Resync every key of the check's controllers; once they are idle, nothing was written."""
+def _idle(running: Running) -> bool:
+    """No key queued or in flight in the check's controllers (a delayed key — the moment a waiting set
+    parks — may wait: that is the injected clock's business)."""
+    return all(len(c.queue) == 0 and not c.queue.processing for c in running.check.controllers)
 
-    async def idle() -> bool:
-        return all(len(c.queue) == 0 and not c.queue.processing for c in running.check.controllers)
 
-    await eventually(idle)
-    before = running.check_client.writes
+def _reconciles(running: Running) -> dict[str, float]:
+    """Each of the check's controllers' reconciles so far, whatever their result (controller-runtime's
+    counter; this module runs one check, so the process' count is its)."""
+    return {
+        c.name: sum(
+            REGISTRY.get_sample_value(
+                "controller_runtime_reconcile_total", {"controller": c.name, "result": result}
+            )
+            or 0.0
+            for result in ("success", "error", "requeue_after")
+        )
+        for c in running.check.controllers
+    }
+
+
+async def _resynced(running: Running) -> None:
+    """Hand every key of the check's controllers over again (a resync) and wait until each controller has
+    reconciled at least as many keys as it was handed and none has a key queued or in flight: every
+    decision has been taken again from the state as it stands."""
+    start = _reconciles(running)
+    adds = {c.name: c.queue.adds for c in running.check.controllers}
     running.check.resync()
-    await asyncio.sleep(0.5)
-    await eventually(idle)
+    handed = {c.name: c.queue.adds - adds[c.name] for c in running.check.controllers}
+
+    def reconciled_and_idle() -> bool:
+        now = _reconciles(running)
+        return all(now[name] >= start[name] + n for name, n in handed.items()) and _idle(running)
+
+    await eventually(reconciled_and_idle)
+
+
+async def _no_writes_on_resync(running: Running) -> None:
+    """Resync every key of the check's controllers; once each key was reconciled again, nothing was
+    written."""
+    await eventually(lambda: _idle(running))
+    before = running.check_client.writes
+    await _resynced(running)
     assert running.check_client.writes == before
+
+
+async def _kueue_tried_a_later_workload(running: Running, queue: str) -> None:
+    """Kueue's scheduler has taken a turn on ``queue`` since now: a Workload submitted now, which cannot
+    fit either, is evaluated and marked ``QuotaReserved=False`` (then deleted again)."""
+    name = "later-probe"
+    await running.admin.create(kinds.WORKLOAD, _foreign_workload(name, queue), namespace=TEAM)
+    try:
+
+        async def evaluated() -> dict[str, Any] | None:
+            wl = await running.admin.get(kinds.WORKLOAD, name, TEAM)
+            cond = condition(wl, "QuotaReserved")
+            return wl if cond.get("status") == "False" and cond.get("message") else None
+
+        await eventually(evaluated)
+    finally:
+        await running.admin.delete(kinds.WORKLOAD, name, TEAM)
 
 
 async def _admitted(running: Running, name: str) -> dict[str, Any] | None:
@@ -306,9 +356,12 @@ async def _waits_again(running: Running) -> dict[str, Any]:
         return wl if ok and _entry(wl).get("message", "").startswith("1 of 2") else None
 
     await eventually(prefill_pending)
-    running.check.resync()
-    await asyncio.sleep(1)
-    dep = await eventually(waiting)
+    # Decided again from the state as it stands (the entry's transition time is the old one): still waiting.
+    await _resynced(running)
+    dep = await waiting()
+    assert dep is not None, condition(
+        await admin.get(kinds.MODEL_DEPLOYMENT, DEPLOYMENT, TEAM), joint.QUOTA_RESERVED
+    )
     message = condition(dep, joint.QUOTA_RESERVED)["message"]
     assert message.startswith(f"1 of 2 groups reserved; waiting: {A10G}; retried at ")
     return dep
@@ -374,8 +427,13 @@ async def test_set_waits_pending_parks_then_admits_together(running: Running) ->
     dep = await eventually(deployment_waiting)
     assert condition(dep, joint.QUOTA_RESERVED)["status"] == "False"
 
-    # Held, not admitted, and not moving: a few seconds later still so; no Pod ungated or bound.
-    await asyncio.sleep(3)
+    # Held and converged: a full resync of the check's controllers writes nothing (Kueue re-applies the
+    # entries it co-owns; the no-op check still sees ours unchanged).
+    await _no_writes_on_resync(running)
+    # Held, not admitted, and not moving, once both sides have had their chance: the check has decided
+    # every key again (above) and Kueue's scheduler has taken a later turn on the A10G queue. No Pod is
+    # ungated or bound.
+    await _kueue_tried_a_later_workload(running, A10G)
     prefill = await _workload(running, _group("prefill"))
     decode = await _workload(running, _group("decode"))
     assert _entry(prefill)["state"] == "Pending"
@@ -384,10 +442,6 @@ async def test_set_waits_pending_parks_then_admits_together(running: Running) ->
     for pod in await _pods(admin):
         assert KUEUE_GATE in {g["name"] for g in pod["spec"].get("schedulingGates") or ()}, pod["metadata"]
         assert not pod["spec"].get("nodeName"), pod["metadata"]["name"]
-
-    # Held and converged: a full resync of the check's controllers writes nothing (Kueue re-applies the
-    # entries it co-owns; the no-op check still sees ours unchanged).
-    await _no_writes_on_resync(running)
 
     # 30 minutes (the injected clock) after prefill started waiting, the set is parked: the park is
     # recorded, every Workload of the set is deactivated and Kueue releases what prefill held.

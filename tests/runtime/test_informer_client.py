@@ -20,6 +20,7 @@ from prometheus_client import REGISTRY
 from gpustack_worker.runtime.client import ApiError, Client, Gone, Unauthorized, _GcPause
 from gpustack_worker.runtime.resources import CONFIG_MAP
 from tests.kit.properties import examples
+from tests.kit.waiting import eventually
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -166,6 +167,7 @@ async def test_a_list_that_ends_early_leaves_no_page_fetch_behind(stop: str) -> 
         return len(items)
 
     client._get_page = get_page  # type: ignore[method-assign]
+    tasks_before = asyncio.all_tasks()
     pages = client.list_pages(CONFIG_MAP, convert=convert, limit=1)
     if stop == "the first conversion raises":
         with pytest.raises(ValueError, match="a bad page"):
@@ -175,8 +177,9 @@ async def test_a_list_that_ends_early_leaves_no_page_fetch_behind(stop: str) -> 
         await asyncio.wait_for(ahead.wait(), 5)  # the next page is on its way
         await pages.aclose()
         assert running == ["t"] or cancelled == ["t"]
-    for _ in range(100):
-        await asyncio.sleep(0)
+    # Every task the list started (the page asked for ahead, the conversion) has finished; one left
+    # running — the slow page fetch — would be alive for 30 s.
+    await eventually(lambda: not asyncio.all_tasks() - tasks_before, within=5, every=0.01)
     assert running == []
     assert cancelled == (["t"] if ahead.is_set() else [])
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-import anyio
 import pytest
 
 from gpustack_worker.api import keys, kinds
@@ -13,6 +12,7 @@ from gpustack_worker.cli import simulate_cmd
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.simulate import render
 from gpustack_worker.simulate.load import packaged_scenario
+from tests.kit.waiting import eventually
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -54,23 +54,20 @@ async def _versions(client: Client) -> dict[str, str]:
     return out
 
 
-async def _settled(client: Client) -> dict[str, str]:
-    """Resource versions once nfd-master has put every DM label on its Node and stopped writing."""
-    previous: dict[str, str] = {}
-    with anyio.fail_after(60):
-        while True:
-            merged = True
-            for spec in SCENARIO.nodes:
-                node = await client.get(kinds.NODE, spec.name)
-                feature = render.render_node_feature(spec, "")
-                assert node is not None
-                wanted = feature["spec"]["labels"] if feature else {}
-                merged &= all(node["metadata"]["labels"].get(k) == v for k, v in wanted.items())
-            current = await _versions(client)
-            if merged and current == previous:
-                return current
-            previous = current
-            await anyio.sleep(2.5)
+async def _projected(client: Client) -> bool:
+    """Every DM NodeFeature label is on its Node: nfd-master's projection, its last write to these objects.
+
+    nfd-master patches a Node's extended resources first, then its labels together with the annotation
+    naming them, and writes again only when a NodeFeature changes (it compares before it patches); the
+    simulator writes the other two kinds. So once the labels are in, the resource versions are final."""
+    for spec in SCENARIO.nodes:
+        node = await client.get(kinds.NODE, spec.name)
+        assert node is not None
+        feature = render.render_node_feature(spec, "")
+        wanted = feature["spec"]["labels"] if feature else {}
+        if any(node["metadata"]["labels"].get(k) != v for k, v in wanted.items()):
+            return False
+    return True
 
 
 async def test_simulate_apply_mixed_4_then_reapply_changes_nothing(devcluster: Any, client: Client) -> None:
@@ -120,7 +117,8 @@ async def test_simulate_apply_mixed_4_then_reapply_changes_nothing(devcluster: A
 
     # nfd-master merges the DM NodeFeature labels into the Nodes on its own schedule; wait for that
     # (it is stage 2 reaching the Node) so the comparison below sees only the simulator's writes.
-    before = await _settled(client)
+    await eventually(lambda: _projected(client), within=60)
+    before = await _versions(client)
     assert len(before) == 4 + 3 + 3  # four Nodes; NodeFeature and Devices for the three accelerated ones
     assert await simulate_cmd.run(args) == 0
     assert await _versions(client) == before

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-import anyio
 import pytest
 import yaml
 
@@ -22,6 +21,7 @@ from gpustack_worker.runtime.client import ApiError, Client
 from gpustack_worker.runtime.resources import Resource
 from gpustack_worker.simulate import load
 from gpustack_worker.simulate.scenario import MAX_CARDS, MAX_SHOWN_PROBLEMS
+from tests.kit.waiting import eventually
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -436,17 +436,18 @@ async def _deny_devices_named(client: Client, prefix: str) -> None:
         "kind": kinds.DEVICES.kind,
         "metadata": {"name": f"{prefix}-x"},
     }
-    last = ""
-    with anyio.fail_after(60):  # the API server picks a new policy up from its informer
-        while "denied by the bad-input test" not in last:
-            try:
-                await client.create(kinds.DEVICES, probe)
-            except ApiError as exc:
-                last = str(exc)
-                continue
-            last = "the probe was admitted"
-            await client.delete(kinds.DEVICES, f"{prefix}-x")
-            await anyio.sleep(0.5)
+
+    async def denied() -> str:
+        """The API server's refusal of a probe Device ("" while it still admits one: it picks a new
+        policy up from its informer, so the first probes may pass and are deleted again)."""
+        try:
+            await client.create(kinds.DEVICES, probe)
+        except ApiError as exc:
+            return str(exc) if "denied by the bad-input test" in str(exc) else ""
+        await client.delete(kinds.DEVICES, f"{prefix}-x")
+        return ""
+
+    await eventually(denied, within=60, every=0.5)
 
 
 @pytest.mark.cluster
