@@ -285,7 +285,11 @@ async def test_the_standby_resumes_a_killed_leaders_drain_from_the_recorded_phas
                     and "switching once Kueue reports none" in ready.get("message", "")
                     and ready.get("observedGeneration") == cq["metadata"].get("generation")
                 )
-                return cq if ok else None
+                # ... and with the report Kueue has now, not an earlier one: Kueue has nothing left to
+                # write on the queues and the leader has nothing queued or running. (CI once killed it
+                # a moment before Kueue's last report; the standby then rightly rewrote the condition.)
+                current = ok and await kueue_current(admin) and await idle(w, "ctl-a")
+                return cq if current else None
 
             cq = await eventually(draining_evicted, within=STEP_S)
             assert mig.annotations_of(cq).get(keys.MIGRATION_STOP_POLICY) == "None"
