@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import REGISTRY
 
 from gpustack_worker.cli.process import running
+from gpustack_worker.runtime.looplag import LoopLagMonitor
 from tests.kit.waiting import eventually
 
 if TYPE_CHECKING:
@@ -16,6 +17,8 @@ if TYPE_CHECKING:
     import pytest
 
 
+#: The coroutine the lag monitor's task runs.
+MONITOR_RUN = LoopLagMonitor.run.__qualname__
 VERSION = b'{"major": "1", "minor": "35", "gitVersion": "v1.35.4"}'
 
 
@@ -32,6 +35,11 @@ def lag_samples() -> float:
     return REGISTRY.get_sample_value("gpustack_event_loop_lag_seconds_count") or 0.0
 
 
+def lag_monitors() -> set[asyncio.Task[None]]:
+    """The running tasks of a ``LoopLagMonitor`` (the process starts one and keeps no handle to give out)."""
+    return {t for t in asyncio.all_tasks() if getattr(t.get_coro(), "__qualname__", "") == MONITOR_RUN}
+
+
 async def test_a_running_process_samples_its_event_loop_lag(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -45,9 +53,13 @@ async def test_a_running_process_samples_its_event_loop_lag(
     )
     monkeypatch.setenv("GPUSTACK_LOOP_LAG_INTERVAL_SECONDS", "0.01")
     before = lag_samples()
+    others = lag_monitors()
     async with running(str(kubeconfig)):
         await eventually(lambda: lag_samples() >= before + 2, within=5, every=0.01)
+        (monitor,) = lag_monitors() - others
     settled = lag_samples()
-    await asyncio.sleep(0.05)
-    assert lag_samples() == settled  # stopped with the process
+    # stopped with the process: the monitor task ends (cancelled), and records nothing more on its way out
+    await eventually(monitor.done, within=5, every=0.01)
+    assert monitor.cancelled()
+    assert lag_samples() == settled
     server.close()

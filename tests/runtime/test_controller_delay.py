@@ -11,6 +11,7 @@ from gpustack_worker.runtime import ratelimit
 from gpustack_worker.runtime.clock import FakeClock
 from gpustack_worker.runtime.controller import Controller, Result, labels_changed
 from gpustack_worker.runtime.queue import WorkQueue
+from tests.runtime.task_waits import asleep_or_done
 
 if TYPE_CHECKING:
     from gpustack_worker.runtime.informer import Informer
@@ -42,7 +43,7 @@ async def test_delayed_watch_collapses_a_burst_into_one_key_after_the_first_wind
     assert ctl.queue.delayed == 1
     getter = asyncio.ensure_future(ctl.queue.get())
     await clock.advance(3.0 - 50 * 0.02 - 0.01)  # just before the FIRST event's deadline
-    await asyncio.sleep(0.01)
+    await asleep_or_done(getter, clock)
     assert not getter.done()
     await clock.advance(0.02)  # later events did not push the deadline back
     assert await asyncio.wait_for(getter, 1) == "n1"

@@ -13,6 +13,7 @@ from gpustack_worker.runtime import ratelimit
 from gpustack_worker.runtime.clock import FakeClock
 from gpustack_worker.runtime.controller import Controller, Result, labels_changed
 from gpustack_worker.runtime.queue import WorkQueue
+from tests.runtime.task_waits import asleep_or_done
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -95,7 +96,7 @@ async def test_a_released_event_of_a_delayed_watch_waits_the_window_from_its_rel
     assert ctl.queue.delayed == 1
     getter = asyncio.ensure_future(ctl.queue.get())
     await clock.advance(2.9)
-    await asyncio.sleep(0.01)
+    await asleep_or_done(getter, clock)  # it asked at 2.9 s after the release
     assert not getter.done()
     await clock.advance(0.2)
     assert await asyncio.wait_for(getter, 1) == "n1"

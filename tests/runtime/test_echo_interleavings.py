@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from gpustack_worker.runtime.apply import Applier, FieldPath
 from tests.kit.properties import examples
+from tests.kit.waiting import eventually
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -106,9 +107,10 @@ class Sent:
     superseded: int | None = None  # deliveries so far when our next apply of the object was sent
 
 
-async def _settle() -> None:
-    for _ in range(5):
-        await asyncio.sleep(0)
+async def sent_or_returned(task: asyncio.Future[Any], client: ModelClient) -> None:
+    """Wait until the apply has decided: sent (it waits at the client for the server's answer) or returned
+    without sending (a no-op). What happens next depends on which, so it is never judged after a pause."""
+    await eventually(lambda: task.done() or client.pending, within=5.0, every=0)
 
 
 async def run(
@@ -129,7 +131,7 @@ async def run(
                 watch.deliver()
             base = int(watch.store["metadata"]["resourceVersion"])
             task = asyncio.ensure_future(applier.apply(THING, body_of(step.body), watch.store))
-            await _settle()
+            await sent_or_returned(task, client)
             if not client.pending:
                 await task  # a no-op against the cache (or our own write still on its way): nothing sent
                 continue

@@ -14,6 +14,7 @@ from gpustack_worker.runtime.clock import FakeClock
 from gpustack_worker.runtime.events import EventRecorder, micro_time
 from gpustack_worker.runtime.frozen import freeze
 from gpustack_worker.runtime.resources import EVENT, Resource
+from tests.runtime.task_waits import has_run
 
 T0 = datetime(2025, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
@@ -243,21 +244,28 @@ async def test_limits_are_enforced_by_clipping() -> None:
 
 async def test_flush_waits_for_slow_posts() -> None:
     gate = asyncio.Event()
+    arrived = asyncio.Event()
 
     class Slow(EventSink):
         async def create(self, resource: Resource, body: dict[str, Any], namespace: str | None = None) -> Any:
+            arrived.set()
             await gate.wait()
             return await super().create(resource, body, namespace)
 
     sink = Slow()
     rec = recorder(sink, FakeClock(), Wall())
     rec.warning(cq(), reason="R", action="A", note="n")
-    flushed = asyncio.create_task(rec.flush())
-    await asyncio.sleep(0)
+
+    async def flush_then_posted() -> int:
+        await rec.flush()
+        return rec.posted  # as it was the moment flush() returned
+
+    flushed = asyncio.create_task(flush_then_posted())
+    await asyncio.wait_for(arrived.wait(), 5)  # the post is in flight, held at the gate
+    await has_run(flushed)  # and the flush has looked at it
     assert not flushed.done()
     gate.set()
-    await asyncio.wait_for(flushed, 5)
-    assert rec.posted == 1
+    assert await asyncio.wait_for(flushed, 5) == 1
 
 
 def test_an_empty_controller_is_refused() -> None:

@@ -3,7 +3,11 @@ leaders, and SIGTERM releases the Lease.
 
 No hand-over duration is asserted (a loaded machine is slower; the fake-clock tests in test_leader.py pin
 the arithmetic: takeover one lease duration after the standby last saw the record change). The time it
-took is printed for the record."""
+took is printed for the record.
+
+"Never two leaders" is checked over a window closed by what happened in it, not by a number of seconds:
+the leader renewed the Lease and the standby read it after each renewal, :data:`RENEWALS_SEEN` times
+(the API server's audit log has both processes' Lease requests, in order)."""
 
 from __future__ import annotations
 
@@ -19,7 +23,8 @@ from typing import Any
 import pytest
 
 from gpustack_worker.api import kinds, rbac
-from gpustack_worker.cli.controller_cmd import LEASE_NAME
+from gpustack_worker.cli.controller_cmd import LEASE_NAME, USER_AGENT
+from gpustack_worker.devcluster.audit import AuditEvent, AuditLog
 from gpustack_worker.devcluster.procs import free_port
 from gpustack_worker.runtime.client import Client
 from tests.kit.waiting import eventually
@@ -28,6 +33,9 @@ pytestmark = pytest.mark.cluster
 NS = kinds.SYSTEM_NAMESPACE
 #: A generous bound for polling only (a failure here means 'never', not 'slow').
 PATIENCE_S = 180.0
+#: The stable window closes once the standby has read the Lease after this many renewals by the leader:
+#: each read was a chance to take it (a standby that misjudged expiry would).
+RENEWALS_SEEN = 2
 
 
 def start(kubeconfig: str, identity: str, port: int) -> subprocess.Popen[bytes]:
@@ -37,6 +45,27 @@ def start(kubeconfig: str, identity: str, port: int) -> subprocess.Popen[bytes]:
         "--identity", identity, "--settings-configmap", "gpustack-settings-leader-test",
     ]  # fmt: skip
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ))
+
+
+def of(identity: str, event: AuditEvent) -> bool:
+    """Whether the controller process ``identity`` sent ``event`` (its User-Agent names it)."""
+    return event.user_agent.startswith(f"{USER_AGENT}/{identity} ")
+
+
+def lease_requests(audit: AuditLog) -> list[AuditEvent]:
+    """Every request on the election Lease in the audit window, in the order the server logged them."""
+    return [e for e in audit.events() if (e.resource, e.namespace, e.name) == ("leases", NS, LEASE_NAME)]
+
+
+def renewals_seen(requests: list[AuditEvent], leader: str, standby: str) -> int:
+    """Renewals by ``leader`` (a successful update of the Lease) that ``standby`` read afterwards."""
+    seen, unread = 0, False
+    for event in requests:
+        if of(leader, event) and event.verb == "update" and event.code == 200:
+            unread = True
+        elif of(standby, event) and event.verb == "get" and unread:
+            seen, unread = seen + 1, False
+    return seen
 
 
 def leader_gauge(port: int) -> float | None:
@@ -83,12 +112,26 @@ async def test_exactly_one_leader_and_handover_after_kill(devcluster: Any) -> No
     try:
         # 1. exactly one of the two leads, and the Lease names it
         leader = await eventually(the_one_leader, within=PATIENCE_S, every=0.2)
+        audit = AuditLog.from_now(devcluster.audit_log)  # the stable window opens
         lease = await client.get(LEASE, LEASE_NAME, NS)
         assert lease is not None and lease["spec"]["holderIdentity"] == leader
-        for _ in range(15):  # stays stable: the standby does not grab the lease
-            await sample()
-            await asyncio.sleep(0.2)
+        transitions = lease["spec"].get("leaseTransitions")
         standby = next(n for n in ports if n != leader)
+
+        async def stable_window_closed() -> bool:
+            """Stays stable: both gauges sampled at every look, and the standby, reading the Lease, never
+            writes it; the window closes once it has read :data:`RENEWALS_SEEN` renewals."""
+            await sample()
+            requests = lease_requests(audit)
+            taken = [(e.verb, e.code) for e in requests if of(standby, e) and e.is_write]
+            assert not taken, f"the standby wrote the Lease {leader} held: {taken}"
+            return renewals_seen(requests, leader, standby) >= RENEWALS_SEEN
+
+        await eventually(stable_window_closed, within=PATIENCE_S, every=0.2)
+        lease = await client.get(LEASE, LEASE_NAME, NS)
+        assert lease is not None and lease["spec"]["holderIdentity"] == leader
+        assert lease["spec"].get("leaseTransitions") == transitions
+        assert max_simultaneous == 1
 
         # 2. kill -9 the leader; the standby leads once the Lease expired on its own clock
         procs[leader].send_signal(signal.SIGKILL)

@@ -14,6 +14,7 @@ from prometheus_client import REGISTRY
 from gpustack_worker.runtime.clock import FakeClock
 from gpustack_worker.runtime.looplag import MAX_WINDOW_S, LagWindow, LoopLagMonitor
 from tests.kit.properties import examples
+from tests.kit.waiting import eventually
 
 
 def lag_count() -> float:
@@ -29,12 +30,13 @@ async def test_a_late_wake_up_is_recorded_as_its_lateness() -> None:
     monitor = LoopLagMonitor(0.1, clock=clock)
     task = asyncio.ensure_future(monitor.run())
     try:
-        for _ in range(5):
-            await asyncio.sleep(0)
+        await eventually(lambda: clock.sleepers == 1, within=5.0, every=0)  # asleep for its first interval
         before = lag_count()
         await clock.advance(0.1)  # on time
+        await eventually(lambda: lag_count() == before + 1, within=5.0, every=0)  # it woke and recorded
         assert monitor.worst == 0.0
         await clock.advance(2.6)  # the loop was held: the wake-up comes 2.5 s late
+        await eventually(lambda: lag_count() == before + 2, within=5.0, every=0)
         assert monitor.worst == pytest.approx(2.5)
         assert lag_max() == pytest.approx(2.5)
         assert lag_count() == before + 2

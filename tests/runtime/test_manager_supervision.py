@@ -168,10 +168,11 @@ async def test_cache_sync_timeout_reaches_the_caller_as_itself_naming_what_did_n
 
 async def test_a_stop_before_the_caches_sync_returns_0_and_leaves_no_task() -> None:
     manager = Manager(cache_sync_timeout=60)
-    manager.add_informer(informer(syncs=False))
+    never_syncs = StandInInformer(syncs=False)
+    manager.add_informer(cast("Informer", never_syncs))
     stop = asyncio.Event()
     run = asyncio.ensure_future(manager.run(stop))
-    await asyncio.sleep(0.01)
+    await asyncio.wait_for(never_syncs.running.wait(), 5)  # started: the manager waits for its cache
     stop.set()
     assert await asyncio.wait_for(run, 5) == 0
     assert only_this_task_left(), asyncio.all_tasks()

@@ -15,6 +15,8 @@ from gpustack_worker.runtime.clock import FakeClock
 from gpustack_worker.runtime.metrics import QUEUE_BUCKETS
 from gpustack_worker.runtime.queue import WorkQueue
 from tests.kit.properties import examples
+from tests.kit.waiting import eventually
+from tests.runtime.task_waits import asleep_or_done, has_run
 
 
 def make(clock: FakeClock, name: str = "test") -> WorkQueue:
@@ -37,7 +39,7 @@ async def test_key_never_handed_to_two_workers() -> None:
     q.add("a")  # re-added while processing: must not become ready
     assert len(q) == 0
     second = asyncio.ensure_future(q.get())
-    await asyncio.sleep(0.01)
+    await has_run(second)  # the second worker asked and found nothing ready: it waits
     assert not second.done()
     assert first is not None
     q.done(first)
@@ -143,8 +145,9 @@ async def test_add_after_wakes_a_blocked_getter_at_the_deadline() -> None:
     q = make(clock)
     getter = asyncio.ensure_future(q.get())
     q.add_after("a", 5.0)
-    await asyncio.sleep(0)
+    await eventually(lambda: clock.sleepers == 1, within=5.0, every=0)  # blocked until the deadline
     await clock.advance(4.9)
+    await asleep_or_done(getter, clock)
     assert not getter.done()
     await clock.advance(0.2)
     assert await asyncio.wait_for(getter, 1) == "a"
@@ -177,7 +180,7 @@ async def test_shutdown_hands_out_queued_keys_then_none_and_drains() -> None:
     assert await q.get() == "b"
     assert await q.get() is None
     drained = asyncio.ensure_future(q.drain())
-    await asyncio.sleep(0.01)
+    await has_run(drained)
     assert not drained.done()  # "a" and "b" are still in flight
     assert held is not None
     q.done(held)
@@ -188,7 +191,8 @@ async def test_shutdown_hands_out_queued_keys_then_none_and_drains() -> None:
 async def test_shutdown_releases_blocked_getters() -> None:
     q = make(FakeClock())
     getters = [asyncio.ensure_future(q.get()) for _ in range(3)]
-    await asyncio.sleep(0)
+    for getter in getters:
+        await has_run(getter)  # blocked on the empty queue
     q.shutdown()
     assert await asyncio.wait_for(asyncio.gather(*getters), 1) == [None, None, None]
 
@@ -203,7 +207,7 @@ async def test_drain_hands_out_a_key_re_added_while_in_flight_once_more() -> Non
     q.shutdown()
     drained = asyncio.ensure_future(q.drain())
     q.done(held)
-    await asyncio.sleep(0)
+    await has_run(drained)  # it first ran after the done(): it saw the re-added key queued
     assert not drained.done(), "drain returned with the re-added key still queued"
     assert await q.get() == "a"
     q.done("a")
@@ -321,13 +325,25 @@ def test_queue_matches_client_go_through_a_draining_shutdown(ops: list[tuple[str
         q.shutdown()
         model.shutting_down = True
         drained = asyncio.ensure_future(q.drain())
+
+        async def drains_exactly_when_idle() -> None:
+            # A drain asked now decides in its first step on the queue as it is. Anything that woke the
+            # drain waiting since the shutdown happened before this probe was scheduled, so that wake-up
+            # has run by the time the probe has.
+            probe = asyncio.ensure_future(q.drain())
+            await has_run(probe)
+            idle = not model.queue and not model.processing
+            assert probe.done() == idle
+            assert drained.done() == idle
+            probe.cancel()
+
+        await drains_exactly_when_idle()  # keys still in flight: the shutdown alone drains nothing
         while held or model.queue:
             for key in held:
                 q.done(key)
                 model.done(key)
             held = []
-            await asyncio.sleep(0)
-            assert drained.done() == (not model.queue and not model.processing)
+            await drains_exactly_when_idle()
             while model.queue:
                 expected = model.get()
                 assert await q.get() == expected

@@ -54,9 +54,12 @@ class FakeClient:
         self.objects = objects
         self.gate = asyncio.Event()
         self.gate.set()
+        #: Plurals whose LIST was asked for (it waits at the gate while the gate is shut).
+        self.asked: list[str] = []
         self.lists: list[tuple[str, str | None]] = []
 
     async def list(self, resource: Resource, **kwargs: Any) -> tuple[list[dict[str, Any]], str]:
+        self.asked.append(resource.plural)
         await self.gate.wait()
         self.lists.append((resource.plural, kwargs.get("label_selector")))
         return [dict(o, metadata=dict(o["metadata"])) for o in self.objects.get(resource.plural, [])], "10"
@@ -154,7 +157,9 @@ async def test_indexes_are_added_to_the_shared_store_and_a_conflicting_definitio
         assert first.store.index_keys("late", "b") == {"n2"}
 
 
-async def test_an_informer_added_after_start_is_started_and_synced_before_synced_returns() -> None:
+async def test_an_informer_added_after_start_is_started_and_synced_before_synced_returns(
+    eventually: Poll,
+) -> None:
     client = FakeClient({"nodes": [_obj(NODE, "n1")], "clusterqueues": [_obj(CQ, "q1"), _obj(CQ, "q2")]})
     reg = _registry(client)
     nodes = reg.informer(NODE)
@@ -163,16 +168,25 @@ async def test_an_informer_added_after_start_is_started_and_synced_before_synced
         assert nodes.has_synced
         assert reg.started
         client.gate.clear()  # hold the next LIST so "not yet synced" is observable
-        waiter = asyncio.create_task(reg.synced(CQ, field_manager="chain-queues"))
-        await asyncio.sleep(0.05)
+
+        async def synced_cq() -> tuple[Any, bool]:
+            got = await reg.synced(CQ, field_manager="chain-queues")
+            return got, got.has_synced  # as it was the moment synced() returned
+
+        waiter = asyncio.create_task(synced_cq())
+        # synced() creates and starts the late informer in its first step; then its LIST waits at the gate
+        await eventually(lambda: "clusterqueues" in client.asked, within=5.0)
         assert not waiter.done(), "synced() returned before the late informer listed"
         late = reg.informer(CQ)
         assert not late.has_synced
         all_synced = asyncio.create_task(reg.wait_synced())
-        await asyncio.sleep(0.05)
+        # A wait for the informers that had synced, asked after it, returns after the same steps: once it
+        # has, a wait_synced() that left the late informer out would have returned too.
+        await asyncio.wait_for(reg.wait_synced(nodes), 5)
         assert not all_synced.done(), "wait_synced() must include informers added after start"
         client.gate.set()
-        got = await asyncio.wait_for(waiter, 5)
+        got, listed = await asyncio.wait_for(waiter, 5)
+        assert listed, "synced() returned before the late informer listed"
         await asyncio.wait_for(all_synced, 5)
         assert got is late
         assert sorted(got.store.keys()) == ["q1", "q2"]

@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
 from gpustack_worker.api import kinds
+from gpustack_worker.devcluster.audit import AuditLog
 from gpustack_worker.runtime.apply import Applier
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.controller import Controller, Result
@@ -46,20 +47,28 @@ def desired_status(name: str) -> dict[str, Any]:
     }
 
 
-async def settle(controller: Controller, quiet_s: float = 1.0) -> None:
-    """Wait until the queue has been empty and idle for ``quiet_s``."""
-    idle_since: float | None = None
-    loop = asyncio.get_running_loop()
-    async with asyncio.timeout(60):
-        while True:
-            busy = len(controller.queue) or controller.queue.processing or controller.queue.delayed
-            if busy:
-                idle_since = None
-            elif idle_since is None:
-                idle_since = loop.time()
-            elif loop.time() - idle_since >= quiet_s:
-                return
-            await asyncio.sleep(0.05)
+def idle(controller: Controller) -> bool:
+    """Nothing queued, in flight or waiting for a retry: every key handed to the controller was reconciled."""
+    queue = controller.queue
+    return not (len(queue) or queue.processing or queue.delayed)
+
+
+async def server_versions(setup: Client, run: str) -> dict[str, str]:
+    """The run's Nodes' resourceVersions as the server has them."""
+    items, _ = await setup.list(kinds.NODE, label_selector=f"{RUN_LABEL}={run}")
+    return {i["metadata"]["name"]: i["metadata"]["resourceVersion"] for i in items}
+
+
+async def caught_up(
+    setup: Client, informer: Informer, controller: Controller, run: str
+) -> dict[str, str] | None:
+    """The server's resourceVersions of the run's Nodes once the informer holds exactly these and the
+    controller is idle, else None. The informer hands each event to the controller in the step that stores
+    it, so then every change up to the server's state, our own writes' echoes included, was reconciled."""
+    server = await server_versions(setup, run)
+    cached = {name: (informer.store.get(name) or {}).get("metadata", {}) for name in server}
+    in_cache = {name: meta.get("resourceVersion") for name, meta in cached.items()}
+    return server if server == in_cache and idle(controller) else None
 
 
 async def test_converged_controller_issues_zero_writes(devcluster: Any, eventually: Poll) -> None:
@@ -107,21 +116,21 @@ async def test_converged_controller_issues_zero_writes(devcluster: Any, eventual
 
     try:
         await eventually(converged)
-        await settle(controller)
+        rvs = cast("dict[str, str]", await eventually(lambda: caught_up(setup, informer, controller, run)))
+        assert sorted(rvs) == sorted(names)
+        audit = AuditLog.from_now(devcluster.audit_log)  # the window: from convergence to the end
         writes_after_convergence = client.writes
         assert writes_after_convergence >= 2 * len(names)  # labels + status for every node
-        items, _ = await setup.list(kinds.NODE, label_selector=f"{RUN_LABEL}={run}")
-        rvs = {i["metadata"]["name"]: i["metadata"]["resourceVersion"] for i in items}
 
         for _ in range(3):  # full resyncs: every key reconciled again
             before = reconciles
             controller.enqueue_all(informer.store.keys())
-            await settle(controller)
-            assert reconciles >= before + len(names)
+            await eventually(lambda before=before: reconciles >= before + len(names) and idle(controller))
 
         assert client.writes == writes_after_convergence, dict(client.requests_by_method)
-        items, _ = await setup.list(kinds.NODE, label_selector=f"{RUN_LABEL}={run}")
-        assert {i["metadata"]["name"]: i["metadata"]["resourceVersion"] for i in items} == rvs
+        node_writes = [(e.verb, e.resource_path, e.name) for e in audit.writes() if e.resource == "nodes"]
+        assert [w for w in node_writes if w[2] in rvs] == [], "the server saw writes to the converged Nodes"
+        assert await server_versions(setup, run) == rvs
     finally:
         stop.set()
         with contextlib.suppress(Exception):
