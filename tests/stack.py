@@ -65,7 +65,13 @@ def module_cluster(name: str, *, audited: bool = False) -> Iterator[DevCluster]:
     ``AuditLog.from_now``). ``name`` labels the module in the output."""
     del audited  # the session's control plane always keeps the audit log
     print(f"[{name}] the session's control plane, reset to its baseline")
-    yield kit_cluster.shared_baseline()
+    try:
+        yield kit_cluster.shared_baseline()
+    finally:
+        # ... and left at the baseline: the modules on the session's control plane that follow made their
+        # own objects beside nothing of this one (an InstanceType left with its finalizer would hold up a
+        # later test's CRD deletion).
+        kit_cluster.shared_baseline()
 
 
 @dataclass

@@ -28,6 +28,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from tests.kit.waiting import eventually_sync
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping
 
@@ -60,6 +62,7 @@ _FIRST: Final = (
     ("kueue.x-k8s.io", "cohorts"),
 )
 _NAMESPACES: Final = ("", "namespaces")
+_CRDS: Final = ("apiextensions.k8s.io", "customresourcedefinitions")
 #: Metadata the server writes: never compared, never sent back.
 _SERVER_META: Final = (
     "resourceVersion",
@@ -82,6 +85,11 @@ class Resource:
     version: str
     plural: str
     namespaced: bool
+    kind: str
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
 
     @property
     def key(self) -> tuple[str, str]:
@@ -127,7 +135,7 @@ def resources(api: ApiBootstrap) -> list[Resource]:
             verbs = set(r.get("verbs") or ())
             if "/" in r["name"] or not {"list", "delete"} <= verbs or (group, r["name"]) in _CHURN:
                 continue
-            out.append(Resource(group, version, r["name"], bool(r.get("namespaced"))))
+            out.append(Resource(group, version, r["name"], bool(r.get("namespaced")), str(r["kind"])))
     return out
 
 
@@ -209,11 +217,16 @@ def reset(api: ApiBootstrap, baseline: Baseline) -> None:
     for resource in served:
         for obj in list(_objects(api, resource)):
             key = _key(resource, obj)
-            seen.add(key)
             base = baseline.get(key)
             if base is None:
                 _delete(api, resource, obj)
+            elif (obj.get("metadata") or {}).get("deletionTimestamp"):
+                # A baseline object a test deleted that is still going (a CRD waits until its objects are
+                # gone, which this loop deletes; its own finalizer is the API server's cleanup and stays):
+                # made again below, once it is gone.
+                continue
             else:
+                seen.add(key)
                 _restore(api, resource, obj, base)
     # Baseline objects a test deleted come back, namespaces first (what was inside them follows).
     by_key = {r.key: r for r in served}
@@ -221,9 +234,19 @@ def reset(api: ApiBootstrap, baseline: Baseline) -> None:
         resource = by_key.get(key[:2])
         if resource is None:  # its kind is not served any more (a CRD deleted): not the reset's to redo
             continue
-        base = baseline[key]
-        namespace = key[2] if resource.namespaced else None
-        _call(api, "POST", resource.collection(namespace), _content(base)).raise_for_status()
+        _recreate(api, resource, baseline[key])
+
+
+def _recreate(api: ApiBootstrap, resource: Resource, base: Mapping[str, Any]) -> None:
+    """Create ``base`` again once any object of its name still being deleted is gone; a CRD is waited
+    for until the API server serves it (Established), as the cluster's start-up waited."""
+    body = {"apiVersion": resource.api_version, "kind": resource.kind, **_content(base)}
+    eventually_sync(lambda: _call(api, "GET", resource.item(base)).status_code == 404, within=120)
+    if resource.key == _CRDS:
+        api.install_crds([body])
+        return
+    namespace = base["metadata"].get("namespace") if resource.namespaced else None
+    _call(api, "POST", resource.collection(namespace), body).raise_for_status()
 
 
 def leftovers(api: ApiBootstrap, baseline: Baseline) -> list[str]:

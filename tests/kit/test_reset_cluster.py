@@ -4,7 +4,8 @@ A module-sized mess of every kind a module leaves: a scenario's Nodes, Devices a
 queues and flavors (Kueue's finalizers on them) with a LocalQueue in a namespace of the test's; an
 InstanceType and a ModelDeployment held by our finalizer; a webhook that refuses every ConfigMap write
 (so it must go before anything it would refuse); the settings ConfigMap written; a baseline Node
-relabelled and given capacity in its status; a baseline CRD annotated; a baseline ClusterRole deleted.
+relabelled and given capacity in its status; a baseline CRD annotated; a baseline ClusterRole deleted;
+a baseline CRD deleted while an object of it holds a finalizer (it stays Terminating until that goes).
 After :func:`tests.kit.cluster.shared_baseline`, :func:`tests.kit.cluster.leftovers` is empty.
 """
 
@@ -126,6 +127,10 @@ def _make_a_mess(api: ApiBootstrap) -> None:
     crd = f"{crds}/{kinds.DEVICES.plural}.{kinds.DEVICES.group}"
     assert api.merge_patch(crd, {"metadata": {"annotations": {"reset.test/touched": "yes"}}}).is_success
     _ok(api, "DELETE", f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{rbac.AGENT.name}")
+    # A baseline CRD deleted while one of its objects holds a finalizer: it stays, Terminating.
+    instance_types = f"{crds}/{kinds.INSTANCE_TYPE.plural}.{kinds.INSTANCE_TYPE.group}"
+    _ok(api, "DELETE", instance_types)
+    assert _ok(api, "GET", instance_types)["metadata"].get("deletionTimestamp")
 
 
 async def test_a_reset_leaves_nothing_behind() -> None:
