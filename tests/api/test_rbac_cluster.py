@@ -3,8 +3,9 @@
 The agent (``--all-nodes`` and single-node scope) and the controller run as real processes, each
 authenticated with a token of its ServiceAccount (bound to ``manifests/rbac``, generated from
 :mod:`gpustack_worker.api.rbac`), against the simulated ``mixed-4`` scenario (applied with
-``gpustack-worker simulate apply``) plus one more node. The control plane is this module's own, fresh
-one (not the session's): every first-time write (a create) happens here whatever other tests did.
+``gpustack-worker simulate apply``) plus one more node. The control plane is the session's, put back to
+its baseline (tests/kit/reset.py) and with no controller Lease left by another module: every first-time
+write (a create) happens here whatever other tests did. The audit log is read from the test's start.
 The test then drives the paths that write rarely: a rejected settings revision (a Warning Event from
 each process), bad Devices input (a Warning Event about a cluster-scoped object), a deleted Node (its
 NodeFeature is removed).
@@ -21,14 +22,11 @@ import asyncio
 import contextlib
 import datetime
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import urllib.request
 import uuid
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -40,14 +38,18 @@ from gpustack_worker.cli.controller_cmd import LEASE_NAME
 from gpustack_worker.cli.controller_cmd import USER_AGENT as CONTROLLER_UA
 from gpustack_worker.cli.simulate_cmd import USER_AGENT as SIMULATE_UA
 from gpustack_worker.devcluster.audit import AuditEvent, AuditLog
-from gpustack_worker.devcluster.cluster import DevCluster
 from gpustack_worker.devcluster.procs import free_port
 from gpustack_worker.runtime.client import Client, user_agent_of
 from gpustack_worker.simulate.load import packaged_scenario
+from tests.chain.controller_procs import no_leader_lease
+from tests.kit.cluster import shared_baseline
 from tests.kit.waiting import eventually
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Iterable
+    from pathlib import Path
+
+    from gpustack_worker.devcluster.cluster import DevCluster
 
 pytestmark = pytest.mark.cluster
 
@@ -127,31 +129,25 @@ def _fresh_node_scenario(name: str, path: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def devcluster() -> Iterator[DevCluster]:
-    """A fresh, audited control plane for this module alone (shadows the session fixture)."""
-    directory = Path(tempfile.mkdtemp(prefix="gpustack-rbac-"))
-    cluster = DevCluster(
-        directory, log=lambda msg: print(f"[rbac devcluster] {msg}"), audit_log=directory / "audit.log"
-    )
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-        shutil.rmtree(directory, ignore_errors=True)
+def devcluster() -> DevCluster:
+    """The session's control plane, back at its baseline (shadows the session fixture): none of another
+    module's objects, so each object the processes write is written here for the first time."""
+    return shared_baseline()
 
 
 async def test_roles_grant_exactly_what_the_processes_use(
     devcluster: DevCluster, tmp_path: Path
 ) -> None:
     assert devcluster.audit_log is not None
-    audit = AuditLog(devcluster.audit_log)
+    audit = AuditLog.from_now(devcluster.audit_log)
     run = uuid.uuid4().hex[:8]
     fresh = f"rbac-{run}"
     settings_cm = f"rbac-settings-{run}"
     identity = f"rbac-{run}"
     logs = tmp_path / "processes.log"
     admin = await Client.connect(str(devcluster.kubeconfig))
+    # The controller's first election creates the Lease (a verb its role grants and the run must use).
+    await no_leader_lease(admin)
     agent_kc = str(devcluster.service_account_kubeconfig(rbac.AGENT.name))
     controller_kc = str(devcluster.service_account_kubeconfig(rbac.CONTROLLER.name))
     start = datetime.datetime.now(datetime.UTC)

@@ -6,7 +6,10 @@ two processes are two users in the API server's audit log as well as two User-Ag
 (``gpustack-worker-controller/<identity>``). ``ControllerProcs`` starts the real command as subprocesses
 with short Lease timings (the start-up-only ``GPUSTACK_LEADER_*`` settings) and kills them with SIGKILL
 (no Lease release, no last write). ``writer_spans`` reads, from the audit log, when each identity wrote —
-the instants a fault test compares to prove there was never a second writer.
+the instants a fault test compares to prove there was never a second writer. ``audited_cluster`` is an
+audited control plane of a module's own (:func:`tests.kit.cluster.own`, with the reason it cannot share
+the session's); ``no_leader_lease`` clears the controller Lease another module's processes left on the
+session's control plane.
 """
 
 from __future__ import annotations
@@ -26,16 +29,17 @@ import httpx
 
 from gpustack_worker.api import kinds, rbac
 from gpustack_worker.cli.controller_cmd import LEASE_NAME, USER_AGENT
-from gpustack_worker.devcluster.cluster import DevCluster
 from gpustack_worker.devcluster.procs import free_port
 from gpustack_worker.runtime.client import Client, Conflict
 from gpustack_worker.runtime.resources import Resource
+from tests.kit.cluster import own
 
 if TYPE_CHECKING:
     import datetime
     from collections.abc import Iterator
 
     from gpustack_worker.devcluster.audit import AuditEvent, AuditLog
+    from gpustack_worker.devcluster.cluster import DevCluster
 
 __all__ = (
     "LEASE_ENV",
@@ -45,6 +49,7 @@ __all__ = (
     "controller_account",
     "lease_acquired",
     "lease_holder",
+    "no_leader_lease",
     "writer_spans",
 )
 
@@ -63,19 +68,35 @@ _ROLE_BINDING: Final = Resource(
 )
 
 
+#: The reason of a caller that names none: its audit log read from the start holds its own requests only.
+_WHOLE_LOG: Final = "an audit log of its own, read from its start: every request in it is the module's"
+
+
 @contextlib.contextmanager
-def audited_cluster(name: str) -> Iterator[DevCluster]:
-    """A fresh control plane for one module, with the API server's audit log (``<dir>/audit.log``)."""
-    directory = Path(tempfile.mkdtemp(prefix=f"gpustack-{name}-"))
-    cluster = DevCluster(
-        directory, log=lambda msg: print(f"[{name} devcluster] {msg}"), audit_log=directory / "audit.log"
-    )
-    cluster.start()
+def audited_cluster(
+    name: str, *, why: str = _WHOLE_LOG, request_bodies: tuple[str, ...] = ()
+) -> Iterator[DevCluster]:
+    """A control plane of the module's own (:func:`tests.kit.cluster.own`; ``why`` says what the session's
+    does not give), with the API server's audit log — and the request bodies of the writes to
+    ``request_bodies``' API groups in it. The log lives in a directory of its own, removed afterwards
+    (``own`` makes the control plane's directory itself)."""
+    logs = Path(tempfile.mkdtemp(prefix=f"gpustack-{name}-audit-"))
     try:
-        yield cluster
+        with own(
+            name, why=why, audit_log=logs / "audit.log", audit_request_bodies=request_bodies
+        ) as cluster:
+            yield cluster
     finally:
-        cluster.stop()
-        shutil.rmtree(directory, ignore_errors=True)
+        shutil.rmtree(logs, ignore_errors=True)
+
+
+async def no_leader_lease(admin: Client) -> None:
+    """Delete the controller Lease, if another module's controller left one on the session's control
+    plane (a reset leaves Leases alone: the scheduler's and Kueue's churn). This module's controllers then
+    elect among themselves at once — instead of waiting out a dead holder's Lease — and the first of them
+    creates the Lease, as on a control plane no controller ever ran on. Call it while none of this
+    module's controllers runs."""
+    await admin.delete(kinds.LEASE, LEASE_NAME, kinds.SYSTEM_NAMESPACE)
 
 
 async def controller_account(cluster: DevCluster, admin: Client, suffix: str) -> tuple[Path, str]:

@@ -27,6 +27,11 @@ final state when the fault was injected (:func:`fault_kit.at_rest`) got an accep
 (:func:`fault_kit.rewritten`; a rejected request is not a write). The per-object write counts against the
 undisturbed run's (:func:`fault_kit.doubled_writes`) are printed, not asserted (the kit says why). No
 duration is asserted.
+
+The control plane is the session's, put back to its baseline (tests/kit/reset.py): the pools hold
+exactly the scenario's Nodes and the chain starts from nothing. The fault is two objects, deleted again
+when the test ends (and by the next reset) so that no later module's controller meets it; the audit log
+is read from the test's start.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from gpustack_worker.devcluster.audit import AuditLog
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.resources import Resource
 from tests.chain import fault_kit
-from tests.chain.controller_procs import audited_cluster
+from tests.kit.cluster import shared_baseline
 from tests.stack import condition, eventually
 
 if TYPE_CHECKING:
@@ -122,29 +127,34 @@ def rejections(audit: AuditLog) -> list[AuditEvent]:
 
 async def test_the_chain_converges_through_429s_to_the_undisturbed_objects_writing_nothing_twice() -> None:
     undisturbed = await fault_kit.baseline()
-    with audited_cluster("faults-apf") as cluster:
-        assert cluster.audit_log is not None
-        audit = AuditLog(cluster.audit_log)
-        admin = await Client.connect(str(cluster.kubeconfig), user_agent="faults-apf")
-        rejected_before = fault_kit.metric(**REJECTED)
+    cluster = shared_baseline()
+    assert cluster.audit_log is not None
+    audit = AuditLog.from_now(cluster.audit_log)
+    admin = await Client.connect(str(cluster.kubeconfig), user_agent="faults-apf")
+    rejected_before = fault_kit.metric(**REJECTED)
+    try:
+        async with fault_kit.running_chain(cluster) as stack:
+            done = fault_kit.at_rest(await fault_kit.snapshot(admin), undisturbed.objects)
+            since = datetime.datetime.now(datetime.UTC)
+            # injected as the controllers start: their informers list and watch, their workers write
+            await admin.create(PRIORITY_LEVEL, priority_level())
+            await admin.create(FLOW_SCHEMA, flow_schema())
+            await eventually(lambda: in_force(admin), within=fault_kit.CONVERGE_S)
+            in_force_at_writes = stack.controller_client.writes
+            final = await fault_kit.converged(stack, undisturbed.objects)
+            rejected = fault_kit.metric(**REJECTED) - rejected_before
+            total_writes = stack.controller_client.writes
+    finally:
         try:
-            async with fault_kit.running_chain(cluster) as stack:
-                done = fault_kit.at_rest(await fault_kit.snapshot(admin), undisturbed.objects)
-                since = datetime.datetime.now(datetime.UTC)
-                # injected as the controllers start: their informers list and watch, their workers write
-                await admin.create(PRIORITY_LEVEL, priority_level())
-                await admin.create(FLOW_SCHEMA, flow_schema())
-                await eventually(lambda: in_force(admin), within=fault_kit.CONVERGE_S)
-                in_force_at_writes = stack.controller_client.writes
-                final = await fault_kit.converged(stack, undisturbed.objects)
-                rejected = fault_kit.metric(**REJECTED) - rejected_before
-                total_writes = stack.controller_client.writes
+            # The fault ends with the test: the controller's ServiceAccount is the session's too.
+            await admin.delete(FLOW_SCHEMA, NAME)
+            await admin.delete(PRIORITY_LEVEL, NAME)
         finally:
             await admin.close()
-        users = (fault_kit.CONTROLLER_USER, fault_kit.AGENT_USER)
-        writes = fault_kit.accepted_writes(audit, users)
-        again = fault_kit.rewritten(audit, users, since, done)
-        refused = rejections(audit)
+    users = (fault_kit.CONTROLLER_USER, fault_kit.AGENT_USER)
+    writes = fault_kit.accepted_writes(audit, users)
+    again = fault_kit.rewritten(audit, users, since, done)
+    refused = rejections(audit)
 
     print(
         f"[faults-apf] fault in force after {in_force_at_writes} of {total_writes} controller writes;"

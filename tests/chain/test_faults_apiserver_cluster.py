@@ -45,8 +45,11 @@ NOTICED = frozenset({"watch stream broke", "list/watch failed, backing off", "wa
 
 @pytest.fixture(scope="module")
 def devcluster() -> Iterator[DevCluster]:
-    """A control plane for this module alone (the pools must hold exactly the scenario's Nodes)."""
-    with audited_cluster("faults-apiserver") as cluster:
+    """A control plane of this module's own: the test stops and restarts its kube-apiserver. The pools
+    hold exactly the scenario's Nodes there, and its audit log, read from the start, holds this module's
+    requests only."""
+    why = "kills and restarts kube-apiserver while the chain converges"
+    with audited_cluster("faults-apiserver", why=why) as cluster:
         yield cluster
 
 

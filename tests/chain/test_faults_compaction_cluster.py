@@ -60,8 +60,11 @@ OPTIONS = InformerOptions(
 
 @pytest.fixture(scope="module")
 def devcluster() -> Iterator[DevCluster]:
-    """A control plane for this module alone (the pools must hold exactly the scenario's Nodes)."""
-    with audited_cluster("faults-compaction") as cluster:
+    """A control plane of this module's own: the test compacts its etcd, which every watch and paged LIST
+    open on it meets (410 Gone). The pools hold exactly the scenario's Nodes there, and its audit log, read
+    from the start, holds this module's requests only."""
+    why = "compacts etcd: every watch and paged LIST open on the control plane is answered 410 Gone"
+    with audited_cluster("faults-compaction", why=why) as cluster:
         yield cluster
 
 

@@ -19,6 +19,10 @@ watches, one per informer: the server gets each request, the client never a stat
 above, the same objects and nothing at rest written again; and each held watch was logged ``watch never
 opened, relisting`` and ended in a relist (reason ``error``), every informer watching and healthy again.
 No duration is asserted.
+
+Each case runs on the session's control plane put back to its baseline (tests/kit/reset.py): the pools
+hold exactly the scenario's Nodes and the chain starts from nothing, so the fault meets it converging.
+The fault is the proxy's, in front of the API server: the control plane itself is never touched.
 """
 
 from __future__ import annotations
@@ -33,12 +37,12 @@ from gpustack_worker.api import rbac
 from gpustack_worker.devcluster.audit import AuditLog
 from gpustack_worker.runtime.informer import InformerOptions
 from tests.chain import fault_kit as fk
-from tests.chain.controller_procs import audited_cluster
 from tests.chain.stall_proxy import StallProxy, TlsTermination, proxied_kubeconfig
+from tests.kit.cluster import shared_baseline
 from tests.stack import eventually
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterator
+    from collections.abc import Awaitable, Callable
 
     from gpustack_worker.devcluster.cluster import DevCluster
     from gpustack_worker.runtime.informer import Informer
@@ -58,11 +62,10 @@ SHORT_WATCHES = InformerOptions(
 
 
 @pytest.fixture
-def devcluster() -> Iterator[DevCluster]:
-    """A control plane for each case (the pools must hold exactly the scenario's Nodes, and the fault
-    must meet a chain that is still converging)."""
-    with audited_cluster("faults-stalled-watch") as cluster:
-        yield cluster
+def devcluster() -> DevCluster:
+    """The session's control plane, back at its baseline for each case (the pools must hold exactly the
+    scenario's Nodes, and the fault must meet a chain that is still converging)."""
+    return shared_baseline()
 
 
 def _converging(stack: Stack, final: fk.Snapshot) -> Callable[[], Awaitable[fk.Snapshot | None]]:
@@ -81,7 +84,7 @@ def _converging(stack: Stack, final: fk.Snapshot) -> Callable[[], Awaitable[fk.S
 async def test_stalled_watch_streams_are_noticed_and_replaced(devcluster: DevCluster) -> None:
     undisturbed = await fk.baseline()
     assert devcluster.audit_log is not None
-    audit = AuditLog(devcluster.audit_log)
+    audit = AuditLog.from_now(devcluster.audit_log)
     proxy = await StallProxy(devcluster.server.removeprefix("https://")).start()
     direct = devcluster.service_account_kubeconfig(rbac.CONTROLLER.name)
     kubeconfig = proxied_kubeconfig(direct, direct.with_name("controller-via-proxy.kubeconfig"), proxy)
@@ -127,7 +130,7 @@ async def test_a_watch_that_never_opens_is_a_failure_and_is_retried(devcluster: 
     undisturbed = await fk.baseline()
     assert devcluster.audit_log is not None
     assert devcluster.pki is not None
-    audit = AuditLog(devcluster.audit_log)
+    audit = AuditLog.from_now(devcluster.audit_log)
     pki = devcluster.pki
     tls = TlsTermination(pki.serving_cert, pki.serving_key, pki.ca_cert)
     proxy = await StallProxy(devcluster.server.removeprefix("https://"), tls=tls).start()

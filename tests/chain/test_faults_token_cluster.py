@@ -28,6 +28,10 @@ went up (what the process reports); the chain converges to the undisturbed run's
 (:func:`fault_kit.baseline`; no write lost); no object that was at its final state when the token was
 rotated got an accepted write afterwards, except the deleted LocalQueue, which got exactly one (no write
 doubled). No duration is asserted.
+
+The control plane is the session's, put back to its baseline (tests/kit/reset.py): the pools hold
+exactly the scenario's Nodes and the chain starts from nothing. The fault is a token's, not the control
+plane's; the audit log is read from the test's start.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from gpustack_worker.api import kinds, rbac
 from gpustack_worker.devcluster.audit import AuditLog
 from gpustack_worker.runtime.client import Client
 from tests.chain import fault_kit
-from tests.chain.controller_procs import audited_cluster
+from tests.kit.cluster import shared_baseline
 from tests.stack import eventually
 
 if TYPE_CHECKING:
@@ -118,46 +122,46 @@ async def test_the_controller_reauthenticates_with_the_rotated_token_and_the_cha
     undisturbed = await fault_kit.baseline()
     queue_key = sorted(k for k in undisturbed.objects if k.startswith("LocalQueue/"))[0]
     _, queue_ns, queue_name = queue_key.split("/")
-    with audited_cluster("faults-token") as cluster:
-        assert cluster.audit_log is not None
-        audit = AuditLog(cluster.audit_log)
-        admin = await Client.connect(str(cluster.kubeconfig), user_agent="faults-token")
-        template = cluster.service_account_kubeconfig(rbac.CONTROLLER.name)
-        kubeconfig = tmp_path / "controller.kubeconfig"
-        old = await bound_token(cluster, admin, "controller-token-1")
-        write_token(template, kubeconfig, old)
-        unauthorized_before = fault_kit.metric(**UNAUTHORIZED)
-        reloads_before = fault_kit.metric("gpustack_client_reauthentications_total")
-        try:
-            async with fault_kit.running_chain(cluster, controller_kubeconfig=kubeconfig) as stack:
-                ctl = stack.controller_client
+    cluster = shared_baseline()
+    assert cluster.audit_log is not None
+    audit = AuditLog.from_now(cluster.audit_log)
+    admin = await Client.connect(str(cluster.kubeconfig), user_agent="faults-token")
+    template = cluster.service_account_kubeconfig(rbac.CONTROLLER.name)
+    kubeconfig = tmp_path / "controller.kubeconfig"
+    old = await bound_token(cluster, admin, "controller-token-1")
+    write_token(template, kubeconfig, old)
+    unauthorized_before = fault_kit.metric(**UNAUTHORIZED)
+    reloads_before = fault_kit.metric("gpustack_client_reauthentications_total")
+    try:
+        async with fault_kit.running_chain(cluster, controller_kubeconfig=kubeconfig) as stack:
+            ctl = stack.controller_client
 
-                async def writing() -> bool:
-                    return ctl.writes > 0
+            async def writing() -> bool:
+                return ctl.writes > 0
 
-                await eventually(writing, within=fault_kit.CONVERGE_S, every=0.05)
-                done = fault_kit.at_rest(await fault_kit.snapshot(admin), undisturbed.objects)
-                since = datetime.datetime.now(datetime.UTC)
-                rotated_at_writes = ctl.writes
-                # 1. the kubelet's part: the fresh token is in the file before the old one expires
-                write_token(template, kubeconfig, await bound_token(cluster, admin, "controller-token-2"))
-                # 2. the old token expires
-                await admin.delete(kinds.SECRET, "controller-token-1", namespace=NS)
-                await eventually(lambda: refused(cluster, old), within=fault_kit.CONVERGE_S)
-                # 3. a request of the controller's after that, certainly
-                deleted_at = datetime.datetime.now(datetime.UTC)
-                await admin.delete(kinds.LOCAL_QUEUE, queue_name, namespace=queue_ns)
-                final = await fault_kit.converged(stack, undisturbed.objects)
-                reauthentications = ctl.reauthentications
-                reloads = fault_kit.metric("gpustack_client_reauthentications_total") - reloads_before
-                unauthorized = fault_kit.metric(**UNAUTHORIZED) - unauthorized_before
-                total_writes = ctl.writes
-        finally:
-            await admin.close()
-        users = (fault_kit.CONTROLLER_USER, fault_kit.AGENT_USER)
-        again = fault_kit.rewritten(audit, users, since, done - {queue_key})
-        queue_writes = fault_kit.rewritten(audit, (fault_kit.CONTROLLER_USER,), deleted_at, {queue_key})
-        writes = fault_kit.accepted_writes(audit, users)
+            await eventually(writing, within=fault_kit.CONVERGE_S, every=0.05)
+            done = fault_kit.at_rest(await fault_kit.snapshot(admin), undisturbed.objects)
+            since = datetime.datetime.now(datetime.UTC)
+            rotated_at_writes = ctl.writes
+            # 1. the kubelet's part: the fresh token is in the file before the old one expires
+            write_token(template, kubeconfig, await bound_token(cluster, admin, "controller-token-2"))
+            # 2. the old token expires
+            await admin.delete(kinds.SECRET, "controller-token-1", namespace=NS)
+            await eventually(lambda: refused(cluster, old), within=fault_kit.CONVERGE_S)
+            # 3. a request of the controller's after that, certainly
+            deleted_at = datetime.datetime.now(datetime.UTC)
+            await admin.delete(kinds.LOCAL_QUEUE, queue_name, namespace=queue_ns)
+            final = await fault_kit.converged(stack, undisturbed.objects)
+            reauthentications = ctl.reauthentications
+            reloads = fault_kit.metric("gpustack_client_reauthentications_total") - reloads_before
+            unauthorized = fault_kit.metric(**UNAUTHORIZED) - unauthorized_before
+            total_writes = ctl.writes
+    finally:
+        await admin.close()
+    users = (fault_kit.CONTROLLER_USER, fault_kit.AGENT_USER)
+    again = fault_kit.rewritten(audit, users, since, done - {queue_key})
+    queue_writes = fault_kit.rewritten(audit, (fault_kit.CONTROLLER_USER,), deleted_at, {queue_key})
+    writes = fault_kit.accepted_writes(audit, users)
 
     print(
         f"[faults-token] rotated after {rotated_at_writes} of {total_writes} controller writes;"

@@ -22,18 +22,15 @@ up with the queue's last generation).
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.devcluster.audit import AuditLog
-from gpustack_worker.devcluster.cluster import DevCluster
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import parse_text
+from tests.chain.controller_procs import audited_cluster
 from tests.chain.test_queue_edges_cluster import (
     EXTRA,
     EXTRA_NODE,
@@ -57,6 +54,7 @@ from tests.topology.cluster_helpers import workload
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
 
+    from gpustack_worker.devcluster.cluster import DevCluster
     from gpustack_worker.runtime.client import Client
 
 pytestmark = pytest.mark.cluster
@@ -70,21 +68,13 @@ assert BLOCKED != EXTRA and BLOCKED.endswith(P)
 
 @pytest.fixture(scope="module")
 def devcluster() -> Iterator[DevCluster]:
-    """A control plane of this module's own (the T4 pool holds exactly the scenario's nodes), audited with
-    the bodies of Kueue-group writes: every write to the queue can be read back."""
-    directory = Path(tempfile.mkdtemp(prefix="gpustack-leaving-node-"))
-    cluster = DevCluster(
-        directory,
-        audit_log=directory / "audit.log",
-        audit_request_bodies=(kinds.CLUSTER_QUEUE.group,),
-        log=lambda msg: print(f"[leaving-node devcluster] {msg}"),
-    )
-    cluster.start()
-    try:
+    """A control plane of this module's own: its audit log holds the request bodies of Kueue-group writes
+    (the session's records none), so every write to the queue can be read back for its stop policy. Read
+    from its start, the log holds this module's writes only (and the T4 pool exactly the scenario's
+    nodes)."""
+    why = "request bodies of Kueue-group writes in the audit log: every write to the T4 queue is read back"
+    with audited_cluster("leaving-node", why=why, request_bodies=(kinds.CLUSTER_QUEUE.group,)) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,10 @@ owner label. Then the controllers stop and the real CLI runs in a subprocess:
    projected from our NodeFeatures), the admin's label, the co-owned label, ClusterQueue and look-alike
    flavor survive, and no InstanceType hangs on our finalizer.
 
-Nothing is timed.
+The control plane is the session's, put back to its baseline first (tests/kit/reset.py): cleanup acts
+on every object of ours in the cluster and the test checks that none is left, so no other module's may
+be there; and none of the baseline's carries our evidence, so cleanup removes only what this module made.
+The audit log is read from the test's start. Nothing is timed.
 """
 
 from __future__ import annotations
@@ -26,10 +29,7 @@ import asyncio
 import datetime
 import functools
 import json
-import shutil
 import sys
-import tempfile
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -39,15 +39,16 @@ from gpustack_worker.api import keys, kinds
 from gpustack_worker.cli import cleaning
 from gpustack_worker.cli.cleanup_cmd import REFUSED, USER_AGENT
 from gpustack_worker.devcluster.audit import AuditLog
-from gpustack_worker.devcluster.cluster import DevCluster
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.prune import OWNER_LABEL, owner_of
 from tests import stack as support
+from tests.chain.controller_procs import no_leader_lease
+from tests.kit.cluster import shared_baseline
 from tests.stack import condition, running_stack
 from tests.topology.cluster_helpers import release_as_owner, workload
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from gpustack_worker.devcluster.cluster import DevCluster
 
 pytestmark = pytest.mark.cluster
 
@@ -64,18 +65,10 @@ eventually = functools.partial(support.eventually, within=180.0)
 
 
 @pytest.fixture(scope="module")
-def devcluster() -> Iterator[DevCluster]:
-    """A control plane of this module's own (cleanup removes every operator object in it), audited."""
-    directory = Path(tempfile.mkdtemp(prefix="gpustack-cleanup-"))
-    cluster = DevCluster(
-        directory, log=lambda msg: print(f"[cleanup devcluster] {msg}"), audit_log=directory / "audit.log"
-    )
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-        shutil.rmtree(directory, ignore_errors=True)
+def devcluster() -> DevCluster:
+    """The session's control plane, back at its baseline (shadows the session fixture): cleanup removes
+    every operator object in it, and the test checks that none is left."""
+    return shared_baseline()
 
 
 async def _cli(kubeconfig: str, *args: str) -> tuple[int, str, str]:
@@ -197,6 +190,8 @@ async def _ours_left(admin: Client) -> list[str]:
 
 async def test_cleanup_dry_run_then_cleanup(devcluster: DevCluster) -> None:
     kubeconfig = str(devcluster.kubeconfig)
+    assert devcluster.audit_log is not None
+    audit = AuditLog.from_now(devcluster.audit_log)
     async with running_stack(devcluster, "chain-4", namespaces=(TEAM,)) as stack:
         admin = stack.admin
         await eventually(lambda: _converged(admin))
@@ -210,10 +205,10 @@ async def test_cleanup_dry_run_then_cleanup(devcluster: DevCluster) -> None:
         await eventually(reserving)
     # the agent and the controllers have stopped: nothing re-creates what cleanup deletes
     admin = await Client.connect(kubeconfig)
-    audit = AuditLog(devcluster.audit_log) if devcluster.audit_log else None
-    assert audit is not None
     try:
-        # 1. a controller holding the Lease: refused, nothing written
+        # 1. a controller holding the Lease: refused, nothing written (the Lease this test makes, not
+        # one another module's controller left)
+        await no_leader_lease(admin)
         await admin.create(
             kinds.LEASE,
             _lease("controller-0_1"),

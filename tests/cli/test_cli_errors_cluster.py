@@ -4,7 +4,10 @@ a rejected token (401), a ServiceAccount without RBAC (403), an API the server d
 installed), an untrusted certificate. ``--context`` picks the kubeconfig context, the version is in the
 User-Agent the audit log records, and output cut by a closed pipe ends quietly.
 
-Each command runs as a subprocess, as a user runs it (the central handler is ``main``'s)."""
+Each command runs as a subprocess, as a user runs it (the central handler is ``main``'s). The control
+plane is the session's, put back to its baseline: deleting the InstanceType CRD waits for every
+InstanceType to go, and one another module's controllers left holds our finalizer with no controller
+left to release it."""
 
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from gpustack_worker.devcluster.cluster import NFD_MASTER_NODE
 from gpustack_worker.devcluster.procs import free_port
 from gpustack_worker.runtime.client import api_of
 from gpustack_worker.runtime.version import VERSION
+from tests.kit.cluster import shared_baseline
 from tests.kit.waiting import eventually_sync
 
 if TYPE_CHECKING:
@@ -31,6 +35,14 @@ if TYPE_CHECKING:
     from gpustack_worker.devcluster.cluster import DevCluster
 
 pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def devcluster() -> DevCluster:
+    """The session's control plane, back at its baseline (shadows the session fixture): no InstanceType
+    of another module's holds up the deletion of the InstanceType CRD."""
+    return shared_baseline()
+
 
 PREFIX = "gpustack-worker: error: "
 #: The two read-only commands, with arguments that name something that exists in the dev cluster.
@@ -140,14 +152,15 @@ def test_a_rejected_token_is_401_for_every_command(devcluster: DevCluster, tmp_p
 def test_a_service_account_without_rbac_is_403_and_the_audit_log_has_the_version(
     devcluster: DevCluster,
 ) -> None:
+    assert devcluster.audit_log is not None
+    audit = AuditLog.from_now(devcluster.audit_log)
     kubeconfig = str(devcluster.service_account_kubeconfig("cli-errors-nobody"))
     user = "system:serviceaccount:gpustack-system:cli-errors-nobody"
     for command in COMMANDS:
         line = _one_error_line(_cli(*command, "--kubeconfig", kubeconfig))
         assert line.startswith(f"{devcluster.server}: Forbidden (403): "), line
         assert f'User "{user}" cannot' in line
-    assert devcluster.audit_log is not None
-    agents = {e.user_agent for e in AuditLog(devcluster.audit_log).events(username=user)}
+    agents = {e.user_agent for e in audit.events(username=user)}
     assert f"gpustack-worker-catalog gpustack-worker/{VERSION}" in agents
     assert f"gpustack-worker-explain gpustack-worker/{VERSION}" in agents
 

@@ -151,6 +151,8 @@ async def test_plan_from_cluster_creates_then_nothing_then_the_admins_edit_read_
     nodes = [n.name for n in packaged_scenario(SCENARIO).nodes]
     with module_cluster("plan-from-cluster", audited=True) as cluster:
         assert cluster.audit_log is not None
+        # The plan's ServiceAccount's requests, from before the first of them.
+        audit = AuditLog.from_now(cluster.audit_log)
         await _prepare(str(cluster.kubeconfig), case)
         admin = await Client.connect(str(cluster.kubeconfig))
         try:
@@ -236,7 +238,6 @@ async def test_plan_from_cluster_creates_then_nothing_then_the_admins_edit_read_
         assert "nominalQuota" in text
 
         # (d) the plan's ServiceAccount read, and never wrote.
-        audit = AuditLog(cluster.audit_log)
         events = audit.events(username=READER_USER)
         assert events, "the audit log has no request of the plan's ServiceAccount"
         assert {e.verb for e in events} <= {"get", "list"}, sorted({e.verb for e in events})

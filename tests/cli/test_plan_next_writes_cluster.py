@@ -24,10 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import shutil
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -38,12 +35,11 @@ from gpustack_worker.api import keys, kinds, rbac
 from gpustack_worker.cli.controller_cmd import USER_AGENT
 from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.devcluster.audit import AuditEvent, AuditLog
-from gpustack_worker.devcluster.cluster import DevCluster
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.prune import OWNER_LABEL
 from gpustack_worker.runtime.settings import SettingsSource
 from gpustack_worker.simulate.apply import apply_scenario
-from tests.chain.controller_procs import ControllerProcs
+from tests.chain.controller_procs import ControllerProcs, audited_cluster
 from tests.cli.test_plan_from_cluster_cluster import _plan
 from tests.topology.cluster_helpers import condition, eventually, workload
 from tests.topology.test_migration_cluster import (
@@ -61,6 +57,8 @@ from tests.topology.test_migration_cluster import (
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
+
+    from gpustack_worker.devcluster.cluster import DevCluster
 
 pytestmark = pytest.mark.cluster
 
@@ -88,21 +86,13 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def devcluster() -> Iterator[DevCluster]:
-    """A control plane for this module alone (the pool must hold exactly the scenario's Nodes), audited
-    with the request bodies of the writes to Kueue's and our API groups."""
-    directory = Path(tempfile.mkdtemp(prefix="gpustack-next-writes-"))
-    cluster = DevCluster(
-        directory,
-        log=lambda msg: print(f"[next-writes devcluster] {msg}"),
-        audit_log=directory / "audit.log",
-        audit_request_bodies=(kinds.CLUSTER_QUEUE.group, kinds.INSTANCE_TYPE.group),
-    )
-    cluster.start()
-    try:
+    """A control plane of this module's own: its audit log holds the request bodies of the writes to
+    Kueue's and our API groups (the session's records none), which are compared with the plan's. The pool
+    holds exactly the scenario's Nodes there; the writes are read from each process's start (``since``)."""
+    why = "request bodies of Kueue- and worker-group writes in the audit log: compared with the plan's"
+    bodies = (kinds.CLUSTER_QUEUE.group, kinds.INSTANCE_TYPE.group)
+    with audited_cluster("next-writes", why=why, request_bodies=bodies) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

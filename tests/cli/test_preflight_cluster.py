@@ -3,12 +3,13 @@
 - A bare API server (a control plane of this module's own: no Kueue, no nfd-master, no scheduler, and
   Kueue's, NFD's and our CRDs and our ClusterRoleBindings deleted): the table names every missing piece,
   exit 1; ``controller`` and ``agent`` refuse to start with one line per missing API, no traceback.
-- The dev cluster (the session's): with a scenario applied (NodeFeatures nfd-master projects, Devices) and
-  our webhook served and registered, every check is ``ok``, exit 0 — Kueue's configuration read from the
-  file the dev cluster starts Kueue with, then from a ConfigMap as Kueue's Helm chart keeps it; a team's
-  configuration there fails the check until ``kueue-config --merge`` is applied to it; a team
-  ClusterQueue counting ``nvidia.com/gpu`` fails with the credits quota that keeps its limit, and passes
-  once that quota is added.
+- The dev cluster (the session's, put back to its baseline: every check reads every Node, NodeFeature and
+  queue, so no other module's objects may be there): with a scenario applied (NodeFeatures nfd-master
+  projects, Devices) and our webhook served and registered, every check is ``ok``, exit 0 — Kueue's
+  configuration read from the file the dev cluster starts Kueue with, then from a ConfigMap as Kueue's
+  Helm chart keeps it; a team's configuration there fails the check until ``kueue-config --merge`` is
+  applied to it; a team ClusterQueue counting ``nvidia.com/gpu`` fails with the credits quota that keeps
+  its limit, and passes once that quota is added.
 
 Before the chart's install (``installs with the chart``): ``test_preflight_stage_cluster.py``.
 """
@@ -21,9 +22,7 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import uuid
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -34,17 +33,20 @@ from gpustack_worker.cli import preflighting
 from gpustack_worker.cli.preflight_cmd import startup_problems
 from gpustack_worker.cli.webhook_serving import webhook_server
 from gpustack_worker.devcluster import worker_webhooks
-from gpustack_worker.devcluster.cluster import DevCluster
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.resources import Resource
 from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario
+from tests.kit.cluster import own, shared_baseline
 from tests.kit.waiting import eventually_sync
 from tests.stack import eventually
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
+    from pathlib import Path
+
+    from gpustack_worker.devcluster.cluster import DevCluster
 
 pytestmark = pytest.mark.cluster
 
@@ -83,16 +85,16 @@ def _preflight(kubeconfig: Path, *extra: str) -> tuple[int, dict[str, dict[str, 
 
 @pytest.fixture(scope="module")
 def bare() -> Iterator[DevCluster]:
-    """etcd + kube-apiserver only, with every CRD and our ClusterRoleBindings deleted again."""
-    directory = Path(tempfile.mkdtemp(prefix="gpustack-preflight-bare-"))
-    cluster = DevCluster(
-        directory,
-        with_kueue=False,
-        with_nfd=False,
-        with_scheduler=False,
-        log=lambda msg: print(f"[bare devcluster] {msg}"),
-    )
-    cluster.start()
+    """etcd + kube-apiserver only, with every CRD and our ClusterRoleBindings deleted again: a control
+    plane of the module's own (the session's serves all of them, and its components need them)."""
+    why = "a bare API server: no Kueue, nfd-master or scheduler; every CRD and our ClusterRoleBindings gone"
+    with own("preflight-bare", why=why, with_kueue=False, with_nfd=False, with_scheduler=False) as cluster:
+        yield from _stripped(cluster)
+
+
+def _stripped(cluster: DevCluster) -> Iterator[DevCluster]:
+    """``cluster`` with every CRD and our ClusterRoleBindings deleted, once the API server stopped serving
+    the deleted groups."""
     api = cluster.bootstrap()
     try:
         crds = api.request("GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions").json()["items"]
@@ -119,8 +121,6 @@ def bare() -> Iterator[DevCluster]:
         yield cluster
     finally:
         api.close()
-        cluster.stop()
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 def test_preflight_on_a_bare_api_server_names_every_missing_piece(bare: DevCluster) -> None:
@@ -181,6 +181,13 @@ def test_a_process_refuses_to_start_on_a_bare_api_server(
 
 
 # --- the dev cluster ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def devcluster() -> DevCluster:
+    """The session's control plane, back at its baseline (shadows the session fixture): preflight judges
+    every Node, NodeFeature, Devices and queue there, so only this module's may be."""
+    return shared_baseline()
 
 
 @pytest.fixture(scope="module")

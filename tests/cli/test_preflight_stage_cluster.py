@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,11 +26,13 @@ import yaml
 from gpustack_worker.api import kinds, kueue_config, rbac
 from gpustack_worker.cli import preflight_stage
 from gpustack_worker.devcluster import build
-from gpustack_worker.devcluster.cluster import DevCluster
+from tests.kit.cluster import own
 from tests.kit.waiting import eventually_sync
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    from gpustack_worker.devcluster.cluster import DevCluster
 
 pytestmark = pytest.mark.cluster
 
@@ -58,17 +58,24 @@ def _cli(*argv: str, kubeconfig: Path) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def fresh() -> Iterator[tuple[DevCluster, Path]]:
     """The control plane, and a Kueue configuration file that gives the chain what it needs (its managed
-    namespaces leave :data:`FRESH_NS` alone, as ``kueue-config --merge --namespace`` would write)."""
-    directory = Path(tempfile.mkdtemp(prefix="gpustack-preflight-fresh-"))
-    cluster = DevCluster(
-        directory,
+    namespaces leave :data:`FRESH_NS` alone, as ``kueue-config --merge --namespace`` would write). A control
+    plane of the module's own: the session's has the chart's RBAC and CRDs, and Helm would refuse to adopt
+    them."""
+    why = "nothing of the chart installed (no RBAC of ours, our CRDs deleted): helm install runs on it"
+    with own(
+        "preflight-fresh",
+        why=why,
         with_kueue=False,
         with_nfd=False,
         with_scheduler=False,
         with_worker_rbac=False,  # what `devcluster up --bare` starts: none of the chart's RBAC
-        log=lambda msg: print(f"[fresh devcluster] {msg}"),
-    )
-    cluster.start()
+    ) as cluster:
+        yield from _before_the_chart(cluster)
+
+
+def _before_the_chart(cluster: DevCluster) -> Iterator[tuple[DevCluster, Path]]:
+    """``cluster`` with our CRDs deleted (once the API server stopped serving their group), and the Kueue
+    configuration file."""
     api = cluster.bootstrap()
     try:
         crds = api.request("GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions").json()["items"]
@@ -91,13 +98,11 @@ def fresh() -> Iterator[tuple[DevCluster, Path]]:
         )
         config = kueue_config.kueue_manager_config()
         config["managedJobsNamespaceSelector"]["matchExpressions"][0]["values"].append(FRESH_NS)
-        path = directory / "kueue-config.yaml"
+        path = cluster.dir / "kueue-config.yaml"
         path.write_text(yaml.safe_dump(config))
         yield cluster, path
     finally:
         api.close()
-        cluster.stop()
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _preflight(fresh: tuple[DevCluster, Path], *extra: str) -> tuple[int, dict[str, Any], str]:

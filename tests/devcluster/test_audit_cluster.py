@@ -31,7 +31,7 @@ def _configmap(name: str, namespace: str, data: dict[str, str]) -> dict[str, Any
 
 async def test_audit_log_counts_each_write_by_user_agent_resource_and_verb(devcluster: DevCluster) -> None:
     assert devcluster.audit_log is not None and devcluster.audit_log.exists()
-    log = AuditLog(devcluster.audit_log)
+    log = AuditLog.from_now(devcluster.audit_log)
     run = uuid.uuid4().hex[:8]
     ua = f"audit-test/{run}"
     ns = f"audit-{run}"

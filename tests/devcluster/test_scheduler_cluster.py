@@ -2,32 +2,33 @@
 integration gates a queued Pod group until its one Workload is admitted.
 
 No kubelet runs, so a bound Pod stays ``Pending`` with ``spec.nodeName`` set and never starts; the tests
-stop at the binding. A cluster of its own (the session one carries other modules' Nodes, and its
-scheduler would be free to pick any of them).
+stop at the binding. The session's control plane put back to its baseline (tests/kit/reset.py): other
+modules' Nodes are gone, so its scheduler has only this module's Node to pick (and the baseline's, as a
+fresh control plane has).
 """
 
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from gpustack_worker.devcluster.audit import AuditLog
-from gpustack_worker.devcluster.cluster import SCHEDULER_ACCOUNT, SYSTEM_NAMESPACE, DevCluster
+from gpustack_worker.devcluster.cluster import SCHEDULER_ACCOUNT, SYSTEM_NAMESPACE
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import parse_scenario
+from tests.kit.cluster import shared_baseline
 from tests.kit.waiting import eventually_sync
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
     from gpustack_worker.devcluster.bootstrap import ApiBootstrap
+    from gpustack_worker.devcluster.cluster import DevCluster
 
 pytestmark = pytest.mark.cluster
 
@@ -50,18 +51,10 @@ SCENARIO = {
 
 
 @pytest.fixture(scope="module")
-def devcluster() -> Iterator[DevCluster]:
-    """A fresh control plane for this module alone (shadows the session fixture)."""
-    directory = Path(tempfile.mkdtemp(prefix="gpustack-sched-"))
-    cluster = DevCluster(
-        directory, log=lambda msg: print(f"[scheduler devcluster] {msg}"), audit_log=directory / "audit.log"
-    )
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-        shutil.rmtree(directory, ignore_errors=True)
+def devcluster() -> DevCluster:
+    """The session's control plane, back at its baseline (shadows the session fixture): no other module's
+    Node for kube-scheduler to bind to."""
+    return shared_baseline()
 
 
 async def _apply_node(kubeconfig: Path) -> None:
@@ -206,6 +199,8 @@ def _cleanup(api: ApiBootstrap) -> None:
 def test_a_plain_pod_is_bound_by_kube_scheduler_and_never_starts(
     api: ApiBootstrap, devcluster: DevCluster
 ) -> None:
+    assert devcluster.audit_log is not None
+    audit = AuditLog.from_now(devcluster.audit_log)
     created = _ok(api, "POST", _pods_path(), _pod("plain", {"app": "plain"}))
     # No queue name: Kueue's webhook leaves it alone, and nobody set a node.
     assert "schedulingGates" not in created["spec"]
@@ -223,11 +218,10 @@ def test_a_plain_pod_is_bound_by_kube_scheduler_and_never_starts(
     assert scheduled[0]["reportingController"] == "default-scheduler"
     assert NODE in scheduled[0]["note"]
     # ... and made with the scheduler's own ServiceAccount (its RBAC is the built-in scheduler roles).
-    assert devcluster.audit_log is not None
     namespace, account = SCHEDULER_ACCOUNT
     bindings = [
         e
-        for e in AuditLog(devcluster.audit_log).writes()
+        for e in audit.writes()
         if (e.resource, e.subresource, e.verb, e.name) == ("pods", "binding", "create", "plain")
     ]
     assert [(e.username, e.code) for e in bindings] == [(f"system:serviceaccount:{namespace}:{account}", 201)]

@@ -19,6 +19,7 @@ pytestmark = pytest.mark.cluster
 
 async def test_agent_token_is_bound_to_the_agent_role_and_audited(devcluster: DevCluster) -> None:
     assert devcluster.audit_log is not None
+    audit = AuditLog.from_now(devcluster.audit_log)
     path = devcluster.service_account_kubeconfig(rbac.AGENT.name)
     ua = f"sa-test/{uuid.uuid4().hex[:8]}"
     client = await Client.connect(str(path), user_agent=ua)
@@ -34,7 +35,7 @@ async def test_agent_token_is_bound_to_the_agent_role_and_audited(devcluster: De
         assert denied.value.status == 403
     finally:
         await client.close()
-    events = AuditLog(devcluster.audit_log).events(user_agent_prefix=ua)
+    events = audit.events(user_agent_prefix=ua)
     assert {e.username for e in events} == {
         f"system:serviceaccount:{kinds.SYSTEM_NAMESPACE}:{rbac.AGENT.name}"
     }

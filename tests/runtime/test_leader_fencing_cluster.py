@@ -117,7 +117,7 @@ async def test_a_frozen_leader_writes_nothing_after_the_standby_acquired(
     devcluster: DevCluster, tmp_path: Path
 ) -> None:
     assert devcluster.audit_log is not None
-    audit = AuditLog(devcluster.audit_log)
+    audit = AuditLog.from_now(devcluster.audit_log)
     run = uuid.uuid4().hex[:8]
     ns = f"fencing-{run}"
     lease_name = f"fencing-{run}"

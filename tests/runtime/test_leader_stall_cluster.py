@@ -57,7 +57,7 @@ async def test_a_leader_whose_loop_stalls_past_the_renew_deadline_writes_nothing
     devcluster: DevCluster, tmp_path: Path
 ) -> None:
     assert devcluster.audit_log is not None
-    audit = AuditLog(devcluster.audit_log)
+    audit = AuditLog.from_now(devcluster.audit_log)
     run = uuid.uuid4().hex[:8]
     ns = f"stall-{run}"
     lease_name = f"stall-{run}"

@@ -13,6 +13,9 @@ The node agent runs in-process (it reports the Nodes' capacity); the controllers
 ``gpustack-worker controller`` subprocesses, each with the controller ServiceAccount's token and its own
 identity, with short Lease timings (start-up-only ``GPUSTACK_LEADER_*`` settings) so the successor takes
 over promptly. Phase durations are printed, never asserted.
+
+The control plane is the session's, put back to its baseline (tests/kit/reset.py): the pool must hold
+exactly the scenario's Nodes. The audit log is read from the module's start.
 """
 
 from __future__ import annotations
@@ -20,8 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -33,12 +34,12 @@ from gpustack_worker.api import keys, kinds, rbac
 from gpustack_worker.cli.controller_cmd import LEASE_NAME, USER_AGENT
 from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.devcluster.audit import AuditLog
-from gpustack_worker.devcluster.cluster import DevCluster
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.settings import SettingsSource
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario
-from tests.chain.controller_procs import ControllerProcs
+from tests.chain.controller_procs import ControllerProcs, no_leader_lease
+from tests.kit.cluster import shared_baseline
 from tests.topology.cluster_helpers import (
     apply_object,
     condition,
@@ -50,7 +51,9 @@ from tests.topology.cluster_helpers import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterator
+    from collections.abc import AsyncIterator
+
+    from gpustack_worker.devcluster.cluster import DevCluster
 
 pytestmark = pytest.mark.cluster
 
@@ -97,29 +100,22 @@ class Harness:
         self.admin = admin
         self.controllers = controllers
         assert cluster.audit_log is not None
-        self.audit = AuditLog(cluster.audit_log)
+        # The writes of each controller process, from the module's start (its identities are its own).
+        self.audit = AuditLog.from_now(cluster.audit_log)
 
 
 @pytest.fixture(scope="module")
-def devcluster() -> Iterator[DevCluster]:
-    """A control plane for this module alone (shadows the session fixture): the pool must hold exactly
-    the scenario's Nodes, and other modules' scenarios would add to it. Audited, so the writes of each
-    controller process can be told apart."""
-    directory = Path(tempfile.mkdtemp(prefix="gpustack-migration-"))
-    cluster = DevCluster(
-        directory, log=lambda msg: print(f"[migration devcluster] {msg}"), audit_log=directory / "audit.log"
-    )
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-        shutil.rmtree(directory, ignore_errors=True)
+def devcluster() -> DevCluster:
+    """The session's control plane, back at its baseline (shadows the session fixture): the pool must
+    hold exactly the scenario's Nodes, and other modules' scenarios would add to it."""
+    return shared_baseline()
 
 
 @pytest.fixture(scope="module")
 async def harness(devcluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Harness]:
     admin = await Client.connect(str(devcluster.kubeconfig))
+    # The first controller takes the Lease at once, not after a dead holder's from another module.
+    await no_leader_lease(admin)
     await apply_scenario(admin, SCENARIO)
     await admin.create(kinds.NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": TEAM}})
     agent_client = await Client.connect(str(devcluster.service_account_kubeconfig(rbac.AGENT.name)))
