@@ -72,7 +72,14 @@ _SERVER_META: Final = (
     "creationTimestamp",
     "selfLink",
 )
-_BACKGROUND: Final = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+#: Background propagation, and no grace period: a bound Pod would otherwise wait for a kubelet (none runs
+#: here) to confirm it stopped, and stay Terminating.
+_BACKGROUND: Final = {
+    "kind": "DeleteOptions",
+    "apiVersion": "v1",
+    "propagationPolicy": "Background",
+    "gracePeriodSeconds": 0,
+}
 #: Kinds whose status tests write and a reset restores (the agent's counting capacities on a Node).
 _STATUS_RESTORED: Final = frozenset({("", "nodes")})
 

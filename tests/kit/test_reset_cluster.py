@@ -5,7 +5,8 @@ queues and flavors (Kueue's finalizers on them) with a LocalQueue in a namespace
 InstanceType and a ModelDeployment held by our finalizer; a webhook that refuses every ConfigMap write
 (so it must go before anything it would refuse); the settings ConfigMap written; a baseline Node
 relabelled and given capacity in its status; a baseline CRD annotated; a baseline ClusterRole deleted;
-a baseline CRD deleted while an object of it holds a finalizer (it stays Terminating until that goes).
+a baseline CRD deleted while an object of it holds a finalizer (it stays Terminating until that goes);
+Pods bound to a Node no kubelet runs, one already Terminating (CI found them left by an earlier module).
 After :func:`tests.kit.cluster.shared_baseline`, :func:`tests.kit.cluster.leftovers` is empty.
 """
 
@@ -127,6 +128,19 @@ def _make_a_mess(api: ApiBootstrap) -> None:
     crd = f"{crds}/{kinds.DEVICES.plural}.{kinds.DEVICES.group}"
     assert api.merge_patch(crd, {"metadata": {"annotations": {"reset.test/touched": "yes"}}}).is_success
     _ok(api, "DELETE", f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{rbac.AGENT.name}")
+    # Pods bound to a Node no kubelet runs: one left as it is, one already deleted (Terminating: only a
+    # kubelet would confirm it stopped).
+    for name in ("reset-bound", "reset-terminating"):
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"nodeName": NFD_NODE, "containers": [{"name": "c", "image": "example/c:1"}]},
+        }
+        _ok(api, "POST", f"/api/v1/namespaces/{NS}/pods", pod)
+    terminating = f"/api/v1/namespaces/{NS}/pods/reset-terminating"
+    _ok(api, "DELETE", terminating)
+    assert _ok(api, "GET", terminating)["metadata"].get("deletionTimestamp")
     # A baseline CRD deleted while one of its objects holds a finalizer: it stays, Terminating.
     instance_types = f"{crds}/{kinds.INSTANCE_TYPE.plural}.{kinds.INSTANCE_TYPE.group}"
     _ok(api, "DELETE", instance_types)
@@ -184,7 +198,7 @@ async def test_a_reset_leaves_nothing_behind() -> None:
     # the mess is there, of every sort
     assert {"nodes", "devices", "nodefeatures", "clusterqueues", "localqueues", "instancetypes"} <= kinds_left
     assert {"modeldeployments", "validatingwebhookconfigurations", "configmaps", "clusterroles"} <= kinds_left
-    assert {"customresourcedefinitions", "namespaces", "resourceflavors"} <= kinds_left
+    assert {"customresourcedefinitions", "namespaces", "resourceflavors", "pods"} <= kinds_left
 
     kit_cluster.shared_baseline()
     assert kit_cluster.leftovers() == []
