@@ -8,12 +8,12 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from prometheus_client import REGISTRY
 
 from gpustack_worker.api import keys, kinds, kueue_config
 from gpustack_worker.runtime.quantity import parse
 from gpustack_worker.runtime.store import resource_version
 from tests.chain.fault_kit import quiescent
+from tests.kit.resync import resynced
 from tests.stack import Stack, condition, eventually, module_cluster, running_stack, write_settings
 
 if TYPE_CHECKING:
@@ -275,36 +275,10 @@ async def test_deleting_an_instance_type_tears_its_queue_down(running: Stack) ->
     await eventually(recreated, within=90)
 
 
-def _reconciles(stack: Stack) -> dict[str, float]:
-    """Each chain controller's reconciles so far, whatever their result (controller-runtime's counter;
-    this module runs one chain at a time, so the process' count is its)."""
-    return {
-        c.name: sum(
-            REGISTRY.get_sample_value(
-                "controller_runtime_reconcile_total", {"controller": c.name, "result": result}
-            )
-            or 0.0
-            for result in ("success", "error", "requeue_after")
-        )
-        for c in stack.chain.controllers
-    }
-
-
 async def _resynced(stack: Stack) -> None:
-    """Hand every key of every chain controller over again (a forced resync) and wait until each
-    controller has reconciled at least as many keys as it was handed and every queue has drained: no key
-    pending, delayed or in flight."""
-    start = _reconciles(stack)
-    adds = {c.name: c.queue.adds for c in stack.chain.controllers}
-    stack.chain.resync()
-    handed = {c.name: c.queue.adds - adds[c.name] for c in stack.chain.controllers}
-
-    def reconciled_and_drained() -> bool:
-        now = _reconciles(stack)
-        reconciled = all(now[name] >= start[name] + n for name, n in handed.items())
-        return reconciled and quiescent(stack.controllers)
-
-    await eventually(reconciled_and_drained)
+    """Every key of every chain controller reconciled again after a forced resync (tests/kit/resync.py)
+    and every queue drained: no key pending, delayed or in flight."""
+    await resynced(stack.chain.controllers, stack.chain.resync, lambda _: quiescent(stack.controllers))
 
 
 async def _kueue_report_taken_in(stack: Stack, queue: str, reserving: int) -> bool:

@@ -34,7 +34,6 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from prometheus_client import REGISTRY
 
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.cli.webhook_serving import webhook_server
@@ -43,6 +42,7 @@ from gpustack_worker.placement import joint
 from gpustack_worker.placement.controller import Placement
 from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP, DEFAULT_NAMESPACE
 from tests import stack as support
+from tests.kit.resync import resynced
 from tests.placement.racks import L4, RACK_OF, RACKS, apply_racks, blocker, check_entry
 from tests.stack import Stack, condition, module_cluster, running_stack
 from tests.topology.cluster_helpers import topology_assignments, workload
@@ -189,40 +189,10 @@ async def running(devcluster: DevCluster, tmp_path_factory: pytest.TempPathFacto
 # --- the system's chance to act (checked before a claim that nothing moved) -------------------------------
 
 
-def _idle(run: Running) -> bool:
-    """No key queued or in flight in the placement controllers (a delayed key — the moment a waiting set
-    parks — may wait)."""
-    return all(len(c.queue) == 0 and not c.queue.processing for c in run.placement.controllers)
-
-
-def _reconciles(run: Running) -> dict[str, float]:
-    """Each placement controller's reconciles so far, whatever their result (controller-runtime's
-    counter; this module runs one Placement, so the process' count is its)."""
-    return {
-        c.name: sum(
-            REGISTRY.get_sample_value(
-                "controller_runtime_reconcile_total", {"controller": c.name, "result": result}
-            )
-            or 0.0
-            for result in ("success", "error", "requeue_after")
-        )
-        for c in run.placement.controllers
-    }
-
-
 async def _resynced(run: Running) -> None:
-    """Hand every key of the placement controllers over again (a resync) and wait until each controller
-    has reconciled at least as many keys as it was handed and none has a key queued or in flight."""
-    start = _reconciles(run)
-    adds = {c.name: c.queue.adds for c in run.placement.controllers}
-    run.placement.resync()
-    handed = {c.name: c.queue.adds - adds[c.name] for c in run.placement.controllers}
-
-    def reconciled_and_idle() -> bool:
-        now = _reconciles(run)
-        return all(now[name] >= start[name] + n for name, n in handed.items()) and _idle(run)
-
-    await eventually(reconciled_and_idle)
+    """Every key of the placement controllers reconciled again (tests/kit/resync.py), none queued or in
+    flight."""
+    await resynced(run.placement.controllers, run.placement.resync)
 
 
 async def _kueue_refused_a_later_prefill(run: Running) -> None:

@@ -27,7 +27,6 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from prometheus_client import REGISTRY
 
 from gpustack_worker.agent.controller import Agent
 from gpustack_worker.api import keys, kinds, rbac
@@ -43,6 +42,7 @@ from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario
 from gpustack_worker.topology.controller import Topology
 from tests import stack as support
+from tests.kit.resync import idle, resynced
 from tests.stack import condition, module_cluster
 
 if TYPE_CHECKING:
@@ -224,38 +224,13 @@ async def _pods(admin: Client) -> list[dict[str, Any]]:
 def _idle(running: Running) -> bool:
     """No key queued or in flight in the check's controllers (a delayed key — the moment a waiting set
     parks — may wait: that is the injected clock's business)."""
-    return all(len(c.queue) == 0 and not c.queue.processing for c in running.check.controllers)
-
-
-def _reconciles(running: Running) -> dict[str, float]:
-    """Each of the check's controllers' reconciles so far, whatever their result (controller-runtime's
-    counter; this module runs one check, so the process' count is its)."""
-    return {
-        c.name: sum(
-            REGISTRY.get_sample_value(
-                "controller_runtime_reconcile_total", {"controller": c.name, "result": result}
-            )
-            or 0.0
-            for result in ("success", "error", "requeue_after")
-        )
-        for c in running.check.controllers
-    }
+    return idle(running.check.controllers)
 
 
 async def _resynced(running: Running) -> None:
-    """Hand every key of the check's controllers over again (a resync) and wait until each controller has
-    reconciled at least as many keys as it was handed and none has a key queued or in flight: every
-    decision has been taken again from the state as it stands."""
-    start = _reconciles(running)
-    adds = {c.name: c.queue.adds for c in running.check.controllers}
-    running.check.resync()
-    handed = {c.name: c.queue.adds - adds[c.name] for c in running.check.controllers}
-
-    def reconciled_and_idle() -> bool:
-        now = _reconciles(running)
-        return all(now[name] >= start[name] + n for name, n in handed.items()) and _idle(running)
-
-    await eventually(reconciled_and_idle)
+    """Every key of the check's controllers reconciled again (tests/kit/resync.py), none queued or in
+    flight: every decision has been taken again from the state as it stands."""
+    await resynced(running.check.controllers, running.check.resync)
 
 
 async def _no_writes_on_resync(running: Running) -> None:
