@@ -13,6 +13,7 @@ import pytest_asyncio
 from gpustack_worker.api import kinds
 from gpustack_worker.api.crds import Devices, InstanceType, ModelDeployment, NodeModelStore, TopologySource
 from gpustack_worker.runtime.client import ApiError, Client
+from tests.kit import models
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -123,18 +124,13 @@ def _node_model_store(**spec: Any) -> dict[str, Any]:
     }
 
 
-def _role(**fields: Any) -> dict[str, Any]:
-    template = {"spec": {"containers": [{"name": "server", "image": "example.com/server:1"}]}}
-    return {"name": "server", "template": template, **fields}
+def _role(name: str = "server", **fields: Any) -> dict[str, Any]:
+    template = models.template(container="server", image="example.com/server:1")
+    return models.role(name, template=template, **fields)
 
 
 def _model_deployment(*roles: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "worker.gpustack.ai/v1alpha1",
-        "kind": "ModelDeployment",
-        "metadata": {"name": _name("md"), "namespace": NS},
-        "spec": {"roles": list(roles) or [_role()]},
-    }
+    return models.model_deployment(_name("md"), NS, *(roles or [_role()]))
 
 
 @pytest_asyncio.fixture(loop_scope="session")

@@ -20,6 +20,7 @@ from gpustack_worker.chain.steps import REASON_NAME_TAKEN
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.events import CLUSTER_EVENT_NAMESPACE
 from tests.chain.test_chain_cluster import A10G, FLAVORS, GENERIC, T4, P
+from tests.kit import kueue
 from tests.stack import Stack, condition, eventually, module_cluster, running_stack
 
 if TYPE_CHECKING:
@@ -43,12 +44,8 @@ def devcluster() -> Iterator[DevCluster]:
 
 
 def _foreign() -> dict[str, Any]:
-    return {
-        "apiVersion": kinds.RESOURCE_FLAVOR.api_version,
-        "kind": kinds.RESOURCE_FLAVOR.kind,
-        "metadata": {"name": TAKEN, "labels": {"example.com/owner": "admin"}},
-        "spec": {"nodeLabels": {"example.com/pool": "admin"}, "topologyName": FOREIGN_TOPOLOGY},
-    }
+    spec = {"nodeLabels": {"example.com/pool": "admin"}, "topologyName": FOREIGN_TOPOLOGY}
+    return kueue.resource_flavor(TAKEN, spec, labels={"example.com/owner": "admin"})
 
 
 @pytest.fixture(scope="module")

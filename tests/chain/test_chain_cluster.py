@@ -13,6 +13,7 @@ from gpustack_worker.api import keys, kinds, kueue_config
 from gpustack_worker.runtime.quantity import parse
 from gpustack_worker.runtime.store import resource_version
 from tests.chain.fault_kit import quiescent
+from tests.kit import kueue
 from tests.kit.resync import resynced
 from tests.stack import Stack, condition, eventually, module_cluster, running_stack, write_settings
 
@@ -127,35 +128,8 @@ async def test_flavors_queues_types_and_local_queues_exist(running: Stack) -> No
 
 
 def _workload(name: str, queue: str, gpus: int) -> dict[str, Any]:
-    return {
-        "apiVersion": kinds.WORKLOAD.api_version,
-        "kind": "Workload",
-        "metadata": {"name": name, "namespace": TEAM},
-        "spec": {
-            "queueName": keys.local_queue_name(queue),
-            "podSets": [
-                {
-                    "name": "main",
-                    "count": 1,
-                    "template": {
-                        "spec": {
-                            "restartPolicy": "Never",
-                            "containers": [
-                                {
-                                    "name": "c",
-                                    "image": "registry.invalid/x",
-                                    "resources": {
-                                        "requests": {"cpu": "1", "nvidia.com/gpu": str(gpus)},
-                                        "limits": {"nvidia.com/gpu": str(gpus)},
-                                    },
-                                }
-                            ],
-                        }
-                    },
-                }
-            ],
-        },
-    }
+    spec = kueue.pod_spec(kueue.gpu_container(gpus))
+    return kueue.workload(name, TEAM, keys.local_queue_name(queue), kueue.pod_set(spec))
 
 
 async def test_workload_admitted_on_the_right_flavor_and_charged_in_credits(running: Stack) -> None:

@@ -37,6 +37,7 @@ from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario
 from tests.chain.controller_procs import ControllerProcs, audited_cluster, controller_account, lease_holder
 from tests.chain.fault_kit import accepted_writes, kueue_current, refused_writes
+from tests.kit import kueue
 from tests.stack import condition, eventually
 
 if TYPE_CHECKING:
@@ -210,12 +211,7 @@ async def test_an_admin_edit_of_a_chain_field_is_repaired_and_reported_once(worl
         # 1. the admin takes a chain field on each object
         await admin.apply(
             kinds.CLUSTER_QUEUE,
-            {
-                "apiVersion": kinds.CLUSTER_QUEUE.api_version,
-                "kind": "ClusterQueue",
-                "metadata": {"name": QUEUE},
-                "spec": {"preemption": {"withinClusterQueue": "LowerPriority"}},
-            },
+            kueue.cluster_queue(QUEUE, {"preemption": {"withinClusterQueue": "LowerPriority"}}),
             field_manager=ADMIN_MANAGER,
             force=True,
         )

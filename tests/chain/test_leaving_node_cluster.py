@@ -48,6 +48,7 @@ from tests.chain.test_queue_edges_cluster import (
     _flavors,
     _ready,
 )
+from tests.kit import kueue
 from tests.stack import Stack, condition, eventually, running_stack
 from tests.topology.cluster_helpers import workload
 
@@ -213,12 +214,11 @@ async def test_a_leaving_node_during_a_refusal_evicts_only_what_ran_on_it(
 ) -> None:
     admin = running.admin
     small, extra = "refused-on-small", "refused-on-extra"
-    foreign = {
-        "apiVersion": kinds.RESOURCE_FLAVOR.api_version,
-        "kind": "ResourceFlavor",
-        "metadata": {"name": BLOCKED, "labels": {keys.RESOURCE_TYPE: keys.TYPE_NODES}},
-        "spec": {"nodeLabels": {"example.com/foreign": "true"}, "topologyName": "gpustack-foreign"},
-    }
+    foreign = kueue.resource_flavor(
+        BLOCKED,
+        {"nodeLabels": {"example.com/foreign": "true"}, "topologyName": "gpustack-foreign"},
+        labels={keys.RESOURCE_TYPE: keys.TYPE_NODES},
+    )
     try:
         # The pool after the first test (t4-a), plus t4-c: a 1-card and a 2-card flavor, both reserved.
         await apply_scenario(admin, parse_text(EXTRA_NODE, "t4-c"))

@@ -29,6 +29,7 @@ from gpustack_worker.runtime.client import ApiError
 from gpustack_worker.runtime.resources import Resource
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import parse_text
+from tests.kit import kueue
 from tests.stack import Stack, condition, eventually, module_cluster, running_stack
 from tests.topology.cluster_helpers import release_as_owner as _release_as_owner
 from tests.topology.cluster_helpers import workload
@@ -361,14 +362,13 @@ async def test_a_refusal_while_every_flavor_finalizes_never_empties_a_reserving_
     wl = await _admitted_on_large(admin, name)
     # A foreign flavor takes the name the new node's flavor needs (drift: the chain never patches it),
     # so the plan is refused for as long as it stays.
-    foreign = {
-        "apiVersion": kinds.RESOURCE_FLAVOR.api_version,
-        "kind": "ResourceFlavor",
+    foreign = kueue.resource_flavor(
+        EXTRA,
+        {"nodeLabels": {"example.com/foreign": "true"}, "topologyName": "gpustack-foreign"},
         # In the chain's flavor cache (so the flavor controller sees the drift and leaves it), but in no
         # pool: the new node is then selected by no flavor.
-        "metadata": {"name": EXTRA, "labels": {keys.RESOURCE_TYPE: keys.TYPE_NODES}},
-        "spec": {"nodeLabels": {"example.com/foreign": "true"}, "topologyName": "gpustack-foreign"},
-    }
+        labels={keys.RESOURCE_TYPE: keys.TYPE_NODES},
+    )
     await admin.create(kinds.RESOURCE_FLAVOR, foreign)
     try:
         await apply_scenario(admin, parse_text(EXTRA_NODE, "t4-c"))

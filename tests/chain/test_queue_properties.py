@@ -42,6 +42,7 @@ from tests.chain.test_queues_migration import (
     _finalizing,
     _kueue,
 )
+from tests.kit import kueue
 from tests.kit.properties import examples
 
 PHASE = keys.MIGRATION_PHASE
@@ -173,16 +174,9 @@ def states(draw: st.DrawFn) -> State:
         if policy is not None:
             spec["stopPolicy"] = policy
         generation = draw(st.integers(min_value=2, max_value=5))
-        queue = {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ClusterQueue",
-            "metadata": {
-                "name": T4_TYPE["metadata"]["name"],
-                "generation": generation,
-                "annotations": annotations,
-            },
-            "spec": spec,
-        }
+        queue = kueue.cluster_queue(
+            T4_TYPE["metadata"]["name"], spec, generation=generation, annotations=annotations
+        )
         status = draw(st.sampled_from(["missing", "stale", "current"]))
         if status != "missing":
             names = _names(groups)

@@ -25,6 +25,7 @@ from gpustack_worker.chain.nodes import NodeHardware, node_hardware
 from tests.chain.builders import HOSTNAME_PROFILE, node
 from tests.chain.test_queue_properties import NEW_GROUPS, OLD_GROUPS, _plan_groups
 from tests.chain.test_queues_migration import NEW, NEW_T4, OLD, OLD_T4, T4_TYPE, TOPOLOGIES, _kueue
+from tests.kit import kueue
 from tests.kit.properties import examples
 
 S, L = OLD_T4
@@ -124,12 +125,7 @@ def _queue(
     spec: dict[str, Any] = {"resourceGroups": copy.deepcopy(groups)}
     if policy is not None:
         spec["stopPolicy"] = policy
-    queue = {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "ClusterQueue",
-        "metadata": {"name": T4_TYPE["metadata"]["name"], "generation": 4, "annotations": notes},
-        "spec": spec,
-    }
+    queue = kueue.cluster_queue(T4_TYPE["metadata"]["name"], spec, generation=4, annotations=notes)
     names = frozenset(f["name"] for g in groups for f in g["flavors"])
     return _kueue(queue, **({"reserving": 2, "busy": names} if status is None else status))
 

@@ -20,6 +20,7 @@ from gpustack_worker.chain import flavors, instancetypes, pools, queues
 from gpustack_worker.chain.nodes import NodeHardware, node_hardware
 from gpustack_worker.runtime.client import Client
 from tests.chain.builders import HOSTNAME_PROFILE, mixed_cluster, node
+from tests.kit import kueue
 from tests.kit.waiting import eventually
 
 if TYPE_CHECKING:
@@ -925,26 +926,13 @@ async def test_real_kueue_reports_idle_flavors_and_a_stop_the_way_the_decision_r
             field_manager="probe",
         )
         for name in names:
-            await admin.apply(
-                kinds.RESOURCE_FLAVOR,
-                {
-                    "apiVersion": kinds.RESOURCE_FLAVOR.api_version,
-                    "kind": "ResourceFlavor",
-                    "metadata": {"name": name},
-                    "spec": {"nodeLabels": {"probe": name}, "topologyName": topology},
-                },
-                field_manager="probe",
-            )
+            flavor = kueue.resource_flavor(name, {"nodeLabels": {"probe": name}, "topologyName": topology})
+            await admin.apply(kinds.RESOURCE_FLAVOR, flavor, field_manager="probe")
         group = {
             "coveredResources": ["cpu"],
             "flavors": [{"name": n, "resources": [{"name": "cpu", "nominalQuota": "4"}]} for n in names],
         }
-        body: dict[str, Any] = {
-            "apiVersion": kinds.CLUSTER_QUEUE.api_version,
-            "kind": "ClusterQueue",
-            "metadata": {"name": queue_name},
-            "spec": {"namespaceSelector": {}, "resourceGroups": [group]},
-        }
+        body = kueue.cluster_queue(queue_name, kueue.queue_spec(group))
         await admin.apply(kinds.CLUSTER_QUEUE, body, field_manager="probe")
         seen: dict[str, Any] = {}
 

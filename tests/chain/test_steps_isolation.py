@@ -30,6 +30,7 @@ from gpustack_worker.runtime.client import ApiError
 from gpustack_worker.runtime.registry import InformerRegistry
 from gpustack_worker.runtime.settings import SettingsSource
 from tests.chain.builders import mixed_cluster
+from tests.kit import kueue
 from tests.kit.properties import examples
 
 if TYPE_CHECKING:
@@ -46,12 +47,12 @@ def _error(status: int, message: str) -> ApiError:
 
 def _foreign(name: str) -> dict[str, Any]:
     """A ResourceFlavor an admin created under a generated name: no type or owner label."""
-    return {
-        "apiVersion": kinds.RESOURCE_FLAVOR.api_version,
-        "kind": kinds.RESOURCE_FLAVOR.kind,
-        "metadata": {"name": name, "uid": f"uid-{name}", "managedFields": [{"manager": "kubectl-create"}]},
-        "spec": {"nodeLabels": {"example.com/foreign": "true"}},
-    }
+    return kueue.resource_flavor(
+        name,
+        {"nodeLabels": {"example.com/foreign": "true"}},
+        uid=f"uid-{name}",
+        managedFields=[{"manager": "kubectl-create"}],
+    )
 
 
 class RefusingClient:
@@ -252,17 +253,8 @@ async def test_a_foreign_holder_is_never_merged_into_even_without_a_conflict() -
 
 
 def _cluster_queue(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": kinds.CLUSTER_QUEUE.api_version,
-        "kind": kinds.CLUSTER_QUEUE.kind,
-        "metadata": {
-            "name": name,
-            "uid": f"uid-{name}",
-            "resourceVersion": "1",
-            "labels": {keys.RESOURCE_TYPE: keys.TYPE_INSTANCE_TYPES},
-        },
-        "spec": {},
-    }
+    labels = {keys.RESOURCE_TYPE: keys.TYPE_INSTANCE_TYPES}
+    return kueue.cluster_queue(name, {}, uid=f"uid-{name}", resourceVersion="1", labels=labels)
 
 
 async def test_one_refused_local_queue_leaves_the_namespaces_others_written() -> None:

@@ -43,6 +43,7 @@ from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.prune import OWNER_LABEL, owner_of
 from tests import stack as support
 from tests.chain.controller_procs import no_leader_lease
+from tests.kit import kueue
 from tests.kit.cluster import shared_baseline
 from tests.stack import condition, running_stack
 from tests.topology.cluster_helpers import release_as_owner, workload
@@ -127,25 +128,12 @@ async def _admin_objects(admin: Client) -> None:
         field_manager=ADMIN_MANAGER,
     )
     await admin.create(
-        kinds.CLUSTER_QUEUE,
-        {
-            "apiVersion": kinds.CLUSTER_QUEUE.api_version,
-            "kind": "ClusterQueue",
-            "metadata": {"name": ADMIN_QUEUE},
-            "spec": {"namespaceSelector": {}, "resourceGroups": []},
-        },
-        field_manager=ADMIN_MANAGER,
+        kinds.CLUSTER_QUEUE, kueue.cluster_queue(ADMIN_QUEUE, kueue.queue_spec()), field_manager=ADMIN_MANAGER
     )
-    await admin.create(
-        kinds.RESOURCE_FLAVOR,
-        {
-            "apiVersion": kinds.RESOURCE_FLAVOR.api_version,
-            "kind": "ResourceFlavor",
-            "metadata": {"name": LOOKALIKE_FLAVOR, "labels": {keys.RESOURCE_TYPE: keys.TYPE_NODES}},
-            "spec": {"nodeLabels": {ADMIN_LABEL: "r1"}},
-        },
-        field_manager=ADMIN_MANAGER,
+    lookalike = kueue.resource_flavor(
+        LOOKALIKE_FLAVOR, {"nodeLabels": {ADMIN_LABEL: "r1"}}, labels={keys.RESOURCE_TYPE: keys.TYPE_NODES}
     )
+    await admin.create(kinds.RESOURCE_FLAVOR, lookalike, field_manager=ADMIN_MANAGER)
 
 
 def _lease(holder: str) -> dict[str, Any]:

@@ -14,10 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpustack_worker.cli.output import FORMATS, add_output_flag, emit, is_object, kube_list, render, to_data
+from tests.kit import kueue
 from tests.kit.properties import examples
 
 NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}
-FLAVOR = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "f"}}
+FLAVOR = kueue.resource_flavor("f")
 
 
 def _text(obj: Any) -> str:

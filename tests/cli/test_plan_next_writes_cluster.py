@@ -41,6 +41,7 @@ from gpustack_worker.runtime.settings import SettingsSource
 from gpustack_worker.simulate.apply import apply_scenario
 from tests.chain.controller_procs import ControllerProcs, audited_cluster
 from tests.cli.test_plan_from_cluster_cluster import _plan
+from tests.kit import kueue
 from tests.topology.cluster_helpers import condition, eventually, workload
 from tests.topology.test_migration_cluster import (
     QUEUE,
@@ -310,16 +311,9 @@ async def test_a_refusal_during_the_drain_the_plan_is_the_controllers_next_write
     ours = await admin.get(kinds.RESOURCE_FLAVOR, flavor(RACKS.profile))
     assert ours is not None
     labels = {k: v for k, v in ours["metadata"]["labels"].items() if k != OWNER_LABEL}
-    await admin.create(
-        kinds.RESOURCE_FLAVOR,
-        {
-            "apiVersion": kinds.RESOURCE_FLAVOR.api_version,
-            "kind": kinds.RESOURCE_FLAVOR.kind,
-            # the chain's type label and the pool's labels, but no owner label and no descriptors
-            "metadata": {"name": ADMIN_FLAVOR, "labels": labels},
-            "spec": {k: ours["spec"][k] for k in ("nodeLabels", "topologyName") if k in ours["spec"]},
-        },
-    )
+    # the chain's type label and the pool's labels, but no owner label and no descriptors
+    spec = {k: ours["spec"][k] for k in ("nodeLabels", "topologyName") if k in ours["spec"]}
+    await admin.create(kinds.RESOURCE_FLAVOR, kueue.resource_flavor(ADMIN_FLAVOR, spec, labels=labels))
     report, writes = await _plan_then_run(cluster, "c3")
     predicted = _predicted(report)
     queue_write = predicted["ClusterQueue", QUEUE]["write"]

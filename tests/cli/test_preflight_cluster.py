@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import sys
 import uuid
@@ -31,15 +30,15 @@ import yaml
 from gpustack_worker.api import kinds, kueue_config, rbac
 from gpustack_worker.cli import preflighting
 from gpustack_worker.cli.preflight_cmd import startup_problems
-from gpustack_worker.cli.webhook_serving import webhook_server
-from gpustack_worker.devcluster import worker_webhooks
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.resources import Resource
 from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario
+from tests.kit import kueue
 from tests.kit.cluster import own, shared_baseline
 from tests.kit.waiting import eventually_sync
+from tests.kit.webhooks import webhooks_served
 from tests.stack import eventually
 
 if TYPE_CHECKING:
@@ -194,7 +193,6 @@ def devcluster() -> DevCluster:
 async def ready(devcluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Client]:
     """The dev cluster with a scenario's Nodes, NodeFeatures and Devices, nfd-master's projection seen,
     and our webhook served on 127.0.0.1 and registered (unregistered again afterwards)."""
-    assert devcluster.pki is not None
     admin = await Client.connect(str(devcluster.kubeconfig))
     await apply_scenario(admin, packaged_scenario("chain-4"))
 
@@ -213,26 +211,13 @@ async def ready(devcluster: DevCluster, tmp_path_factory: pytest.TempPathFactory
             {"apiVersion": "v1", "kind": "ConfigMap", **empty},
             namespace=kinds.SYSTEM_NAMESPACE,
         )
-    cert_dir = tmp_path_factory.mktemp("preflight-webhook-certs")
-    shutil.copyfile(devcluster.pki.serving_cert, cert_dir / "tls.crt")
-    shutil.copyfile(devcluster.pki.serving_key, cert_dir / "tls.key")
-    server = webhook_server("127.0.0.1:0", cert_dir, namespace=kinds.SYSTEM_NAMESPACE)
-    await server.start()
-    api = devcluster.bootstrap()
     try:
-        ca = devcluster.pki.ca_cert.read_bytes()
-        await asyncio.to_thread(worker_webhooks.register, api, f"https://127.0.0.1:{server.port}", ca)
-        await asyncio.to_thread(worker_webhooks.wait_served, api, 60.0)
-        yield admin
+        async with webhooks_served(devcluster, tmp_path_factory.mktemp("preflight-webhook-certs")):
+            yield admin
     finally:
-        try:
-            await asyncio.to_thread(worker_webhooks.unregister, api)
-        finally:
-            api.close()
-            await server.close()
-            if made_settings:
-                await admin.delete(kinds.CONFIG_MAP, DEFAULT_CONFIGMAP, kinds.SYSTEM_NAMESPACE)
-            await admin.close()
+        if made_settings:
+            await admin.delete(kinds.CONFIG_MAP, DEFAULT_CONFIGMAP, kinds.SYSTEM_NAMESPACE)
+        await admin.close()
 
 
 async def _preflight_async(kubeconfig: Path, *extra: str) -> tuple[int, dict[str, dict[str, Any]], str]:
@@ -318,27 +303,12 @@ async def test_kueue_configuration_from_its_configmap_and_merged_into_a_teams(
         await admin.delete(kinds.CONFIG_MAP, KUEUE_CM, KUEUE_NS)
 
 
-def _team_queue(name: str, *extra: dict[str, Any]) -> dict[str, Any]:
+def _team_queue(name: str, extra: dict[str, str] | None = None) -> dict[str, Any]:
     """A team's ClusterQueue with quota in ``nvidia.com/gpu`` (and ``extra`` resources) in one flavor."""
-    resources = [
-        {"name": "cpu", "nominalQuota": "64"},
-        {"name": "nvidia.com/gpu", "nominalQuota": "8"},
-        *extra,
-    ]
-    return {
-        "apiVersion": kinds.CLUSTER_QUEUE.api_version,
-        "kind": "ClusterQueue",
-        "metadata": {"name": name},
-        "spec": {
-            "namespaceSelector": {"matchLabels": {"preflight-test.gpustack.ai/never": "true"}},
-            "resourceGroups": [
-                {
-                    "coveredResources": [r["name"] for r in resources],
-                    "flavors": [{"name": f"team-flavor-{_SUFFIX}", "resources": resources}],
-                }
-            ],
-        },
-    }
+    quotas = {"cpu": "64", "nvidia.com/gpu": "8", **(extra or {})}
+    group = kueue.resource_group(f"team-flavor-{_SUFFIX}", quotas)
+    never = {"matchLabels": {"preflight-test.gpustack.ai/never": "true"}}
+    return kueue.cluster_queue(name, kueue.queue_spec(group, namespaceSelector=never))
 
 
 async def test_a_team_clusterqueue_whose_gpu_limit_would_stop_counting_fails_with_the_quota_to_add(
@@ -388,7 +358,7 @@ async def test_a_team_clusterqueue_whose_gpu_limit_would_stop_counting_fails_wit
         # The fix, applied: a queue declaring that quota keeps its limit in credits.
         await ready.create(
             kinds.CLUSTER_QUEUE,
-            _team_queue(kept, {"name": "credits.gpustack.ai/nvidia", "nominalQuota": "12800000"}),
+            _team_queue(kept, {"credits.gpustack.ai/nvidia": "12800000"}),
         )
         try:
             code, checks, text = await _preflight_async(

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tests.kit import kueue
 from tests.kit.waiting import eventually_sync
 
 if TYPE_CHECKING:
@@ -79,72 +80,17 @@ def _queue_chain(api: ApiBootstrap, suffix: str, node_labels: dict[str, str], cp
     api.ensure_namespace(ns)
     api.create(
         f"{KUEUE}/resourceflavors",
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ResourceFlavor",
-            "metadata": {"name": f"rf-{suffix}"},
-            "spec": {"nodeLabels": node_labels, **flavor},
-        },
+        kueue.resource_flavor(f"rf-{suffix}", {"nodeLabels": node_labels, **flavor}),
     )
-    api.create(
-        f"{KUEUE}/clusterqueues",
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ClusterQueue",
-            "metadata": {"name": f"cq-{suffix}"},
-            "spec": {
-                "namespaceSelector": {},
-                "resourceGroups": [
-                    {
-                        "coveredResources": ["cpu"],
-                        "flavors": [
-                            {"name": f"rf-{suffix}", "resources": [{"name": "cpu", "nominalQuota": cpu}]}
-                        ],
-                    }
-                ],
-            },
-        },
-    )
-    api.create(
-        f"{KUEUE}/namespaces/{ns}/localqueues",
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "LocalQueue",
-            "metadata": {"name": "lq", "namespace": ns},
-            "spec": {"clusterQueue": f"cq-{suffix}"},
-        },
-    )
+    cpu_quota = kueue.resource_group(f"rf-{suffix}", {"cpu": cpu})
+    api.create(f"{KUEUE}/clusterqueues", kueue.cluster_queue(f"cq-{suffix}", kueue.queue_spec(cpu_quota)))
+    api.create(f"{KUEUE}/namespaces/{ns}/localqueues", kueue.local_queue("lq", f"cq-{suffix}", ns))
     return ns
 
 
 def _workload(ns: str, name: str, count: int, pod_set: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "Workload",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "queueName": "lq",
-            "podSets": [
-                {
-                    "name": "main",
-                    "count": count,
-                    "template": {
-                        "spec": {
-                            "restartPolicy": "Never",
-                            "containers": [
-                                {
-                                    "name": "c",
-                                    "image": "registry.invalid/x",
-                                    "resources": {"requests": {"cpu": "1"}},
-                                }
-                            ],
-                        }
-                    },
-                    **(pod_set or {}),
-                }
-            ],
-        },
-    }
+    spec = kueue.pod_spec(kueue.container({"cpu": "1"}))
+    return kueue.workload(name, ns, "lq", kueue.pod_set(spec, count=count, **(pod_set or {})))
 
 
 def decode_topology_assignment(assignment: dict[str, Any]) -> list[tuple[tuple[str, ...], int]]:

@@ -18,6 +18,7 @@ import pytest
 from gpustack_worker.api import keys, kueue_config
 from gpustack_worker.api.crds.common import parse_quantity
 from gpustack_worker.devcluster import kueue_webhooks
+from tests.kit import kueue
 from tests.kit.waiting import eventually_sync
 
 if TYPE_CHECKING:
@@ -100,49 +101,14 @@ def _gpu_node(name: str, pool: str, gpus: int) -> dict[str, Any]:
 
 
 def _cluster_queue(
-    name: str, resources: list[str], flavor: str, quotas: list[dict[str, Any]]
+    name: str, flavor: str, quotas: dict[str, str], *, covered: list[str] | None = None
 ) -> dict[str, Any]:
-    return {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "ClusterQueue",
-        "metadata": {"name": name},
-        "spec": {
-            "namespaceSelector": {},
-            "resourceGroups": [
-                {"coveredResources": resources, "flavors": [{"name": flavor, "resources": quotas}]}
-            ],
-        },
-    }
+    return kueue.cluster_queue(name, kueue.queue_spec(kueue.resource_group(flavor, quotas, covered=covered)))
 
 
-def _workload(ns: str, name: str, requests: dict[str, str], count: int = 1, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "Workload",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "queueName": "lq",
-            "podSets": [
-                {
-                    "name": "main",
-                    "count": count,
-                    "template": {
-                        "spec": {
-                            "restartPolicy": "Never",
-                            "containers": [
-                                {
-                                    "name": "c",
-                                    "image": "registry.invalid/x",
-                                    "resources": {"requests": requests},
-                                }
-                            ],
-                        }
-                    },
-                }
-            ],
-            **spec,
-        },
-    }
+def _workload(ns: str, name: str, requests: dict[str, str], count: int = 1) -> dict[str, Any]:
+    spec = kueue.pod_spec(kueue.container(requests))
+    return kueue.workload(name, ns, "lq", kueue.pod_set(spec, count=count))
 
 
 def _pod(ns: str, name: str, labels: dict[str, str]) -> dict[str, Any]:
@@ -211,9 +177,7 @@ def test_kueue_webhooks_are_registered_by_url_with_the_cluster_ca(
 def test_cluster_queue_only_kueue_rejects_is_refused_with_its_message(api: ApiBootstrap) -> None:
     # The CRD checks only that each flavor lists as many quotas as coveredResources; that the names match
     # (in order) is checked by Kueue's validating webhook alone.
-    body = _cluster_queue(
-        "kq-bad-names", [CREDITS], "rf-bad", [{"name": "nvidia.com/gpu", "nominalQuota": "16000000"}]
-    )
+    body = _cluster_queue("kq-bad-names", "rf-bad", {"nvidia.com/gpu": "16000000"}, covered=[CREDITS])
     resp = api.request("POST", f"{KUEUE}/clusterqueues", body)
     assert resp.status_code == 403, resp.text
     message = resp.json()["message"]
@@ -238,22 +202,10 @@ def test_workload_only_kueue_rejects_is_refused_with_its_message(api: ApiBootstr
 def test_flavor_and_queue_are_defaulted_by_kueue_on_create(api: ApiBootstrap) -> None:
     # Kueue's mutating webhooks add the in-use finalizer in the create request itself (before any
     # controller could see the object), so the create response already carries it.
-    rf = _created(
-        api,
-        f"{KUEUE}/resourceflavors",
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ResourceFlavor",
-            "metadata": {"name": "rf-defaulted"},
-        },
-    )
+    rf = _created(api, f"{KUEUE}/resourceflavors", kueue.resource_flavor("rf-defaulted"))
     assert kueue_webhooks.KUEUE_FINALIZER in rf["metadata"]["finalizers"]
     cq = _created(
-        api,
-        f"{KUEUE}/clusterqueues",
-        _cluster_queue(
-            "cq-defaulted", [CREDITS], "rf-defaulted", [{"name": CREDITS, "nominalQuota": "1600000"}]
-        ),
+        api, f"{KUEUE}/clusterqueues", _cluster_queue("cq-defaulted", "rf-defaulted", {CREDITS: "1600000"})
     )
     assert kueue_webhooks.KUEUE_FINALIZER in cq["metadata"]["finalizers"]
     # The webhook decodes and re-encodes the whole object, so a created queue's quantities come back in
@@ -329,32 +281,12 @@ def test_device_requests_are_charged_in_credits(api: ApiBootstrap) -> None:
     _created(
         api,
         f"{KUEUE}/resourceflavors",
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ResourceFlavor",
-            "metadata": {"name": "rf-credits"},
-            "spec": {"nodeLabels": {"pool": pool}, "topologyName": "credits-hosts"},
-        },
+        kueue.resource_flavor("rf-credits", {"nodeLabels": {"pool": pool}, "topologyName": "credits-hosts"}),
     )
     # 16,000,000 credits = 10 whole cards, although the nodes hold 16.
-    _created(
-        api,
-        f"{KUEUE}/clusterqueues",
-        _cluster_queue(
-            "cq-credits", [CREDITS], "rf-credits", [{"name": CREDITS, "nominalQuota": "16000000"}]
-        ),
-    )
+    _created(api, f"{KUEUE}/clusterqueues", _cluster_queue("cq-credits", "rf-credits", {CREDITS: "16000000"}))
     api.ensure_namespace(ns)
-    _created(
-        api,
-        f"{KUEUE}/namespaces/{ns}/localqueues",
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "LocalQueue",
-            "metadata": {"name": "lq", "namespace": ns},
-            "spec": {"clusterQueue": "cq-credits"},
-        },
-    )
+    _created(api, f"{KUEUE}/namespaces/{ns}/localqueues", kueue.local_queue("lq", "cq-credits", ns))
     eventually_sync(
         lambda: _get(api, f"{KUEUE}/clusterqueues/cq-credits"),
         lambda o: _condition(o, "Active").get("status") == "True",
@@ -425,9 +357,7 @@ def test_server_side_apply_does_not_own_what_kueue_defaults(devcluster: DevClust
     # body again must end up a no-op — after one real write that puts back the quantity text the webhook
     # canonicalized on create.
     assert devcluster.pki is not None
-    body = _cluster_queue(
-        "cq-applied", [CREDITS], "rf-applied", [{"name": CREDITS, "nominalQuota": "1600000"}]
-    )
+    body = _cluster_queue("cq-applied", "rf-applied", {CREDITS: "1600000"})
     ctx = ssl.create_default_context(cafile=str(devcluster.pki.ca_cert))
     with httpx.Client(
         base_url=devcluster.server,

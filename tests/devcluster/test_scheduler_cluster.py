@@ -20,6 +20,7 @@ from gpustack_worker.devcluster.cluster import SCHEDULER_ACCOUNT, SYSTEM_NAMESPA
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import parse_scenario
+from tests.kit import kueue
 from tests.kit.cluster import shared_baseline
 from tests.kit.waiting import eventually_sync
 
@@ -128,42 +129,11 @@ def api(devcluster: DevCluster) -> Iterator[ApiBootstrap]:
     asyncio.run(_apply_node(devcluster.kubeconfig))
     client = devcluster.bootstrap()
     client.ensure_namespace(NS)
-    _ok(
-        client,
-        "POST",
-        f"{KUEUE}/resourceflavors",
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": FLAVOR}},
-    )
-    _ok(
-        client,
-        "POST",
-        f"{KUEUE}/clusterqueues",
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ClusterQueue",
-            "metadata": {"name": CLUSTER_QUEUE},
-            "spec": {
-                "namespaceSelector": {},
-                "resourceGroups": [
-                    {
-                        "coveredResources": ["cpu"],
-                        "flavors": [{"name": FLAVOR, "resources": [{"name": "cpu", "nominalQuota": "2"}]}],
-                    }
-                ],
-            },
-        },
-    )
-    _ok(
-        client,
-        "POST",
-        f"{KUEUE}/namespaces/{NS}/localqueues",
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "LocalQueue",
-            "metadata": {"name": LOCAL_QUEUE, "namespace": NS},
-            "spec": {"clusterQueue": CLUSTER_QUEUE},
-        },
-    )
+    _ok(client, "POST", f"{KUEUE}/resourceflavors", kueue.resource_flavor(FLAVOR))
+    queue = kueue.cluster_queue(CLUSTER_QUEUE, kueue.queue_spec(kueue.resource_group(FLAVOR, {"cpu": "2"})))
+    _ok(client, "POST", f"{KUEUE}/clusterqueues", queue)
+    local_queue = kueue.local_queue(LOCAL_QUEUE, CLUSTER_QUEUE, NS)
+    _ok(client, "POST", f"{KUEUE}/namespaces/{NS}/localqueues", local_queue)
     eventually_sync(
         lambda: _get(client, f"{KUEUE}/clusterqueues/{CLUSTER_QUEUE}"),
         lambda o: _condition(o, "Active").get("status") == "True",

@@ -21,6 +21,7 @@ from gpustack_worker.runtime.client import Client
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario
 from tests.kit import cluster as kit_cluster
+from tests.kit import kueue
 
 if TYPE_CHECKING:
     from gpustack_worker.devcluster.bootstrap import ApiBootstrap
@@ -40,37 +41,12 @@ def _ok(api: ApiBootstrap, method: str, path: str, body: dict[str, Any] | None =
 def _make_a_mess(api: ApiBootstrap) -> None:
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}
     _ok(api, "POST", "/api/v1/namespaces", namespace)
-    kueue = f"/apis/{kinds.CLUSTER_QUEUE.group}/{kinds.KUEUE_VERSION}"
-    flavor = {"apiVersion": kinds.CLUSTER_QUEUE.api_version, "kind": "ResourceFlavor"}
-    _ok(api, "POST", f"{kueue}/resourceflavors", {**flavor, "metadata": {"name": "reset-flavor"}})
-    queue = {
-        "apiVersion": kinds.CLUSTER_QUEUE.api_version,
-        "kind": "ClusterQueue",
-        "metadata": {"name": "reset-queue"},
-        "spec": {
-            "namespaceSelector": {},
-            "resourceGroups": [
-                {
-                    "coveredResources": ["cpu"],
-                    "flavors": [
-                        {"name": "reset-flavor", "resources": [{"name": "cpu", "nominalQuota": "4"}]}
-                    ],
-                }
-            ],
-        },
-    }
-    _ok(api, "POST", f"{kueue}/clusterqueues", queue)
-    _ok(
-        api,
-        "POST",
-        f"{kueue}/namespaces/{NS}/localqueues",
-        {
-            "apiVersion": kinds.CLUSTER_QUEUE.api_version,
-            "kind": "LocalQueue",
-            "metadata": {"name": "reset-lq"},
-            "spec": {"clusterQueue": "reset-queue"},
-        },
-    )
+    kueue_api = f"/apis/{kinds.CLUSTER_QUEUE.group}/{kinds.KUEUE_VERSION}"
+    _ok(api, "POST", f"{kueue_api}/resourceflavors", kueue.resource_flavor("reset-flavor"))
+    cpu_quota = kueue.resource_group("reset-flavor", {"cpu": "4"})
+    queue = kueue.cluster_queue("reset-queue", kueue.queue_spec(cpu_quota))
+    _ok(api, "POST", f"{kueue_api}/clusterqueues", queue)
+    _ok(api, "POST", f"{kueue_api}/namespaces/{NS}/localqueues", kueue.local_queue("reset-lq", "reset-queue"))
     ours = f"/apis/{kinds.INSTANCE_TYPE.group}/{kinds.INSTANCE_TYPE.version}"
     instance_type = _ok(
         api,

@@ -25,10 +25,8 @@ Timings are printed, never asserted; every poll is generous.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
-import shutil
 import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
@@ -36,13 +34,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from gpustack_worker.api import keys, kinds
-from gpustack_worker.cli.webhook_serving import webhook_server
-from gpustack_worker.devcluster import worker_webhooks
 from gpustack_worker.placement import joint
 from gpustack_worker.placement.controller import Placement
 from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP, DEFAULT_NAMESPACE
 from tests import stack as support
+from tests.kit import kueue, models
 from tests.kit.resync import resynced
+from tests.kit.webhooks import webhooks_served
 from tests.placement.racks import L4, RACK_OF, RACKS, apply_racks, blocker, check_entry
 from tests.stack import Stack, condition, module_cluster, running_stack
 from tests.topology.cluster_helpers import topology_assignments, workload
@@ -155,8 +153,6 @@ def devcluster() -> Iterator[DevCluster]:
 
 @pytest.fixture(scope="module")
 async def running(devcluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Running]:
-    assert devcluster.pki is not None
-
     def extra(client: Client, settings: Any, registry: Any) -> list[Any]:
         return [Placement(client, settings, registry)]
 
@@ -165,25 +161,8 @@ async def running(devcluster: DevCluster, tmp_path_factory: pytest.TempPathFacto
         # The controller process serves the fit pin (and our stateless webhooks) over HTTPS; here it is
         # served in-process with the dev cluster's serving certificate and registered by URL.
         cert_dir = tmp_path_factory.mktemp("admission-certs")
-        shutil.copyfile(devcluster.pki.serving_cert, cert_dir / "tls.crt")
-        shutil.copyfile(devcluster.pki.serving_key, cert_dir / "tls.key")
-        server = webhook_server(
-            "127.0.0.1:0", cert_dir, namespace=kinds.SYSTEM_NAMESPACE, handlers=placement.handlers
-        )
-        await server.start()
-        api = devcluster.bootstrap()
-        try:
-            ca = devcluster.pki.ca_cert.read_bytes()
-            # Blocking calls go to a thread: the API server calls back into this event loop meanwhile.
-            await asyncio.to_thread(worker_webhooks.register, api, f"https://127.0.0.1:{server.port}", ca)
-            await asyncio.to_thread(worker_webhooks.wait_served, api, 60.0)
+        async with webhooks_served(devcluster, cert_dir, handlers=placement.handlers):
             yield Running(stack, placement)
-        finally:
-            try:
-                await asyncio.to_thread(worker_webhooks.unregister, api)
-            finally:
-                api.close()
-                await server.close()
 
 
 # --- the system's chance to act (checked before a claim that nothing moved) -------------------------------
@@ -244,26 +223,12 @@ async def _racks(run: Running) -> None:
 
 
 def _role(name: str, kind: str, instance_type: str, size: int, **extra: Any) -> dict[str, Any]:
-    template = extra.pop("template", None) or {
-        "spec": {"containers": [{"name": "engine", "image": "registry.invalid/engine:1"}]}
-    }
-    return {
-        "name": name,
-        "kind": kind,
-        "size": size,
-        "instanceType": instance_type,
-        "template": template,
-        **extra,
-    }
+    template = extra.pop("template", None) or models.template()
+    return models.role(name, kind=kind, size=size, instanceType=instance_type, template=template, **extra)
 
 
 def _deployment(name: str, *roles: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": kinds.MODEL_DEPLOYMENT.api_version,
-        "kind": kinds.MODEL_DEPLOYMENT.kind,
-        "metadata": {"name": name, "namespace": TEAM},
-        "spec": {"roles": list(roles)},
-    }
+    return models.model_deployment(name, TEAM, *roles)
 
 
 async def test_two_roles_wait_together_then_bind_within_one_rack(running: Running) -> None:
@@ -422,13 +387,7 @@ def _sliced_role(name: str) -> dict[str, Any]:
     template = {
         "spec": {
             "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [prefer]}},
-            "containers": [
-                {
-                    "name": "engine",
-                    "image": "registry.invalid/engine:1",
-                    "resources": {"requests": dict(slice_), "limits": dict(slice_)},
-                }
-            ],
+            "containers": [kueue.container(slice_, slice_, name="engine", image=models.ENGINE_IMAGE)],
         }
     }
     return _role(name, "Server", A10G, 1, template=template)

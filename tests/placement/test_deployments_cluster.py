@@ -27,6 +27,7 @@ import pytest
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.placement.deployments import ModelDeployments
 from tests import stack as support
+from tests.kit import models
 from tests.stack import Stack, module_cluster, running_stack
 from tests.stack import condition as _cond
 from tests.topology.cluster_helpers import decode_topology_assignment
@@ -53,26 +54,13 @@ def _labels(obj: dict[str, Any] | None) -> dict[str, str]:
 
 
 def _deployment(name: str, *roles: dict[str, Any], model: dict[str, Any] | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"roles": list(roles)}
-    if model is not None:
-        spec["model"] = model
-    return {
-        "apiVersion": kinds.MODEL_DEPLOYMENT.api_version,
-        "kind": kinds.MODEL_DEPLOYMENT.kind,
-        "metadata": {"name": name, "namespace": TEAM},
-        "spec": spec,
-    }
+    return models.model_deployment(name, TEAM, *roles, model=model)
 
 
 def _role(name: str, instance_type: str, *, replicas: int, size: int, **extra: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "replicas": replicas,
-        "size": size,
-        "instanceType": instance_type,
-        "template": {"spec": {"containers": [{"name": "engine", "image": "registry.invalid/engine:1"}]}},
-        **extra,
-    }
+    return models.role(
+        name, replicas=replicas, size=size, instanceType=instance_type, template=models.template(), **extra
+    )
 
 
 class Running:

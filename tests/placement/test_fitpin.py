@@ -24,6 +24,7 @@ from gpustack_worker.placement.fitpin_webhook import FitPinWebhook
 from gpustack_worker.runtime.frozen import FrozenDict, freeze
 from gpustack_worker.runtime.registry import InformerRegistry
 from gpustack_worker.runtime.store import Store
+from tests.kit import kueue
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -43,22 +44,12 @@ REQUIRED = ("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringEx
 
 
 def local_queue(name: str = LQ, namespace: str = NS, cluster_queue: str = CQ) -> dict[str, Any]:
-    return {
-        "apiVersion": kinds.LOCAL_QUEUE.api_version,
-        "kind": "LocalQueue",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"clusterQueue": cluster_queue},
-    }
+    return kueue.local_queue(name, cluster_queue, namespace)
 
 
 def cluster_queue(name: str = CQ, labels: dict[str, str] | None = None) -> dict[str, Any]:
     labels = {keys.RESOURCE_TYPE: keys.TYPE_INSTANCE_TYPES} if labels is None else labels
-    return {
-        "apiVersion": kinds.CLUSTER_QUEUE.api_version,
-        "kind": "ClusterQueue",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {},
-    }
+    return kueue.cluster_queue(name, {}, labels=labels)
 
 
 def instance_type(name: str = CQ, group: str | None = GROUP) -> dict[str, Any]:
@@ -89,21 +80,13 @@ def podset(
 ) -> dict[str, Any]:
     pod_spec = dict(spec or {})
     pod_spec["containers"] = list(containers) or [container()]
-    return {"name": name, "count": 1, "template": {"spec": pod_spec}}
+    return kueue.pod_set(pod_spec, name=name)
 
 
 def workload(
     *podsets: dict[str, Any], queue: str | None = LQ, reserved: bool = False, name: str = "wl"
 ) -> dict[str, Any]:
-    spec: dict[str, Any] = {"podSets": list(podsets) or [podset(container(SLICE))]}
-    if queue is not None:
-        spec["queueName"] = queue
-    wl: dict[str, Any] = {
-        "apiVersion": kinds.WORKLOAD.api_version,
-        "kind": "Workload",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": spec,
-    }
+    wl = kueue.workload(name, NS, queue, *(podsets or [podset(container(SLICE))]))
     if reserved:
         wl["status"] = {
             "conditions": [{"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved"}]

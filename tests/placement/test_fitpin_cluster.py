@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -26,17 +25,16 @@ import pytest
 
 from gpustack_worker.api import keys, kinds, rbac, webhooks
 from gpustack_worker.api.settings import ChainSettings
-from gpustack_worker.cli.webhook_serving import webhook_server
-from gpustack_worker.devcluster import worker_webhooks
 from gpustack_worker.placement.fitpin_webhook import FitPinWebhook
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.registry import InformerRegistry
 from gpustack_worker.runtime.resources import Resource
+from tests.kit import kueue, models
+from tests.kit.webhooks import webhooks_served
 from tests.topology.cluster_helpers import condition, eventually, topology_assignments
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
-    from pathlib import Path
 
     from gpustack_worker.devcluster.bootstrap import ApiBootstrap
     from gpustack_worker.devcluster.cluster import DevCluster
@@ -84,26 +82,14 @@ class Served:
         return [op for _kind, _ns, n, op in self.calls if n == name]
 
 
-def _cluster_queue(name: str, *, held: bool, marked: bool = True) -> dict[str, Any]:
-    spec: dict[str, Any] = {"namespaceSelector": {}, "resourceGroups": []}
-    if held:
-        spec["stopPolicy"] = "Hold"
+def _cluster_queue(name: str, *groups: dict[str, Any], held: bool, marked: bool = True) -> dict[str, Any]:
+    spec = kueue.queue_spec(*groups, **({"stopPolicy": "Hold"} if held else {}))
     labels = {keys.RESOURCE_TYPE: keys.TYPE_INSTANCE_TYPES} if marked else {}
-    return {
-        "apiVersion": kinds.CLUSTER_QUEUE.api_version,
-        "kind": "ClusterQueue",
-        "metadata": {"name": name, "labels": labels},
-        "spec": spec,
-    }
+    return kueue.cluster_queue(name, spec, labels=labels)
 
 
 def _local_queue(cluster_queue: str) -> dict[str, Any]:
-    return {
-        "apiVersion": kinds.LOCAL_QUEUE.api_version,
-        "kind": "LocalQueue",
-        "metadata": {"name": keys.local_queue_name(cluster_queue), "namespace": NS},
-        "spec": {"clusterQueue": cluster_queue},
-    }
+    return kueue.local_queue(keys.local_queue_name(cluster_queue), cluster_queue, NS)
 
 
 def _instance_type(name: str) -> dict[str, Any]:
@@ -123,31 +109,11 @@ def _instance_type(name: str) -> dict[str, Any]:
 
 
 def _container(resources: dict[str, str]) -> dict[str, Any]:
-    return {
-        "name": "engine",
-        "image": "registry.invalid/engine:1",
-        "resources": {"requests": {"cpu": "1", **resources}, "limits": dict(resources)},
-    }
+    return kueue.container({"cpu": "1", **resources}, resources, name="engine", image=models.ENGINE_IMAGE)
 
 
 def _workload(name: str, queue: str, resources: dict[str, str], **pod_spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": kinds.WORKLOAD.api_version,
-        "kind": "Workload",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "queueName": queue,
-            "podSets": [
-                {
-                    "name": "main",
-                    "count": 1,
-                    "template": {
-                        "spec": {"restartPolicy": "Never", "containers": [_container(resources)], **pod_spec}
-                    },
-                }
-            ],
-        },
-    }
+    return kueue.workload(name, NS, queue, kueue.pod_set(kueue.pod_spec(_container(resources), **pod_spec)))
 
 
 def _terms(obj: dict[str, Any], *, pod: bool = False) -> Any:
@@ -168,7 +134,6 @@ async def _pinned_on_dry_run(api: ApiBootstrap) -> bool:
 
 @pytest.fixture(scope="module")
 async def served(devcluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Served]:
-    assert devcluster.pki is not None
     admin = await Client.connect(str(devcluster.kubeconfig))
     controller = await Client.connect(str(devcluster.service_account_kubeconfig(rbac.CONTROLLER.name)))
     await admin.create(kinds.NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
@@ -183,9 +148,6 @@ async def served(devcluster: DevCluster, tmp_path_factory: pytest.TempPathFactor
     informers = asyncio.create_task(registry.run())
     await registry.wait_synced()
 
-    cert_dir: Path = tmp_path_factory.mktemp("fitpin-certs")
-    shutil.copyfile(devcluster.pki.serving_cert, cert_dir / "tls.crt")
-    shutil.copyfile(devcluster.pki.serving_key, cert_dir / "tls.key")
     calls: list[tuple[str, str, str, str]] = []
 
     def review(body: dict[str, Any]) -> dict[str, Any]:
@@ -202,36 +164,23 @@ async def served(devcluster: DevCluster, tmp_path_factory: pytest.TempPathFactor
         )
         return hook.review(body)
 
-    server = webhook_server(
-        "127.0.0.1:0",
-        cert_dir,
-        namespace=kinds.SYSTEM_NAMESPACE,
-        handlers={webhooks.WORKLOAD_FIT_PATH: review},
-    )
-    await server.start()
-    api = devcluster.bootstrap()
+    cert_dir = tmp_path_factory.mktemp("fitpin-certs")
+    handlers = {webhooks.WORKLOAD_FIT_PATH: review}
     try:
-        ca = devcluster.pki.ca_cert.read_bytes()
-        # Blocking calls go to a thread: the API server calls back into this event loop meanwhile.
-        await asyncio.to_thread(worker_webhooks.register, api, f"https://127.0.0.1:{server.port}", ca)
-        await asyncio.to_thread(worker_webhooks.wait_served, api, 60.0)
-        await eventually(lambda: _pinned_on_dry_run(api), within=60.0)
-        yield Served(admin, hook, settings, server, calls)
+        async with webhooks_served(devcluster, cert_dir, handlers=handlers) as server:
+            with contextlib.closing(devcluster.bootstrap()) as api:
+                await eventually(lambda: _pinned_on_dry_run(api), within=60.0)
+            yield Served(admin, hook, settings, server, calls)
     finally:
-        try:
-            await asyncio.to_thread(worker_webhooks.unregister, api)
-        finally:
-            api.close()
-            await server.close()
-            informers.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await informers
-            await admin.delete(kinds.NAMESPACE, NS)
-            for name in (HELD, OPEN, FOREIGN):
-                await admin.delete(kinds.INSTANCE_TYPE, name)
-                await admin.delete(kinds.CLUSTER_QUEUE, name)
-            await controller.close()
-            await admin.close()
+        informers.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await informers
+        await admin.delete(kinds.NAMESPACE, NS)
+        for name in (HELD, OPEN, FOREIGN):
+            await admin.delete(kinds.INSTANCE_TYPE, name)
+            await admin.delete(kinds.CLUSTER_QUEUE, name)
+        await controller.close()
+        await admin.close()
 
 
 async def test_a_workload_at_an_entrance_is_stored_with_the_pin(served: Served) -> None:
@@ -292,7 +241,7 @@ async def test_pods_are_never_sent_and_their_workload_is_pinned(served: Served) 
             "namespace": NS,
             "labels": {"kueue.x-k8s.io/queue-name": keys.local_queue_name(HELD)},
         },
-        "spec": {"restartPolicy": "Never", "containers": [_container(SLICE)]},
+        "spec": kueue.pod_spec(_container(SLICE)),
     }
     await served.admin.create(POD, pod)
 
@@ -428,23 +377,10 @@ async def test_kueue_places_a_pinned_workload_only_where_one_card_fits(served: S
                 "spec": {"levels": [{"nodeLabel": keys.HOSTNAME}]},
             },
         )
-        await create(
-            kinds.RESOURCE_FLAVOR,
-            {
-                "apiVersion": kinds.RESOURCE_FLAVOR.api_version,
-                "kind": "ResourceFlavor",
-                "metadata": {"name": TAS_FLAVOR},
-                "spec": {"nodeLabels": {POOL_LABEL: _SUFFIX}, "topologyName": TAS_TOPOLOGY},
-            },
-        )
-        cq = _cluster_queue(TAS_QUEUE, held=False)
-        cq["spec"]["resourceGroups"] = [
-            {
-                "coveredResources": ["cpu"],
-                "flavors": [{"name": TAS_FLAVOR, "resources": [{"name": "cpu", "nominalQuota": "100"}]}],
-            }
-        ]
-        await create(kinds.CLUSTER_QUEUE, cq)
+        flavor = {"nodeLabels": {POOL_LABEL: _SUFFIX}, "topologyName": TAS_TOPOLOGY}
+        await create(kinds.RESOURCE_FLAVOR, kueue.resource_flavor(TAS_FLAVOR, flavor))
+        cpu_quota = kueue.resource_group(TAS_FLAVOR, {"cpu": "100"})
+        await create(kinds.CLUSTER_QUEUE, _cluster_queue(TAS_QUEUE, cpu_quota, held=False))
         await create(kinds.INSTANCE_TYPE, _instance_type(TAS_QUEUE))
         await create(kinds.LOCAL_QUEUE, _local_queue(TAS_QUEUE))
         await eventually(lambda: _pinned_on_dry_run_at(served, queue), within=60.0)

@@ -42,6 +42,7 @@ from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario
 from gpustack_worker.topology.controller import Topology
 from tests import stack as support
+from tests.kit import kueue, models
 from tests.kit.resync import idle, resynced
 from tests.stack import condition, module_cluster
 
@@ -126,46 +127,19 @@ async def running(devcluster: DevCluster) -> AsyncIterator[Running]:
 
 
 def _gpu_spec(gpus: int) -> dict[str, Any]:
-    return {
-        "restartPolicy": "Never",
-        "containers": [
-            {
-                "name": "c",
-                "image": "registry.invalid/x",
-                "resources": {
-                    "requests": {"cpu": "1", "nvidia.com/gpu": str(gpus)},
-                    "limits": {"nvidia.com/gpu": str(gpus)},
-                },
-            }
-        ],
-    }
+    return kueue.pod_spec(kueue.gpu_container(gpus))
 
 
 def _foreign_workload(name: str, queue: str, *, count: int = 1) -> dict[str, Any]:
-    return {
-        "apiVersion": kinds.WORKLOAD.api_version,
-        "kind": "Workload",
-        "metadata": {"name": name, "namespace": TEAM},
-        "spec": {
-            "queueName": keys.local_queue_name(queue),
-            "podSets": [{"name": "main", "count": count, "template": {"spec": _gpu_spec(1)}}],
-        },
-    }
+    pods = kueue.pod_set(_gpu_spec(1), count=count)
+    return kueue.workload(name, TEAM, keys.local_queue_name(queue), pods)
 
 
 def _deployment() -> dict[str, Any]:
     template = {"spec": _gpu_spec(1)}
-    return {
-        "apiVersion": kinds.MODEL_DEPLOYMENT.api_version,
-        "kind": kinds.MODEL_DEPLOYMENT.kind,
-        "metadata": {"name": DEPLOYMENT, "namespace": TEAM},
-        "spec": {
-            "roles": [
-                {"name": "prefill", "kind": "Prefill", "instanceType": T4, "template": template},
-                {"name": "decode", "kind": "Decode", "instanceType": A10G, "template": template},
-            ]
-        },
-    }
+    prefill = models.role("prefill", kind="Prefill", instanceType=T4, template=template)
+    decode = models.role("decode", kind="Decode", instanceType=A10G, template=template)
+    return models.model_deployment(DEPLOYMENT, TEAM, prefill, decode)
 
 
 def _group(role: str) -> str:

@@ -20,6 +20,7 @@ from gpustack_worker.runtime.client import Client, Conflict
 from gpustack_worker.runtime.controller import Result, semantic_changed
 from gpustack_worker.runtime.registry import InformerRegistry
 from gpustack_worker.runtime.settings import RuntimeSettings, SettingsSource
+from tests.kit import kueue, models
 
 NS = "team-a"
 UID = "dep-uid"
@@ -60,17 +61,9 @@ class Wall:
 
 
 def _deployment() -> dict[str, Any]:
-    return {
-        "apiVersion": kinds.MODEL_DEPLOYMENT.api_version,
-        "kind": "ModelDeployment",
-        "metadata": {"name": "llm", "namespace": NS, "uid": UID, "generation": 2, "resourceVersion": "7"},
-        "spec": {
-            "roles": [
-                {"name": "prefill", "replicas": 1, "instanceType": "it-p", "template": {}},
-                {"name": "decode", "replicas": 1, "instanceType": "it-d", "template": {}},
-            ]
-        },
-    }
+    prefill = models.role("prefill", replicas=1, instanceType="it-p", template={})
+    decode = models.role("decode", replicas=1, instanceType="it-d", template={})
+    return models.model_deployment("llm", NS, prefill, decode, uid=UID, generation=2, resourceVersion="7")
 
 
 def _pod(role: str) -> dict[str, Any]:
@@ -94,23 +87,19 @@ def _pod(role: str) -> dict[str, Any]:
 
 
 def _workload(role: str, *, reserved: bool = True, state: str = "Pending") -> dict[str, Any]:
-    return {
-        "metadata": {
-            "name": f"llm-{role}-0",
-            "namespace": NS,
-            "resourceVersion": "41",
-            "ownerReferences": [
-                {"apiVersion": "v1", "kind": "Pod", "name": f"llm-{role}-0-0", "uid": f"pod-{role}"}
-            ],
-        },
-        "spec": {"podSets": [{"name": role, "count": 1}]},
-        "status": {
-            "conditions": [{"type": "QuotaReserved", "status": "True" if reserved else "False"}],
-            "admissionChecks": [
-                {"name": keys.JOINT_CHECK, "state": state, "message": "", "lastTransitionTime": T0_TEXT}
-            ],
-        },
+    """The Workload Kueue made for the role's first pod group with what the joint check reads of it: its
+    owner Pod, its PodSet (no template) and the status under test (no queue: the check reads none)."""
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": f"llm-{role}-0-0", "uid": f"pod-{role}"}
+    body = kueue.workload(
+        f"llm-{role}-0", NS, None, {"name": role, "count": 1}, resourceVersion="41", ownerReferences=[owner]
+    )
+    body["status"] = {
+        "conditions": [{"type": "QuotaReserved", "status": "True" if reserved else "False"}],
+        "admissionChecks": [
+            {"name": keys.JOINT_CHECK, "state": state, "message": "", "lastTransitionTime": T0_TEXT}
+        ],
     }
+    return body
 
 
 @pytest.fixture

@@ -42,6 +42,7 @@ from gpustack_worker.placement.node_devices import REASON_NEVER_FITS
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import parse_text
 from tests import stack as support
+from tests.kit import models
 from tests.placement.racks import L4, check_entry
 from tests.stack import condition, module_cluster, running_stack, write_settings
 from tests.topology.cluster_helpers import workload
@@ -156,23 +157,9 @@ async def _queue_ready(run: Running) -> None:
 
 
 def _deployment() -> dict[str, Any]:
-    return {
-        "apiVersion": kinds.MODEL_DEPLOYMENT.api_version,
-        "kind": kinds.MODEL_DEPLOYMENT.kind,
-        "metadata": {"name": DEPLOYMENT, "namespace": TEAM},
-        "spec": {
-            "roles": [
-                {
-                    "name": "server",
-                    "instanceType": L4,
-                    "resources": {"accelerator": "8"},
-                    "template": {
-                        "spec": {"containers": [{"name": "engine", "image": "registry.invalid/e:1"}]}
-                    },
-                }
-            ]
-        },
-    }
+    template = models.template(image="registry.invalid/e:1")
+    server = models.role("server", instanceType=L4, resources={"accelerator": "8"}, template=template)
+    return models.model_deployment(DEPLOYMENT, TEAM, server)
 
 
 async def test_a_request_that_never_fits_parks_resumes_and_an_edit_is_still_reported(

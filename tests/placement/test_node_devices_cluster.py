@@ -26,6 +26,7 @@ import pytest
 
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.api.crds.devices import AllocationMode
+from tests.kit import kueue
 from tests.placement.gate3_stack import Running, running_with_gate3
 from tests.stack import condition, eventually, module_cluster
 
@@ -59,33 +60,8 @@ async def running(devcluster: DevCluster) -> AsyncIterator[Running]:
 
 
 def _workload(name: str, gpus: int) -> dict[str, Any]:
-    req = {"cpu": "1", "nvidia.com/gpu": str(gpus)}
-    return {
-        "apiVersion": kinds.WORKLOAD.api_version,
-        "kind": "Workload",
-        "metadata": {"name": name, "namespace": TEAM},
-        "spec": {
-            "queueName": keys.local_queue_name(T4),
-            "podSets": [
-                {
-                    "name": "main",
-                    "count": 1,
-                    "template": {
-                        "spec": {
-                            "restartPolicy": "Never",
-                            "containers": [
-                                {
-                                    "name": "c",
-                                    "image": "registry.invalid/x",
-                                    "resources": {"requests": req, "limits": {"nvidia.com/gpu": str(gpus)}},
-                                }
-                            ],
-                        }
-                    },
-                }
-            ],
-        },
-    }
+    spec = kueue.pod_spec(kueue.gpu_container(gpus))
+    return kueue.workload(name, TEAM, keys.local_queue_name(T4), kueue.pod_set(spec))
 
 
 def _entry(wl: dict[str, Any] | None) -> dict[str, Any]:

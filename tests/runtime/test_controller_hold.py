@@ -13,7 +13,7 @@ from gpustack_worker.runtime import ratelimit
 from gpustack_worker.runtime.clock import FakeClock
 from gpustack_worker.runtime.controller import Controller, Result, labels_changed
 from gpustack_worker.runtime.queue import WorkQueue
-from tests.runtime.task_waits import asleep_or_done
+from tests.kit.waiting import asleep_or_done
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -14,20 +14,14 @@ from gpustack_worker.runtime.clock import FakeClock
 from gpustack_worker.runtime.events import EventRecorder, micro_time
 from gpustack_worker.runtime.frozen import freeze
 from gpustack_worker.runtime.resources import EVENT, Resource
-from tests.runtime.task_waits import has_run
+from tests.kit import kueue
+from tests.kit.waiting import has_run
 
 T0 = datetime(2025, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
 
 def cq(name: str = "gpustack--nvidia-linux-amd64", uid: str = "u1", rv: str = "7") -> Any:
-    return freeze(
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ClusterQueue",
-            "metadata": {"name": name, "uid": uid, "resourceVersion": rv},
-            "spec": {"huge": "x" * 100},
-        }
-    )
+    return freeze(kueue.cluster_queue(name, {"huge": "x" * 100}, uid=uid, resourceVersion=rv))
 
 
 def lq(name: str = "lq", namespace: str = "team-a") -> Any:

@@ -15,8 +15,7 @@ from gpustack_worker.runtime.clock import FakeClock
 from gpustack_worker.runtime.metrics import QUEUE_BUCKETS
 from gpustack_worker.runtime.queue import WorkQueue
 from tests.kit.properties import examples
-from tests.kit.waiting import eventually
-from tests.runtime.task_waits import asleep_or_done, has_run
+from tests.kit.waiting import asleep_or_done, eventually, has_run
 
 
 def make(clock: FakeClock, name: str = "test") -> WorkQueue:

@@ -13,6 +13,7 @@ from gpustack_worker.api import keys, kinds
 
 # Kueue's topologyAssignment decoder is Gate 3's own (what the tests read is what the check reads).
 from gpustack_worker.placement.gate3 import Domain, decode_topology_assignment
+from tests.kit import kueue
 from tests.stack import condition, eventually
 
 if TYPE_CHECKING:
@@ -68,33 +69,9 @@ def workload(
     """A standalone Kueue Workload (no job owner) submitted to the LocalQueue the chain makes for
     ClusterQueue ``queue``: one PodSet of ``count`` Pods, each requesting ``gpus`` NVIDIA GPUs and ``cpu``,
     with ``topologyRequest.required`` set to ``required_level`` (a level label key) when given."""
-    pod_set: dict[str, Any] = {
-        "name": "main",
-        "count": count,
-        "template": {
-            "spec": {
-                "restartPolicy": "Never",
-                "containers": [
-                    {
-                        "name": "c",
-                        "image": "registry.invalid/x",
-                        "resources": {
-                            "requests": {"cpu": cpu, "nvidia.com/gpu": str(gpus)},
-                            "limits": {"nvidia.com/gpu": str(gpus)},
-                        },
-                    }
-                ],
-            }
-        },
-    }
-    if required_level is not None:
-        pod_set["topologyRequest"] = {"required": required_level}
-    return {
-        "apiVersion": kinds.WORKLOAD.api_version,
-        "kind": "Workload",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"queueName": keys.local_queue_name(queue), "podSets": [pod_set]},
-    }
+    extra = {} if required_level is None else {"topologyRequest": {"required": required_level}}
+    pods = kueue.pod_set(kueue.pod_spec(kueue.gpu_container(gpus, cpu=cpu)), count=count, **extra)
+    return kueue.workload(name, namespace, keys.local_queue_name(queue), pods)
 
 
 def snapshot_text(revision: str, nodes: Mapping[str, Mapping[str, str]]) -> str:

@@ -11,19 +11,16 @@ in teardown (``failurePolicy: Fail`` would otherwise refuse every TopologySource
 from __future__ import annotations
 
 import asyncio
-import shutil
 import uuid
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from gpustack_worker.api import kinds, webhooks
-from gpustack_worker.cli.webhook_serving import webhook_server
-from gpustack_worker.devcluster import worker_webhooks
+from tests.kit.webhooks import webhooks_served
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
-    from pathlib import Path
 
     import httpx
 
@@ -75,25 +72,8 @@ async def served(
     devcluster: DevCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[WebhookServer]:
     """Our webhook server on 127.0.0.1, registered in the API server and called by it."""
-    assert devcluster.pki is not None
-    cert_dir: Path = tmp_path_factory.mktemp("webhook-certs")
-    shutil.copyfile(devcluster.pki.serving_cert, cert_dir / "tls.crt")
-    shutil.copyfile(devcluster.pki.serving_key, cert_dir / "tls.key")
-    server = webhook_server("127.0.0.1:0", cert_dir, namespace=NS)
-    await server.start()
-    api = devcluster.bootstrap()
-    try:
-        ca = devcluster.pki.ca_cert.read_bytes()
-        # Blocking calls go to a thread: the API server calls back into this event loop meanwhile.
-        await asyncio.to_thread(worker_webhooks.register, api, f"https://127.0.0.1:{server.port}", ca)
-        await asyncio.to_thread(worker_webhooks.wait_served, api, 60.0)
+    async with webhooks_served(devcluster, tmp_path_factory.mktemp("webhook-certs"), namespace=NS) as server:
         yield server
-    finally:
-        try:
-            await asyncio.to_thread(worker_webhooks.unregister, api)
-        finally:
-            api.close()
-            await server.close()
 
 
 @pytest.fixture

@@ -21,17 +21,15 @@ import asyncio
 import contextlib
 import copy
 import functools
-import shutil
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from gpustack_worker.api import keys, kinds, validation, webhooks
-from gpustack_worker.cli.webhook_serving import webhook_server
-from gpustack_worker.devcluster import worker_webhooks
 from gpustack_worker.devcluster.audit import AuditLog
 from gpustack_worker.topology import sources
 from tests import stack as support
+from tests.kit.webhooks import webhooks_served
 from tests.stack import Stack, module_cluster, running_stack
 from tests.stack import condition as _cond
 from tests.topology.cluster_helpers import SNAPSHOT_KEY, snapshot_text
@@ -136,26 +134,6 @@ async def _dry_run(api: ApiBootstrap, levels: list[str]) -> Any:
     return await _call(api, "POST", f"{COLLECTION}?dryRun=All", _source("probe", levels, "probe"))
 
 
-@contextlib.asynccontextmanager
-async def webhook_registered(devcluster: DevCluster, api: ApiBootstrap, tmp: Path) -> AsyncIterator[None]:
-    """Our admission webhook served in-process and registered in the API server (removed on exit)."""
-    assert devcluster.pki is not None
-    shutil.copyfile(devcluster.pki.serving_cert, tmp / "tls.crt")
-    shutil.copyfile(devcluster.pki.serving_key, tmp / "tls.key")
-    server = webhook_server("127.0.0.1:0", tmp, namespace=NS)
-    await server.start()
-    try:
-        ca = devcluster.pki.ca_cert.read_bytes()
-        await asyncio.to_thread(worker_webhooks.register, api, f"https://127.0.0.1:{server.port}", ca)
-        await asyncio.to_thread(worker_webhooks.wait_served, api, 60.0)
-        yield
-    finally:
-        try:
-            await asyncio.to_thread(worker_webhooks.unregister, api)
-        finally:
-            await server.close()
-
-
 def _earlier_levels_schema(crd: dict[str, Any]) -> dict[str, Any]:
     """The CRD as a release before the limit served it: 1..16 levels, keys up to 317 characters."""
     earlier = copy.deepcopy(crd)
@@ -220,7 +198,7 @@ async def _profiles(stack: Stack) -> set[str | None]:
 async def test_the_schema_and_the_webhook_refuse_16_levels_naming_the_limit(
     devcluster: DevCluster, stack: Stack, api: ApiBootstrap, tmp_path: Path
 ) -> None:
-    async with webhook_registered(devcluster, api, tmp_path):
+    async with webhooks_served(devcluster, tmp_path, namespace=NS):
         # This release's schema refuses first (the API server runs it before any webhook).
         refused = await _dry_run(api, deep(16))
         assert refused.status_code == 422, refused.text
