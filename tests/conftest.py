@@ -12,11 +12,14 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.kit import cluster as kit_cluster
-from tests.kit import phases, properties, waiting
+from tests.kit import logs, phases, properties, waiting
 
 # Property-based tests (hypothesis): the ``ci`` and ``thorough`` profiles and the example counts
 # (tests/kit/properties.py). Registered at import, before hypothesis' plugin reads --hypothesis-profile.
 properties.register()
+# Loggers built per use, so capture_logs() sees them whichever module configured logging before
+# (tests/kit/logs.py).
+logs.never_cache_loggers()
 
 
 def pytest_configure(config: pytest.Config) -> None:
