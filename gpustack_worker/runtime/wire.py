@@ -329,11 +329,11 @@ class _Stream(httpcore.AsyncNetworkStream):
             server_hostname = self._server_name
         # On a stream that is TLS already (an https:// proxy, then the server inside its CONNECT tunnel),
         # the new session is layered over the last one: its records are that session's plaintext.
-        layer = _Layer(ssl_context, server_hostname)
-        tls = layer.tls
         level = len(self._layers)
-        self._layers.append(layer)
         try:
+            layer = _Layer(ssl_context, server_hostname)  # inside: a refused context closes the socket too
+            tls = layer.tls
+            self._layers.append(layer)
             async with asyncio.timeout(timeout):
                 while True:
                     try:

@@ -5,6 +5,9 @@ waiting, the peer gone; and nothing once the stream itself is closed."""
 from __future__ import annotations
 
 import socket
+import ssl
+
+import pytest
 
 from gpustack_worker.runtime import wire
 
@@ -26,3 +29,17 @@ async def test_is_readable_follows_the_socket_and_stops_at_close() -> None:
         peer.close()
         await stream.aclose()
     assert stream.get_extra_info("is_readable") is None  # closed: never polled again
+
+
+async def test_a_tls_session_the_context_refuses_to_begin_closes_the_socket() -> None:
+    ours, peer = socket.socketpair()
+    ours.setblocking(False)
+    stream = wire._Stream(ours)
+    context = ssl.create_default_context()
+    try:
+        with pytest.raises(TypeError, match="null bytes"):  # a name the context cannot take: no session
+            await stream.start_tls(context, server_hostname="bad\x00name")
+        assert ours.fileno() == -1  # closed, not left for the garbage collector
+    finally:
+        peer.close()
+        ours.close()
