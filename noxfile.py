@@ -1,5 +1,5 @@
 """Sessions: tests, tests_thorough, lint, typecheck, crds, rbac, webhooks, kueue_config, settings_doc, demo,
-bench, http_deps, lock, lock_check.
+bench, mutations, http_deps, lock, lock_check.
 
 ``nox -s lint typecheck tests`` is CI.
 """
@@ -49,6 +49,15 @@ def _parallel(posargs: list[str]) -> list[str]:
         return []
     workers = os.environ.get("GPUSTACK_TEST_WORKERS") or str(2 * (os.cpu_count() or 1))
     return ["-n", workers, "--dist", "loadfile"]
+
+
+@nox.session
+def mutations(session: nox.Session) -> None:
+    """Does the suite still catch what it caught? Six small product mutations run against the tests of two
+    revisions (bench/mutation_check.py): ``nox -s mutations -- --before REV --work DIR --out FILE``."""
+    session.install("-e", ".[test]")
+    session.run("python", "-m", "gpustack_worker.devcluster.build")
+    session.run("python", "bench/mutation_check.py", *session.posargs)
 
 
 @nox.session
