@@ -297,9 +297,7 @@ def _instance_type(spec: Mapping[str, Any]) -> list[tuple[str, str]]:
     try:
         InstanceTypeSpec.model_validate(dict(spec))
     except ValidationError as exc:
-        return [
-            ("spec." + ".".join(str(p) for p in err["loc"]), str(err["msg"])) for err in exc.errors()
-        ]
+        return [("spec." + ".".join(str(p) for p in err["loc"]), str(err["msg"])) for err in exc.errors()]
     return []
 
 

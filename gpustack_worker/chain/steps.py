@@ -576,9 +576,7 @@ class Steps:
             self._waiting_since.pop(key, None)
         return wait
 
-    def _tracked_flavor(
-        self, name: str, write: Callable[[], Awaitable[Any]]
-    ) -> Callable[[], Awaitable[Any]]:
+    def _tracked_flavor(self, name: str, write: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[Any]]:
         """``write`` of the flavor ``name``, remembered until the flavor cache has it."""
 
         async def run() -> Any:
@@ -629,9 +627,7 @@ class Steps:
         self._flavor_pass_writing = True
         try:
             for name, body in desired.items():
-                regarding = self._plan_regarding(
-                    by_name[name], aware=s.instance_type_aware_cpu_manufacturer
-                )
+                regarding = self._plan_regarding(by_name[name], aware=s.instance_type_aware_cpu_manufacturer)
                 if not validation.is_dns1123_subdomain(name):
                     # Never valid as built: reported, not retried (a Node change re-plans it).
                     why = "; ".join(validation.dns1123_subdomain(name))
@@ -650,8 +646,7 @@ class Steps:
                     # No EventRecorder in the chain's steps: a structured error log names the drift. The
                     # queue refuses the flavor (MissingTopology) until an admin removes it.
                     _log.error(
-                        "flavor topology drift: left unmodified (immutable in Kueue); "
-                        "delete it to recreate",
+                        "flavor topology drift: left unmodified (immutable in Kueue); delete it to recreate",
                         flavor=name,
                         drift=drift,
                     )

@@ -6,6 +6,9 @@ address and the ``OTEL_EXPORTER_OTLP_ENDPOINT`` that sends spans to it.
 ``up --bare`` installs none of the chart's objects (by default our ServiceAccounts and their RBAC are
 there, so the processes can run as them): ``helm install ./chart`` then works on it as on a team's cluster.
 
+``up --kubelets N`` adds N real nodes (a kubelet each on its own containerd and runc, with a CNI
+bridge), kube-controller-manager and kube-proxy (:mod:`gpustack_worker.devcluster.real_nodes`).
+
 ``up --audit-log FILE`` makes kube-apiserver keep an audit log of every write (and of every request
 from the ``gpustack-system`` ServiceAccounts) in ``FILE``; read it with
 :class:`gpustack_worker.devcluster.audit.AuditLog`.
@@ -60,6 +63,8 @@ def up(args: argparse.Namespace) -> int:
         argv.append("--jaeger")
     if getattr(args, "bare", False):
         argv.append("--bare")
+    if getattr(args, "kubelets", 0):
+        argv += ["--kubelets", str(args.kubelets)]
     proc = subprocess.Popen(
         argv,
         stdin=subprocess.DEVNULL,
@@ -80,6 +85,8 @@ def up(args: argparse.Namespace) -> int:
                 )
             if state.get("audit_log"):
                 print(f"audit log: {state['audit_log']}")
+            if state.get("real_nodes"):
+                print(f"real nodes (kubelet, containerd, runc): {', '.join(state['real_nodes'])}")
             if state.get("jaeger_url"):
                 url = state["jaeger_url"]
                 print(f"jaeger UI/API: {url} (traces: {url}/api/traces?service=NAME)")

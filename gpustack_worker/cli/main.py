@@ -101,6 +101,14 @@ def build_parser() -> argparse.ArgumentParser:
                 help="also start Jaeger (built on first use) and print its UI/API and OTLP addresses",
             )
             p.add_argument(
+                "--kubelets",
+                type=int,
+                default=0,
+                metavar="N",
+                help="also run N real nodes (kubelet on containerd + runc, a CNI bridge; built and fetched "
+                "on first use), kube-controller-manager and kube-proxy, beside the simulated Nodes",
+            )
+            p.add_argument(
                 "--bare",
                 action="store_true",
                 help="none of the chart's objects (our ServiceAccounts and RBAC are otherwise installed so "

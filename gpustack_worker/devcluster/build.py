@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -108,6 +109,9 @@ class Component:
     module: str
     go_mod: Callable[[], str]
     ldflags: Callable[[], str]
+    #: A directory of Go source in this repository that is the main package (no module to ``go get``):
+    #: its files are copied into the wrapper module and built there.
+    source: Path | None = None
 
     @property
     def binary(self) -> Path:
@@ -186,6 +190,17 @@ COMPONENTS: dict[str, Component] = {
 
 
 _JAEGER_VERSION_PKG = "github.com/jaegertracing/jaeger/internal/version"
+_PAUSE_SOURCE = Path(__file__).resolve().parent / "pause"
+
+
+def _source_version(directory: Path) -> str:
+    """``src-<12 hex>`` over the names and contents of the ``.go`` files: a changed source builds anew."""
+    digest = hashlib.sha256()
+    for path in sorted(directory.glob("*.go")):
+        digest.update(path.name.encode() + b"\x00" + path.read_bytes() + b"\x00")
+    return "src-" + digest.hexdigest()[:12]
+
+
 #: Components built only when a caller asks for them by name (:func:`ensure_optional`), never by
 #: :func:`ensure_all`: the default path (tests, ``devcluster up``) does not pay for them.
 OPTIONAL: dict[str, Component] = {
@@ -220,6 +235,33 @@ OPTIONAL: dict[str, Component] = {
             "github.com/prometheus/prometheus",
             lambda: "module local/promtool-build\n\ngo 1.26.0\n",
             lambda: f"-s -w -X github.com/prometheus/common/version.Version={versions.PROMETHEUS_RELEASE}",
+        ),
+        # A real node (devcluster ``--kubelets``, :mod:`.node`): the kubelet, kube-controller-manager (the
+        # Deployment, ReplicaSet, DaemonSet, EndpointSlice, ServiceAccount and root-CA controllers the
+        # chart's Pods need) and kube-proxy (a Service's ClusterIP, which the API server dials for a
+        # webhook). All from the same k8s.io/kubernetes release and wrapper module as kube-apiserver, so
+        # they reuse its compiled packages.
+        *(
+            Component(
+                name,
+                versions.KUBERNETES,
+                f"k8s.io/kubernetes/cmd/{name}",
+                "k8s.io/kubernetes",
+                _kubernetes_go_mod(name),
+                _k8s_ldflags,
+            )
+            for name in ("kubelet", "kube-controller-manager", "kube-proxy")
+        ),
+        # The sandbox ("pause") program of the real nodes' Pods: no registry is reachable, so it is built
+        # from devcluster/pause/main.go and put in an image here (:mod:`.oci`).
+        Component(
+            "pause",
+            _source_version(_PAUSE_SOURCE),
+            "local/pause",
+            "local/pause",
+            lambda: "module local/pause\n\ngo 1.25.0\n",
+            lambda: "-s -w",
+            source=_PAUSE_SOURCE,
         ),
     )
 }
@@ -310,8 +352,7 @@ def _build_lock(component: Component, log: Callable[[str], None]) -> Iterator[No
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             log(
-                f"waiting for another process building {component.name} {component.version} "
-                f"(it holds {path})"
+                f"waiting for another process building {component.name} {component.version} (it holds {path})"
             )
             fcntl.flock(handle, fcntl.LOCK_EX)
         try:
@@ -352,13 +393,18 @@ def _build(component: Component, target: Path, log: Callable[[str], None]) -> No
         # before anything is downloaded: an old toolchain fails here in one line, not deep in go's output
         check_go_version(_run_go(["version"], work, log))
         (work / "go.mod").write_text(component.go_mod())
+        if component.source is not None:
+            for path in component.source.glob("*.go"):
+                shutil.copyfile(path, work / path.name)
         # go writes the binary into a directory of this build's own, on the cache's file system, so the
         # move into place is one atomic rename: no other process ever sees a half-written binary
         built = Path(out) / component.name
         with BuildProgress(component.name, component.version, component.package) as progress:
-            _run_go(["get", "-tool", f"{component.package}@{component.version}"], work, log, progress)
+            if component.source is None:
+                _run_go(["get", "-tool", f"{component.package}@{component.version}"], work, log, progress)
             progress.phase("listing")
-            deps = _run_go(["list", "-deps", component.package], work, log).split()
+            package = "." if component.source is not None else component.package
+            deps = _run_go(["list", "-deps", package], work, log).split()
             progress.phase("compiling", total=len(deps))
             _run_go(
                 [
@@ -369,7 +415,7 @@ def _build(component: Component, target: Path, log: Callable[[str], None]) -> No
                     component.ldflags(),
                     "-o",
                     str(built),
-                    component.package,
+                    package,
                 ],
                 work,
                 log,

@@ -37,6 +37,7 @@ from gpustack_worker.devcluster.bootstrap import ApiBootstrap, load_yaml_documen
 from gpustack_worker.devcluster.jaeger import Jaeger
 from gpustack_worker.devcluster.pki import Pki, make_pki
 from gpustack_worker.devcluster.procs import ManagedProcess, StartupError, free_port
+from gpustack_worker.devcluster.real_nodes import RealNodes, apiserver_flags
 
 __all__ = (
     "NFD_MASTER_NODE",
@@ -110,6 +111,9 @@ class DevCluster:
     #: which is also the Helm chart's (``master.nfdApiParallelism`` unset). Benchmarks vary it to show
     #: which limit is nfd-master's own: each updater has its own client-go client at the default 5 QPS.
     nfd_api_parallelism: int | None = None
+    #: Real nodes beside the simulated ones (:mod:`.real_nodes`): kube-controller-manager, this many
+    #: kubelets on containerd + runc with a CNI bridge, and kube-proxy. 0: none (an API-only cluster).
+    kubelets: int = 0
     etcd_port: int = 0
     etcd_peer_port: int = 0
     apiserver_port: int = 0
@@ -121,6 +125,7 @@ class DevCluster:
     procs: dict[str, ManagedProcess] = field(default_factory=dict)
     binaries: dict[str, Path] = field(default_factory=dict)
     jaeger: Jaeger | None = None
+    real_nodes: RealNodes | None = None
 
     # --- public surface ----------------------------------------------------------------------------
     @property
@@ -175,8 +180,15 @@ class DevCluster:
         )
         return self
 
+    def all_processes(self) -> dict[str, ManagedProcess]:
+        """Every running process of the cluster: the control plane's and the real nodes'."""
+        return {**self.procs, **(self.real_nodes.processes() if self.real_nodes else {})}
+
     def stop(self) -> None:
-        """Stop every component, newest first."""
+        """Stop every component, newest first (the real nodes first: their kubelets still reach the API
+        server while their Pods stop)."""
+        if self.real_nodes is not None:
+            self.real_nodes.stop()
         for name in reversed(list(self.procs)):
             self.procs[name].stop()
         self.procs.clear()
@@ -233,7 +245,13 @@ class DevCluster:
 
     # --- start-up steps ------------------------------------------------------------------------------
     def _start_all(self) -> None:
-        self.pki = make_pki(self.dir / "pki")
+        if self.kubelets:
+            self.real_nodes = RealNodes(self.dir, self.kubelets, self.log)
+            self.real_nodes.prepare()
+        self.pki = make_pki(self.dir / "pki", self.real_nodes.pki_hosts() if self.real_nodes else ())
+        if self.real_nodes is not None:
+            with self.pki.token_file.open("a") as tokens:
+                tokens.write(self.real_nodes.token_lines())
         self.etcd_port, self.etcd_peer_port = free_port(), free_port()
         self.apiserver_port = free_port()
         self._start_etcd()
@@ -264,6 +282,12 @@ class DevCluster:
             self.jaeger = Jaeger(self.dir, log=self.log).start(self.binaries["jaeger"])
             assert self.jaeger.proc is not None
             self.procs["jaeger"] = self.jaeger.proc
+        if self.real_nodes is not None:
+            api = self.bootstrap()
+            try:
+                self.real_nodes.start(server=self.server, pki=self.pki, api=api)
+            finally:
+                api.close()
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> ManagedProcess:
         proc = ManagedProcess(name, argv, self.dir / "logs" / f"{name}.log", env)
@@ -314,32 +338,31 @@ class DevCluster:
     def _start_apiserver(self) -> None:
         assert self.pki is not None
         p = self.pki
-        proc = self._spawn(
-            "kube-apiserver",
-            [
-                str(self.binaries["kube-apiserver"]),
-                f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                f"--secure-port={self.apiserver_port}",
-                f"--cert-dir={self.dir / 'pki'}",
-                f"--tls-cert-file={p.serving_cert}",
-                f"--tls-private-key-file={p.serving_key}",
-                f"--token-auth-file={p.token_file}",
-                f"--service-account-issuer=https://127.0.0.1:{self.apiserver_port}",
-                f"--service-account-key-file={p.sa_pub}",
-                f"--service-account-signing-key-file={p.sa_key}",
-                "--service-cluster-ip-range=10.0.0.0/24",
-                "--authorization-mode=RBAC",
-                "--allow-privileged=true",
-                # No node lifecycle controller runs here: the not-ready taint would never be removed.
-                "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
-                "--endpoint-reconciler-type=none",
-                # ConfigMaps are watched straight from etcd so compact_etcd() gives a deterministic 410.
-                "--watch-cache-sizes=configmaps#0",
-                *self._audit_flags(),
-            ],
-        )
+        flags = [
+            f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={self.apiserver_port}",
+            f"--cert-dir={self.dir / 'pki'}",
+            f"--tls-cert-file={p.serving_cert}",
+            f"--tls-private-key-file={p.serving_key}",
+            f"--token-auth-file={p.token_file}",
+            f"--service-account-issuer=https://127.0.0.1:{self.apiserver_port}",
+            f"--service-account-key-file={p.sa_pub}",
+            f"--service-account-signing-key-file={p.sa_key}",
+            "--service-cluster-ip-range=10.0.0.0/24",
+            "--authorization-mode=RBAC",
+            "--allow-privileged=true",
+            # No node lifecycle controller runs here: the not-ready taint would never be removed.
+            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+            "--endpoint-reconciler-type=none",
+            # ConfigMaps are watched straight from etcd so compact_etcd() gives a deterministic 410.
+            "--watch-cache-sizes=configmaps#0",
+            *self._audit_flags(),
+        ]
+        if self.real_nodes is not None:
+            flags = apiserver_flags(flags, host=self.real_nodes.host)
+        proc = self._spawn("kube-apiserver", [str(self.binaries["kube-apiserver"]), *flags])
         ctx = ssl.create_default_context(cafile=str(p.ca_cert))
         proc.wait_ready(lambda: _http_ok(f"{self.server}/readyz", ctx), 90)
 

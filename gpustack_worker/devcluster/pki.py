@@ -192,12 +192,13 @@ def _write(path: Path, data: bytes, mode: int = 0o600) -> Path:
     return path
 
 
-def make_pki(directory: Path) -> Pki:
-    """Write a fresh CA, serving cert, SA key pair and token file into ``directory``."""
+def make_pki(directory: Path, extra_hosts: Sequence[str] = ()) -> Pki:
+    """Write a fresh CA, serving cert, SA key pair and token file into ``directory``; the serving
+    certificate names localhost and ``extra_hosts`` (addresses or DNS names)."""
     directory.mkdir(parents=True, exist_ok=True)
     ca = Authority.create("gpustack-devcluster-ca")
     serving_cert, serving_key = ca.issue(
-        "localhost", server=True, client=True, hosts=("localhost", "127.0.0.1")
+        "localhost", server=True, client=True, hosts=("localhost", "127.0.0.1", *extra_hosts)
     )
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     token = secrets.token_hex(24)

@@ -41,12 +41,14 @@ def _write_state(directory: Path, **state: Any) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m gpustack_worker.devcluster.supervise DIR [--audit-log FILE] [--jaeger] [--bare]``."""
+    """``python -m gpustack_worker.devcluster.supervise DIR [--audit-log FILE] [--jaeger] [--bare]
+    [--kubelets N]``."""
     parser = argparse.ArgumentParser(prog="gpustack_worker.devcluster.supervise")
     parser.add_argument("dir")
     parser.add_argument("--audit-log", default=None)
     parser.add_argument("--jaeger", action="store_true")
     parser.add_argument("--bare", action="store_true")
+    parser.add_argument("--kubelets", type=int, default=0)
     args = parser.parse_args(argv)
     directory = Path(args.dir).resolve()
     directory.mkdir(parents=True, exist_ok=True)
@@ -60,6 +62,7 @@ def main(argv: list[str]) -> int:
         audit_log=audit_log,
         with_jaeger=args.jaeger,
         with_worker_rbac=not args.bare,
+        kubelets=args.kubelets,
     )
     _write_state(directory, status="starting")
     try:
@@ -77,10 +80,11 @@ def main(argv: list[str]) -> int:
         jaeger_url=cluster.jaeger_url,
         bare=args.bare,
         otlp_endpoint=cluster.otlp_endpoint,
-        components={name: proc.pid for name, proc in cluster.procs.items()},
+        components={name: proc.pid for name, proc in cluster.all_processes().items()},
+        real_nodes=cluster.real_nodes.names if cluster.real_nodes else [],
     )
     while not stop.wait(1.0):
-        dead = [name for name, proc in cluster.procs.items() if not proc.alive()]
+        dead = [name for name, proc in cluster.all_processes().items() if not proc.alive()]
         if dead:
             print(f"component(s) exited: {dead}; stopping the cluster", flush=True)
             break

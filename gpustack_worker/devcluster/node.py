@@ -1,0 +1,327 @@
+"""Real nodes: a kubelet on its own containerd, runc and a CNI bridge, on this machine.
+
+:class:`RealNode` starts and stops one node (configured by :mod:`.node_config`). The machine-wide parts —
+one kube-proxy for all nodes (they share the host's network namespace, and kube-proxy owns its iptables
+chains machine-wide) and the sweep of what a killed run left behind — are here too; only one cluster
+with real nodes runs on a machine at a time (:func:`machine_lock`).
+
+Stopping a node leaves nothing: the kubelet stops, every container and sandbox of its containerd is
+killed, containerd stops, then every mount under the node's directories (overlay root filesystems, Pod
+volumes, network namespaces) is unmounted, the directories removed and the bridge deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import urllib.request
+from dataclasses import dataclass, field
+from typing import IO, TYPE_CHECKING, Any
+
+import yaml
+
+from gpustack_worker.devcluster import node_config, oci
+from gpustack_worker.devcluster.node_config import RUN_ROOT, STATE_ROOT, NodeLayout
+from gpustack_worker.devcluster.procs import ManagedProcess, StartupError, free_port, wait_until
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+    from gpustack_worker.devcluster.debs import NodeRuntime
+
+__all__ = (
+    "PAUSE_IMAGE_NAME",
+    "RealNode",
+    "host_ip",
+    "http_ok",
+    "https_ok",
+    "kubeconfig",
+    "machine_lock",
+    "pause_image",
+    "sweep",
+    "tls_context",
+    "wait_node_ready",
+)
+
+#: The sandbox image's name; its tag is the pause program's source version (build.Component.version).
+PAUSE_IMAGE_NAME = "localhost/gpustack-devcluster/pause"
+_LOCK = RUN_ROOT / "real-nodes.lock"
+
+
+def host_ip() -> str:
+    """The address this machine reaches the outside from (its default route's source): the API server
+    advertises it, so a Pod reaches the API server through the ``kubernetes`` Service."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(("192.0.2.1", 9))  # no packet is sent: connect() on UDP only picks the route
+        address: str = probe.getsockname()[0]
+    if address.startswith("127."):
+        raise StartupError(
+            "this machine has no non-loopback IPv4 address; a Pod could not reach the API server"
+        )
+    return address
+
+
+def machine_lock(log: Callable[[str], None]) -> IO[str]:
+    """Take the machine-wide lock of clusters with real nodes (held until the returned file is closed):
+    their kube-proxy chains and bridges are the machine's, so two such clusters cannot run at once."""
+    RUN_ROOT.mkdir(parents=True, exist_ok=True)
+    handle = _LOCK.open("a")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        log(f"waiting for another dev cluster with real nodes to stop (it holds {_LOCK})")
+        fcntl.flock(handle, fcntl.LOCK_EX)
+    return handle
+
+
+def pause_image(binary: Path, tag: str, out: Path) -> tuple[Path, str]:
+    """The sandbox image's layout tar (our pause program as ``/pause``, run as 65535) and its name."""
+    rootfs = out.parent / "pause-rootfs"
+    shutil.rmtree(rootfs, ignore_errors=True)
+    rootfs.mkdir(parents=True)
+    shutil.copy2(binary, rootfs / "pause")
+    name = f"{PAUSE_IMAGE_NAME}:{tag}"
+    oci.write_image_layout(rootfs, oci.ImageConfig(entrypoint=["/pause"], user="65535:65535"), name, out)
+    return out, name
+
+
+def _mounts_under(roots: tuple[Path, ...]) -> list[str]:
+    """Mount points at or under any of ``roots``, deepest first (from /proc/self/mountinfo)."""
+    found: list[str] = []
+    with open("/proc/self/mountinfo") as info:
+        for line in info:
+            point = line.split()[4].replace("\\040", " ")
+            if any(point == str(r) or point.startswith(str(r) + "/") for r in roots):
+                found.append(point)
+    return sorted(set(found), key=lambda p: p.count("/"), reverse=True)
+
+
+def _kill_tasks(state: Path) -> None:
+    """SIGKILL every shim and container process a containerd state directory names (runc v2 shims write
+    ``shim.pid`` and ``init.pid`` into each task's bundle)."""
+    tasks = state / "io.containerd.runtime.v2.task"
+    if not tasks.is_dir():
+        return
+    for pid_file in [*tasks.glob("*/*/init.pid"), *tasks.glob("*/*/shim.pid")]:
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int(pid_file.read_text().strip()), signal.SIGKILL)
+
+
+def _remove_tree(roots: tuple[Path, ...]) -> None:
+    for _ in range(3):  # an unmount can reveal a mount it covered
+        points = _mounts_under(roots)
+        if not points:
+            break
+        for point in points:
+            subprocess.run(["umount", "--lazy", point], capture_output=True, check=False)
+    for root in roots:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _delete_link(name: str) -> None:
+    subprocess.run(["ip", "link", "delete", name], capture_output=True, check=False)
+
+
+def sweep(log: Callable[[str], None]) -> None:
+    """Remove what real nodes of a run that was killed left behind (hold :func:`machine_lock`): their
+    processes, mounts, directories and bridges. Nothing of a running cluster can be here: only the lock's
+    holder runs real nodes."""
+    if not any(p.exists() for p in (*RUN_ROOT.glob("*/n*"), *STATE_ROOT.glob("*/n*"))):
+        return
+    log(f"removing real nodes a stopped run left under {RUN_ROOT} and {STATE_ROOT}")
+    for state in RUN_ROOT.glob("*/n*/containerd"):
+        _kill_tasks(state)
+    for node_dir in [*RUN_ROOT.glob("*/n*"), *STATE_ROOT.glob("*/n*")]:
+        _remove_tree((node_dir,))
+        if node_dir.name[1:].isdigit():
+            _delete_link(f"gpuwbr{node_dir.name[1:]}")
+
+
+def http_ok(url: str) -> bool:
+    """``GET url`` answers 200 (a component's health endpoint)."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+def tls_context(ca_cert: Path) -> ssl.SSLContext:
+    """A client context trusting the dev cluster's CA."""
+    return ssl.create_default_context(cafile=str(ca_cert))
+
+
+def https_ok(url: str, ctx: ssl.SSLContext) -> bool:
+    """``GET url`` over TLS (verified with ``ctx``) answers 200."""
+    try:
+        with urllib.request.urlopen(url, timeout=2, context=ctx) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+@dataclass
+class RealNode:
+    """One kubelet on its own containerd."""
+
+    layout: NodeLayout
+    runtime: NodeRuntime
+    kubelet: Path
+    log: Callable[[str], None] = print
+    procs: dict[str, ManagedProcess] = field(default_factory=dict)
+    kubelet_port: int = 0
+    healthz_port: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.layout.name
+
+    def start_runtime(self, pause_tar: Path, pause_name: str) -> None:
+        """containerd with the node's configuration, and the pause image imported into it."""
+        lay = self.layout
+        for directory in (lay.config, lay.run, lay.state, lay.cni_conf_dir):
+            directory.mkdir(parents=True, exist_ok=True)
+        (lay.cni_conf_dir / "10-gpustack-devcluster.conflist").write_text(
+            json.dumps(node_config.cni_conflist(lay), indent=2)
+        )
+        config = lay.config / "containerd.toml"
+        config.write_text(
+            node_config.toml(
+                node_config.containerd_config(
+                    lay, runc=self.runtime.runc, cni_bin=self.runtime.cni_bin, sandbox_image=pause_name
+                )
+            )
+        )
+        env = {**os.environ, **self.runtime.env}
+        proc = self._spawn("containerd", [str(self.runtime.containerd), f"--config={config}"], env)
+        proc.wait_ready(self._containerd_answers, 60)
+        imported = subprocess.run(
+            [
+                str(self.runtime.ctr),
+                f"--address={lay.containerd_socket}",
+                "--namespace=k8s.io",
+                "images",
+                "import",
+                str(pause_tar),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            env=env,
+        )
+        if imported.returncode != 0:
+            raise StartupError(
+                f"{self.name}: ctr could not import the pause image: {imported.stderr.strip()}"
+            )
+
+    def import_image(self, tar: Path) -> None:
+        """Import an image-layout tar into this node's containerd (``imagePullPolicy: Never`` finds it)."""
+        oci.import_image(tar, self.runtime.ctr, str(self.layout.containerd_socket))
+
+    def start_kubelet(
+        self, *, server: str, ca_cert: Path, token: str, node_ip: str, labels: dict[str, str]
+    ) -> None:
+        """The kubelet, registering its Node ``name`` with ``labels``, authenticated by ``token`` (a
+        ``system:node:<name>`` user in ``system:nodes``: the Node authorizer's)."""
+        lay = self.layout
+        self.kubelet_port, self.healthz_port = free_port(), free_port()
+        kubeconfig_path = lay.config / "kubelet.kubeconfig"
+        user = f"system:node:{self.name}"
+        kubeconfig_path.write_text(yaml.safe_dump(kubeconfig(server, ca_cert, user, token)))
+        kubeconfig_path.chmod(0o600)
+        config = lay.config / "kubelet.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                node_config.kubelet_config(
+                    lay, ca_file=ca_cert, port=self.kubelet_port, healthz_port=self.healthz_port
+                ),
+                sort_keys=True,
+            )
+        )
+        env = {**os.environ, **self.runtime.env}
+        proc = self._spawn(
+            "kubelet",
+            [
+                str(self.kubelet),
+                f"--config={config}",
+                f"--kubeconfig={kubeconfig_path}",
+                f"--root-dir={lay.kubelet_root}",
+                f"--cert-dir={lay.config / 'kubelet-pki'}",
+                f"--hostname-override={self.name}",
+                f"--node-ip={node_ip}",
+                "--node-labels=" + ",".join(f"{k}={v}" for k, v in sorted(labels.items())),
+                "--v=1",
+            ],
+            env,
+        )
+        proc.wait_ready(lambda: http_ok(f"http://127.0.0.1:{self.healthz_port}/healthz"), 120)
+
+    def restart_kubelet(self) -> None:
+        """Stop the kubelet and start it again with the same flags (containers keep running)."""
+        old = self.procs.pop("kubelet")
+        old.stop()
+        proc = self._spawn("kubelet", list(old.argv), old.env)
+        proc.wait_ready(lambda: http_ok(f"http://127.0.0.1:{self.healthz_port}/healthz"), 120)
+
+    def stop(self) -> None:
+        """Stop the kubelet, kill every container, stop containerd, and remove the node's mounts,
+        directories and bridge."""
+        kubelet = self.procs.pop("kubelet", None)
+        if kubelet is not None:
+            kubelet.stop()
+        _kill_tasks(self.layout.containerd_state)
+        containerd = self.procs.pop("containerd", None)
+        if containerd is not None:
+            containerd.stop()
+        _kill_tasks(self.layout.containerd_state)
+        _remove_tree((self.layout.run, self.layout.state))
+        _delete_link(self.layout.bridge)
+
+    def _containerd_answers(self) -> bool:
+        done = subprocess.run(
+            [str(self.runtime.ctr), f"--address={self.layout.containerd_socket}", "version"],
+            capture_output=True,
+            check=False,
+            timeout=10,
+        )
+        return done.returncode == 0
+
+    def _spawn(self, what: str, argv: list[str], env: dict[str, str] | None) -> ManagedProcess:
+        proc = ManagedProcess(f"{self.name}/{what}", argv, self.layout.config / f"{what}.log", env)
+        proc.start()
+        self.procs[what] = proc
+        return proc
+
+
+def kubeconfig(server: str, ca_cert: Path, user: str, token: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": "devcluster", "cluster": {"server": server, "certificate-authority": str(ca_cert)}}
+        ],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": "devcluster", "context": {"cluster": "devcluster", "user": user}}],
+        "current-context": "devcluster",
+    }
+
+
+def wait_node_ready(get_node: Callable[[str], dict[str, Any] | None], name: str, timeout: float) -> None:
+    """Block until Node ``name`` reports ``Ready=True`` (its kubelet's CNI and runtime are up)."""
+    last: list[Any] = [None]
+
+    def ready() -> bool:
+        conditions = ((get_node(name) or {}).get("status") or {}).get("conditions") or []
+        last[0] = next((c for c in conditions if c.get("type") == "Ready"), None)
+        return last[0] is not None and last[0].get("status") == "True"
+
+    if not wait_until(ready, timeout, interval=0.5):
+        raise StartupError(f"Node {name} not Ready after {timeout:.0f}s; its Ready condition: {last[0]}")
