@@ -16,6 +16,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -23,6 +24,7 @@ import ssl
 import subprocess
 import urllib.request
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 import yaml
@@ -33,7 +35,6 @@ from gpustack_worker.devcluster.procs import ManagedProcess, StartupError, free_
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from pathlib import Path
 
     from gpustack_worker.devcluster.debs import NodeRuntime
 
@@ -46,6 +47,8 @@ __all__ = (
     "kubeconfig",
     "machine_lock",
     "pause_image",
+    "remove_kube_chains",
+    "remove_tree",
     "sweep",
     "tls_context",
     "wait_node_ready",
@@ -105,17 +108,57 @@ def _mounts_under(roots: tuple[Path, ...]) -> list[str]:
 
 
 def _kill_tasks(state: Path) -> None:
-    """SIGKILL every shim and container process a containerd state directory names (runc v2 shims write
-    ``shim.pid`` and ``init.pid`` into each task's bundle)."""
-    tasks = state / "io.containerd.runtime.v2.task"
-    if not tasks.is_dir():
-        return
-    for pid_file in [*tasks.glob("*/*/init.pid"), *tasks.glob("*/*/shim.pid")]:
+    """SIGKILL every container a containerd state directory holds (runc writes each one's ``init.pid``
+    into its task bundle); its namespace's other processes die with it."""
+    for pid_file in (state / "io.containerd.runtime.v2.task").glob("*/*/init.pid"):
         with contextlib.suppress(OSError, ValueError):
             os.kill(int(pid_file.read_text().strip()), signal.SIGKILL)
 
 
-def _remove_tree(roots: tuple[Path, ...]) -> None:
+def _kill_shims(address_prefix: str) -> None:
+    """SIGKILL every runc v2 shim serving a containerd whose socket path starts with ``address_prefix``
+    (one shim per Pod; it runs in its own session, so stopping containerd leaves it)."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            argv = cmdline.read_bytes().split(b"\0")
+            if not argv or not argv[0].endswith(b"containerd-shim-runc-v2") or b"-address" not in argv:
+                continue
+            address = argv[argv.index(b"-address") + 1].decode(errors="replace")
+            if address.startswith(address_prefix):
+                os.kill(int(cmdline.parent.name), signal.SIGKILL)
+
+
+def remove_kube_chains(env: dict[str, str]) -> None:
+    """Remove the ``KUBE-*`` iptables chains, and the jumps to them, that a kubelet (``KUBE-FIREWALL``, its
+    canaries) and kube-proxy leave in the filter, nat and mangle tables (IPv4 and IPv6); ``env`` finds the
+    unpacked iptables (:attr:`NodeRuntime.env`). Under :func:`machine_lock` only our nodes made them."""
+    for family in ("iptables", "ip6tables"):
+        for table in ("filter", "nat", "mangle"):
+            saved = subprocess.run(
+                [f"{family}-save", "-t", table], env=env, capture_output=True, text=True, check=False
+            )
+            if saved.returncode != 0:
+                continue
+            chains = [line[1:].split()[0] for line in saved.stdout.splitlines() if line.startswith(":KUBE-")]
+            for line in saved.stdout.splitlines():
+                words = shlex.split(line) if line.startswith("-A ") else []
+                if (
+                    words
+                    and not words[1].startswith("KUBE-")
+                    and any(w.startswith("KUBE-") for w in words[2:])
+                ):
+                    _iptables(env, family, table, ["-D", *words[1:]])
+            for verb in ("-F", "-X"):
+                for chain in chains:
+                    _iptables(env, family, table, [verb, chain])
+
+
+def _iptables(env: dict[str, str], family: str, table: str, args: list[str]) -> None:
+    subprocess.run([family, "-w", "-t", table, *args], env=env, capture_output=True, check=False)
+
+
+def remove_tree(roots: tuple[Path, ...]) -> None:
+    """Unmount everything at or under ``roots`` (deepest first, lazily), then remove them."""
     for _ in range(3):  # an unmount can reveal a mount it covered
         points = _mounts_under(roots)
         if not points:
@@ -130,19 +173,24 @@ def _delete_link(name: str) -> None:
     subprocess.run(["ip", "link", "delete", name], capture_output=True, check=False)
 
 
-def sweep(log: Callable[[str], None]) -> None:
+def sweep(log: Callable[[str], None], env: dict[str, str]) -> None:
     """Remove what real nodes of a run that was killed left behind (hold :func:`machine_lock`): their
     processes, mounts, directories and bridges. Nothing of a running cluster can be here: only the lock's
     holder runs real nodes."""
-    if not any(p.exists() for p in (*RUN_ROOT.glob("*/n*"), *STATE_ROOT.glob("*/n*"))):
+    if not any(
+        p.is_dir() for p in (*RUN_ROOT.iterdir(), *(STATE_ROOT.iterdir() if STATE_ROOT.exists() else ()))
+    ):
         return
     log(f"removing real nodes a stopped run left under {RUN_ROOT} and {STATE_ROOT}")
     for state in RUN_ROOT.glob("*/n*/containerd"):
         _kill_tasks(state)
-    for node_dir in [*RUN_ROOT.glob("*/n*"), *STATE_ROOT.glob("*/n*")]:
-        _remove_tree((node_dir,))
-        if node_dir.name[1:].isdigit():
-            _delete_link(f"gpuwbr{node_dir.name[1:]}")
+    _kill_shims(str(RUN_ROOT) + "/")
+    for cluster in [*RUN_ROOT.glob("*/"), *STATE_ROOT.glob("*/")]:
+        for node_dir in cluster.glob("n*"):
+            if node_dir.name[1:].isdigit():
+                _delete_link(NodeLayout(cluster, int(node_dir.name[1:]), "").bridge)
+        remove_tree((cluster,))
+    remove_kube_chains(env)
 
 
 def http_ok(url: str) -> bool:
@@ -282,7 +330,8 @@ class RealNode:
         if containerd is not None:
             containerd.stop()
         _kill_tasks(self.layout.containerd_state)
-        _remove_tree((self.layout.run, self.layout.state))
+        _kill_shims(str(self.layout.containerd_socket))
+        remove_tree((self.layout.run, self.layout.state))
         _delete_link(self.layout.bridge)
 
     def _containerd_answers(self) -> bool:

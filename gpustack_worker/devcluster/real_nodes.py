@@ -104,7 +104,7 @@ class RealNodes:
         self.binaries = {name: build.ensure_optional(name, self.log) for name in _OPTIONAL_BINARIES}
         self.runtime = debs.ensure_node_runtime(self.log)
         self._lock = node.machine_lock(self.log)
-        node.sweep(self.log)
+        node.sweep(self.log, {**os.environ, **self.runtime.env})
         self.host = node.host_ip()
         users = [_CONTROLLER_MANAGER_USER, _PROXY_USER, *(f"system:node:{n}" for n in self.names)]
         self.tokens = {user: secrets.token_hex(24) for user in users}
@@ -156,10 +156,15 @@ class RealNodes:
             self._cleanup_proxy()
         for real in reversed(self.nodes):
             real.stop()
+        if self.nodes:
+            layout = self.nodes[0].layout
+            node.remove_tree((layout.run.parent, layout.state.parent))  # the cluster's own directories
         self.nodes.clear()
         for proc in reversed(list(self.procs.values())):
             proc.stop()
         self.procs.clear()
+        if self.runtime is not None:
+            node.remove_kube_chains({**_environ(), **self.runtime.env})
         if self._lock is not None:
             self._lock.close()
             self._lock = None

@@ -216,19 +216,32 @@ def test_the_kubernetes_service_ip_reaches_the_api_server_through_kube_proxy(
 
 
 def test_stopping_the_cluster_leaves_no_node_on_the_machine(real_cluster: DevCluster) -> None:
-    """Last in the module: the stop removes every mount, directory, bridge and kube-proxy chain."""
-    assert real_cluster.real_nodes is not None
+    """Last in the module: the stop removes every container and shim, mount, directory, bridge and
+    ``KUBE-*`` iptables chain (the kubelet's and kube-proxy's), IPv4 and IPv6."""
+    assert real_cluster.real_nodes is not None and real_cluster.real_nodes.runtime is not None
     layouts = [real.layout for real in real_cluster.real_nodes.nodes]
-    env = real_cluster.real_nodes.runtime.env if real_cluster.real_nodes.runtime else {}
+    env = real_cluster.real_nodes.runtime.env
     real_cluster.stop()
     mounts = Path("/proc/self/mountinfo").read_text()
     for layout in layouts:
         assert str(layout.run) not in mounts and str(layout.state) not in mounts
-        assert not layout.run.exists() and not layout.state.exists()
+        assert not layout.run.parent.exists() and not layout.state.parent.exists()
         link = subprocess.run(["ip", "link", "show", layout.bridge], capture_output=True, check=False)
         assert link.returncode != 0, f"bridge {layout.bridge} is still there"
-    rules = subprocess.run(
-        ["iptables-save", "-t", "nat"], capture_output=True, text=True, env=env, check=False
-    )
-    assert rules.returncode == 0, rules.stderr
-    assert "KUBE-SERVICES" not in rules.stdout
+        shims = [
+            c.parent.name
+            for c in Path("/proc").glob("[0-9]*/cmdline")
+            if str(layout.containerd_socket).encode() in _read(c)
+        ]
+        assert shims == [], f"processes still serve {layout.containerd_socket}: {shims}"
+    for save in ("iptables-save", "ip6tables-save"):
+        rules = subprocess.run([save], capture_output=True, text=True, env=env, check=False)
+        assert rules.returncode == 0, rules.stderr
+        assert [line for line in rules.stdout.splitlines() if "KUBE-" in line] == []
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:  # the process ended while the test looked
+        return b""
