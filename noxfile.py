@@ -1,5 +1,5 @@
 """Sessions: tests, tests_thorough, lint, typecheck, crds, rbac, webhooks, kueue_config, settings_doc, demo,
-bench, mutations, http_deps, lock, lock_check.
+bench, mutations, image, http_deps, lock, lock_check.
 
 ``nox -s lint typecheck tests`` is CI.
 """
@@ -125,6 +125,15 @@ def bench(session: nox.Session) -> None:
     session.install("-e", ".[test]")
     session.run("python", "-m", "gpustack_worker.devcluster.build")
     session.run("python", "bench/summary.py", "run", *session.posargs)
+
+
+@nox.session
+def image(session: nox.Session) -> None:
+    """The product image from the Containerfile's recipe, built here without a registry (docs/image.md):
+    a Debian bookworm base from mmdebstrap, the hash-pinned locks and our wheel; prints the OCI layout
+    tar's path, the image name (the chart's ``localhost/gpustack-worker:<version>``) and its size. Root."""
+    session.install("-e", ".")
+    session.run("python", "-m", "gpustack_worker.devcluster.image")
 
 
 # The two ends of the httpx/httpcore range pyproject.toml allows (keep them equal to its bounds: the

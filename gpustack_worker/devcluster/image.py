@@ -4,30 +4,33 @@ The real nodes (:mod:`.real_nodes`) run the chart's Pods, so they need ``localho
 in their containerd. Nothing can pull ``python:3.11.14-slim-trixie`` here, so the base is made locally from
 Debian's packages and the Containerfile's steps are replayed on it:
 
-1. **base** — ``mmdebstrap --variant=minbase`` of Debian 12 "bookworm" with ``python3`` and ``python3-pip``
-   (Debian's signed archive, through the machine's own apt sources; man pages, locales and docs left out).
-   mmdebstrap itself comes from ``apt-get download`` and runs unpacked from the cache, never installed.
-   Cached apart from the image, keyed by its package list (:func:`base_key`): it rarely changes.
+1. **base** — ``mmdebstrap --variant=minbase`` of Debian 12 "bookworm" with ``python3``, ``python3-pip`` and
+   ``ca-certificates`` (Debian's signed archive, through the machine's own apt sources; man pages, locales
+   and docs left out). mmdebstrap itself comes from ``apt-get download`` and runs unpacked from the cache,
+   never installed. Cached apart from the image, keyed by its package list (:func:`base_key`).
 2. **wheel** — the build stage: ``requirements-build.lock`` installed ``--require-hashes --no-deps
-   --only-binary=:all:`` (into a scratch directory, not the image's site-packages), then ``pip wheel --no-deps
-   --no-build-isolation --no-index`` of the repository's files.
+   --only-binary=:all:`` (into a scratch directory, not the image's site-packages), then ``pip wheel
+   --no-deps --no-build-isolation --no-index`` of the repository's files.
 3. **install** — the final stage: user and group 65532 ``worker``, ``requirements.lock`` installed
    ``--require-hashes --no-deps --only-binary=:all:``, our wheel ``--no-deps --no-index``, ``pip check``.
 4. **layout** — the rootfs as an OCI image-layout tar (:func:`.oci.write_image_layout`), ``User
    65532:65532``, ``Entrypoint ["gpustack-worker"]`` and the Containerfile's ``ENV``.
 
 Every pip step runs with the image's own interpreter, inside the rootfs (``chroot``), in a private mount
-namespace (``unshare --mount``) where ``/proc``, ``/dev`` and ``/etc/resolv.conf`` are mounted: the mounts
-vanish with the process, so a killed build leaves none behind and nothing is ever unmounted by hand.
+namespace (``unshare --mount``) where ``/proc``, ``/dev``, ``/etc/resolv.conf`` and the machine's CA bundle
+are mounted: the mounts vanish with the process, so a killed build leaves none behind and nothing is ever
+unmounted by hand.
 
 **How this differs from the Containerfile** (docs/image.md): the interpreter is Debian bookworm's CPython
-3.11.2 (``/usr/bin/python3``, glibc 2.36), not the official image's CPython 3.11.14 on trixie. The locks were
-resolved for 3.11.14 on manylinux_2_28; every pinned wheel is ``cp311``/``abi3``/pure and manylinux_2_28
-(glibc ≥ 2.28), so pip installs each with its hash on this base (checked by the build, which would stop on
-any lock entry without a wheel for it). pip is Debian's 23.0.1 (``--break-system-packages``, since Debian
-marks its Python externally managed); packages land in ``/usr/local/lib/python3.11/dist-packages`` and the
-entry point in ``/usr/local/bin``. World-writable directories other than ``/tmp`` (``/var/tmp``,
-``/run/lock``) lose their ``o+w`` bit: the root is read-only at run time anyway.
+3.11.2 (``/usr/bin/python3``, glibc 2.36), not the official image's CPython 3.11.14 on trixie (glibc
+2.41). The locks were resolved for 3.11.14 on manylinux_2_28 and carry the hashes of every file of each
+release, so pip picks the best wheel for this base: pure, ``cp311`` or ``abi3``, manylinux up to 2_34
+(cryptography), all within glibc 2.36. Every entry installs by hash (a lock entry without a wheel for
+this base would stop the build with pip's words), and the test loads each compiled module. pip is
+Debian's 23.0.1 (``--break-system-packages``: Debian marks its Python externally managed); packages land
+in ``/usr/local/lib/python3.11/dist-packages``, the entry point in ``/usr/local/bin``. World-writable
+directories other than ``/tmp`` (``/var/tmp``, ``/run/lock``) lose their ``o+w`` bit: the root is
+read-only at run time anyway.
 
 The image is cached in ``<cache>/images/`` under a key hashing its inputs (:func:`input_key`): the locks,
 the wheel's source files, the base key and :data:`RECIPE_VERSION`. A build holds a ``flock``, works in a
@@ -59,14 +62,20 @@ if TYPE_CHECKING:
 
 __all__ = (
     "ENTRYPOINT",
+    "GID",
     "IMAGE_ENV",
     "REPOSITORY",
+    "UID",
     "USER",
     "ProductImage",
     "base_key",
+    "ensure_base",
     "ensure_product_image",
+    "image_config",
     "image_name",
+    "image_python",
     "input_key",
+    "main",
     "package_version",
     "repo_root",
 )
@@ -98,9 +107,10 @@ BUILD_LOCK: Final = "requirements-build.lock"
 #: What the Containerfile copies into the build stage for ``pip wheel`` (besides the build lock).
 SOURCE_PATHS: Final = ("gpustack_worker", "pyproject.toml", "README.md")
 
-#: The base: Debian 12, its ``python3`` (3.11) and Debian's pip to run the Containerfile's pip steps.
+#: The base: Debian 12, its ``python3`` (3.11), Debian's pip to run the Containerfile's pip steps, and the
+#: CA bundle (the official python image has it; the build mounts the machine's over it, :func:`_in_rootfs`).
 SUITE: Final = "bookworm"
-BASE_PACKAGES: Final = ("python3", "python3-pip")
+BASE_PACKAGES: Final = ("python3", "python3-pip", "ca-certificates")
 #: The interpreter the locks' wheels are for (``cp311``); a base with another one is refused.
 PYTHON_SERIES: Final = "3.11"
 #: dpkg path filters, as the slim Debian images have them: no man pages, locales or docs but copyrights.
@@ -118,7 +128,7 @@ _SRC: Final = "/src"
 _BUILD_TOOLS: Final = "/build-tools"
 _WHEELS: Final = "/wheels"
 _LOCK_IN_IMAGE: Final = "/tmp/requirements.lock"
-_SCRATCH: Final = ("src", "build-tools", "wheels", "tmp/requirements.lock")
+_SCRATCH: Final = tuple(path.lstrip("/") for path in (_SRC, _BUILD_TOOLS, _WHEELS, _LOCK_IN_IMAGE))
 #: Files mmdebstrap copies from the build machine; the runtime mounts its own over them.
 _HOST_COPIES: Final = ("etc/resolv.conf", "etc/hostname")
 _HOST_TOOLS: Final = (
@@ -246,7 +256,7 @@ def _check_host() -> None:
         raise BuildError(f"building the image needs {', '.join(missing)} on this machine")
 
 
-#: The image's CA bundle (Debian's ca-certificates, a dependency of python3-pip).
+#: The image's CA bundle (Debian's ca-certificates).
 _CA_BUNDLE: Final = "/etc/ssl/certs/ca-certificates.crt"
 #: A private mount namespace: what the script mounts is gone when it exits, killed or not.
 _PRIVATE: Final = ("unshare", "--mount", "--propagation", "private", "--")
