@@ -22,7 +22,10 @@ def tests(session: nox.Session) -> None:
     # Build (or reuse from the cache) the pinned control-plane binaries first, so that a component that
     # cannot be built fails the run up front with go's own error instead of inside a fixture; helm (the
     # chart tests) and Jaeger (the trace and demo tests) are optional for the demo, not for the tests.
-    session.run("python", "-m", "gpustack_worker.devcluster.build", "--with", "helm", "--with", "jaeger")
+    session.run("python", "-m", "gpustack_worker.devcluster.build", *_OPTIONAL_FOR_TESTS)
+    # the real nodes' runtime (Debian's containerd, runc, CNI plugins, iptables) and the product image
+    session.run("python", "-m", "gpustack_worker.devcluster.debs")
+    session.run("python", "-m", "gpustack_worker.devcluster.image")
     session.run("pytest", *_parallel(session.posargs), *session.posargs)
 
 
@@ -32,8 +35,19 @@ def tests_thorough(session: nox.Session) -> None:
     (tests/kit/properties.py); ``tests`` runs the ``ci`` profile. Failing examples are kept in
     ``.hypothesis/`` and replayed first by later runs of either session."""
     session.install("-e", ".[test]")
-    session.run("python", "-m", "gpustack_worker.devcluster.build", "--with", "helm", "--with", "jaeger")
+    session.run("python", "-m", "gpustack_worker.devcluster.build", *_OPTIONAL_FOR_TESTS)
+    session.run("python", "-m", "gpustack_worker.devcluster.debs")
+    session.run("python", "-m", "gpustack_worker.devcluster.image")
     session.run("pytest", *_parallel(session.posargs), "--hypothesis-profile=thorough", *session.posargs)
+
+
+#: The optional components the tests use: helm (the chart tests, and its install onto a real node), Jaeger
+#: (the trace and demo tests), and a real node's kubelet, kube-controller-manager, kube-proxy and pause.
+_OPTIONAL_FOR_TESTS = tuple(
+    arg
+    for name in ("helm", "jaeger", "kubelet", "kube-controller-manager", "kube-proxy", "pause")
+    for arg in ("--with", name)
+)
 
 
 def _parallel(posargs: list[str]) -> list[str]:

@@ -107,6 +107,10 @@ def _aware(when: datetime.datetime) -> datetime.datetime:
     return when if when.tzinfo is not None else when.replace(tzinfo=datetime.UTC)
 
 
+#: The ``user.extra`` key naming the Pod a projected ServiceAccount token is bound to.
+POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
+
+
 @dataclass(frozen=True, slots=True)
 class AuditEvent:
     """One API request as the server recorded it (Metadata level)."""
@@ -127,6 +131,9 @@ class AuditEvent:
     received: datetime.datetime
     #: The body sent (a policy rule at ``Request`` level), else None.
     request_object: Any = None
+    #: The Pod a ServiceAccount token was bound to (its projected token: ``user.extra``'s
+    #: ``authentication.kubernetes.io/pod-name``), else "" (a token minted for a local process).
+    pod_name: str = ""
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> AuditEvent:
@@ -150,6 +157,7 @@ class AuditEvent:
             request_uri=str(raw.get("requestURI") or ""),
             received=_timestamp(raw.get("requestReceivedTimestamp")),
             request_object=raw.get("requestObject"),
+            pod_name=str(((user.get("extra") or {}).get(POD_NAME_EXTRA) or [""])[0]),
         )
 
     @property

@@ -361,7 +361,7 @@ class DevCluster:
             *self._audit_flags(),
         ]
         if self.real_nodes is not None:
-            flags = apiserver_flags(flags, host=self.real_nodes.host)
+            flags = apiserver_flags(flags, host=self.real_nodes.host, pki=p)
         proc = self._spawn("kube-apiserver", [str(self.binaries["kube-apiserver"]), *flags])
         ctx = ssl.create_default_context(cafile=str(p.ca_cert))
         proc.wait_ready(lambda: _http_ok(f"{self.server}/readyz", ctx), 90)

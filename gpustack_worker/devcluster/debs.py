@@ -158,3 +158,18 @@ def ensure_node_runtime(log: Callable[[str], None] = print) -> NodeRuntime:
             os.replace(staging, done)
             log(f"node runtime unpacked → {done}")
             return NodeRuntime(done)
+
+
+def main() -> int:
+    """Download and unpack the node runtime (or find it unpacked); exit 1 with apt's words when it cannot."""
+    try:
+        runtime = ensure_node_runtime()
+    except BuildError as exc:
+        print(f"node runtime: {exc}", flush=True)
+        return 1
+    print(f"node runtime: {runtime.root}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

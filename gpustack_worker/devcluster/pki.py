@@ -45,6 +45,10 @@ class Pki:
     sa_pub: Path
     token_file: Path
     admin_token: str
+    #: The API server's client certificate towards kubelets (``logs``, ``exec``): CN
+    #: ``kube-apiserver-kubelet-client`` in ``system:masters``, as kubeadm issues it.
+    kubelet_client_cert: Path
+    kubelet_client_key: Path
 
 
 def pem_key(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
@@ -129,9 +133,10 @@ class Authority:
         client: bool = False,
         hosts: Sequence[str] = ("127.0.0.1", "localhost"),
         validity: datetime.timedelta = _VALIDITY,
+        organization: str | None = None,
     ) -> tuple[bytes, bytes]:
         """``(cert_pem, key_pem)`` of a leaf for a server (``hosts`` as its names), a client
-        (``server=False``), or both (``client=True``)."""
+        (``server=False``), or both (``client=True``); a client's groups are its ``organization``."""
         key = ec.generate_private_key(ec.SECP256R1())
         now = _start()
         usages = [ExtendedKeyUsageOID.SERVER_AUTH] * server + [ExtendedKeyUsageOID.CLIENT_AUTH] * (
@@ -139,7 +144,18 @@ class Authority:
         )
         builder = (
             x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+            .subject_name(
+                x509.Name(
+                    [
+                        *(
+                            [x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization)]
+                            if organization
+                            else []
+                        ),
+                        x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+                    ]
+                )
+            )
             .issuer_name(self.cert.subject)
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
@@ -200,6 +216,9 @@ def make_pki(directory: Path, extra_hosts: Sequence[str] = ()) -> Pki:
     serving_cert, serving_key = ca.issue(
         "localhost", server=True, client=True, hosts=("localhost", "127.0.0.1", *extra_hosts)
     )
+    kubelet_client_cert, kubelet_client_key = ca.issue(
+        "kube-apiserver-kubelet-client", server=False, organization="system:masters"
+    )
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     token = secrets.token_hex(24)
     return Pki(
@@ -218,4 +237,6 @@ def make_pki(directory: Path, extra_hosts: Sequence[str] = ()) -> Pki:
             directory / "tokens.csv", f'{token},devcluster-admin,uid-admin,"system:masters"\n'.encode()
         ),
         admin_token=token,
+        kubelet_client_cert=_write(directory / "kubelet-client.crt", kubelet_client_cert, 0o644),
+        kubelet_client_key=_write(directory / "kubelet-client.key", kubelet_client_key),
     )

@@ -57,8 +57,10 @@ _SERVICE_NAMES: Final = (
 _OPTIONAL_BINARIES: Final = ("kubelet", "kube-controller-manager", "kube-proxy", "pause")
 
 
-def apiserver_flags(flags: list[str], *, host: str) -> list[str]:
-    """kube-apiserver's ``flags`` as a cluster with real nodes needs them (see the module docstring)."""
+def apiserver_flags(flags: list[str], *, host: str, pki: Pki) -> list[str]:
+    """kube-apiserver's ``flags`` as a cluster with real nodes needs them (see the module docstring); the
+    API server reaches a kubelet (``logs``, ``exec``) at its Node's InternalIP with ``pki``'s kubelet
+    client certificate."""
     replaced = {
         "--bind-address": "0.0.0.0",
         "--advertise-address": host,
@@ -74,7 +76,13 @@ def apiserver_flags(flags: list[str], *, host: str) -> list[str]:
     missing = sorted(set(replaced) - {f.split("=", 1)[0] for f in flags})
     if missing:
         raise ValueError(f"kube-apiserver's flags lack {missing}; real nodes replace them")
-    return out
+    return [
+        *out,
+        # a Node's hostname resolves nowhere here; its InternalIP is this machine's address
+        "--kubelet-preferred-address-types=InternalIP",
+        f"--kubelet-client-certificate={pki.kubelet_client_cert}",
+        f"--kubelet-client-key={pki.kubelet_client_key}",
+    ]
 
 
 @dataclass

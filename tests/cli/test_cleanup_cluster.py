@@ -40,11 +40,12 @@ from gpustack_worker.cli import cleaning
 from gpustack_worker.cli.cleanup_cmd import REFUSED, USER_AGENT
 from gpustack_worker.devcluster.audit import AuditLog
 from gpustack_worker.runtime.client import Client
-from gpustack_worker.runtime.prune import OWNER_LABEL, owner_of
+from gpustack_worker.runtime.prune import OWNER_LABEL
 from tests import stack as support
 from tests.chain.controller_procs import no_leader_lease
 from tests.kit import kueue
 from tests.kit.cluster import shared_baseline
+from tests.kit.ours import ours_left
 from tests.stack import condition, running_stack
 from tests.topology.cluster_helpers import release_as_owner, workload
 
@@ -91,10 +92,6 @@ async def _cli(kubeconfig: str, *args: str) -> tuple[int, str, str]:
 
 def _labels(obj: dict[str, Any] | None) -> dict[str, str]:
     return dict(((obj or {}).get("metadata") or {}).get("labels") or {})
-
-
-def _managers(obj: dict[str, Any]) -> set[str]:
-    return {str(e.get("manager")) for e in (obj.get("metadata") or {}).get("managedFields") or ()}
 
 
 async def _converged(admin: Client) -> bool:
@@ -149,31 +146,6 @@ def _lease(holder: str) -> dict[str, Any]:
             "renewTime": now,
         },
     }
-
-
-async def _ours_left(admin: Client) -> list[str]:
-    """Every object still carrying our owner label or a field manager of ours (Nodes and Devices too)."""
-    left = []
-    for kind in (
-        kinds.CLUSTER_QUEUE,
-        kinds.RESOURCE_FLAVOR,
-        kinds.TOPOLOGY,
-        kinds.ADMISSION_CHECK,
-        kinds.LOCAL_QUEUE,
-        kinds.NODE_FEATURE,
-        kinds.NODE,
-        kinds.DEVICES,
-        kinds.INSTANCE_TYPE,
-    ):
-        items, _ = await admin.list(kind)
-        for obj in items:
-            meta = obj.get("metadata") or {}
-            ours = _managers(obj) & set(cleaning.OUR_MANAGERS)
-            if owner_of(obj) in cleaning.OUR_OWNERS or ours:
-                left.append(f"{kind.kind} {meta.get('namespace') or ''}/{meta.get('name')}: {sorted(ours)}")
-            if set(meta.get("finalizers") or ()) & set(cleaning.OUR_FINALIZERS.values()):
-                left.append(f"{kind.kind} {meta.get('name')}: finalizer {meta.get('finalizers')}")
-    return left
 
 
 async def test_cleanup_dry_run_then_cleanup(devcluster: DevCluster) -> None:
@@ -265,7 +237,7 @@ async def test_cleanup_dry_run_then_cleanup(devcluster: DevCluster) -> None:
             if (e.resource_path, e.verb) == ("clusterqueues", "patch")
         ]
         assert len(drains) == 1  # the one drain, seen through the same filter the dry run wrote nothing by
-        assert await _ours_left(admin) == []
+        assert await ours_left(admin) == []
         assert await admin.get(kinds.LEASE, cleaning.LEASE_NAME, kinds.SYSTEM_NAMESPACE) is None
 
         wl = await admin.get(kinds.WORKLOAD, "holder", TEAM)

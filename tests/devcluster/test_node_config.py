@@ -19,6 +19,7 @@ from gpustack_worker.devcluster.node_config import (
     pod_subnet,
     toml,
 )
+from gpustack_worker.devcluster.pki import Pki
 from gpustack_worker.devcluster.real_nodes import RealNodes, apiserver_flags
 
 #: A long test directory, as pytest's temporary directories are.
@@ -139,10 +140,23 @@ BASE_FLAGS = [
 ]
 
 
+PKI = Pki(
+    ca_cert=Path("/pki/ca.crt"),
+    serving_cert=Path("/pki/serving.crt"),
+    serving_key=Path("/pki/serving.key"),
+    sa_key=Path("/pki/sa.key"),
+    sa_pub=Path("/pki/sa.pub"),
+    token_file=Path("/pki/tokens.csv"),
+    admin_token="t",
+    kubelet_client_cert=Path("/pki/kubelet-client.crt"),
+    kubelet_client_key=Path("/pki/kubelet-client.key"),
+)
+
+
 def test_real_nodes_open_the_api_server_to_pods_and_turn_on_service_accounts_and_the_node_authorizer() -> (
     None
 ):
-    flags = dict(f.split("=", 1) for f in apiserver_flags(BASE_FLAGS, host="192.0.2.2"))
+    flags = dict(f.split("=", 1) for f in apiserver_flags(BASE_FLAGS, host="192.0.2.2", pki=PKI))
     assert flags == {
         "--bind-address": "0.0.0.0",
         "--advertise-address": "192.0.2.2",
@@ -150,12 +164,16 @@ def test_real_nodes_open_the_api_server_to_pods_and_turn_on_service_accounts_and
         "--disable-admission-plugins": "TaintNodesByCondition",
         "--endpoint-reconciler-type": "lease",
         "--secure-port": "6443",
+        # logs and exec reach a kubelet at its Node's address, as kubeadm's client certificate
+        "--kubelet-preferred-address-types": "InternalIP",
+        "--kubelet-client-certificate": "/pki/kubelet-client.crt",
+        "--kubelet-client-key": "/pki/kubelet-client.key",
     }
 
 
 def test_a_flag_real_nodes_replace_that_is_missing_is_an_error_not_a_silent_default() -> None:
     with pytest.raises(ValueError, match="--endpoint-reconciler-type"):
-        apiserver_flags([f for f in BASE_FLAGS if "reconciler" not in f], host="192.0.2.2")
+        apiserver_flags([f for f in BASE_FLAGS if "reconciler" not in f], host="192.0.2.2", pki=PKI)
 
 
 def test_the_kubelets_are_token_users_in_system_nodes_and_the_others_in_no_group() -> None:
