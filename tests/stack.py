@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ("Stack", "condition", "eventually", "module_cluster", "running_stack", "write_settings")
 
+
 def condition(obj: Mapping[str, Any] | None, type_: str) -> dict[str, Any]:
     """The ``status.conditions`` entry of ``type_`` (``{}`` when absent)."""
     for cond in ((obj or {}).get("status") or {}).get("conditions") or ():
@@ -103,20 +104,23 @@ class Stack:
 @contextlib.asynccontextmanager
 async def running_stack(
     cluster: DevCluster,
-    scenario: str | Scenario,
+    scenario: str | Scenario | None,
     *,
     namespaces: tuple[str, ...] = (),
     extra: Callable[[Client, SettingsSource[WorkerSettings], InformerRegistry], list[Any]] | None = None,
     controller_kubeconfig: Path | None = None,
     informer_options: InformerOptions | None = None,
+    agent_node: str | None = None,
 ) -> AsyncIterator[Stack]:
-    """Apply ``scenario`` (a packaged one's name, or the scenario itself), create ``namespaces``, and run
-    the agent (all nodes) and the controllers (topology, chain, and whatever ``extra`` builds over the same
+    """Apply ``scenario`` (a packaged one's name, or the scenario itself; None: nothing), create
+    ``namespaces``, and run the agent (all nodes; only ``agent_node`` when given, as the DaemonSet's agent
+    runs) and the controllers (topology, chain, and whatever ``extra`` builds over the same
     registry) until the block ends. ``controller_kubeconfig`` replaces the controller ServiceAccount's
     kubeconfig (the same user through another address, e.g. a fault-injecting proxy);
     ``informer_options`` the controllers' reflector tunables (defaults: client-go's)."""
     admin = await Client.connect(str(cluster.kubeconfig))
-    await apply_scenario(admin, packaged_scenario(scenario) if isinstance(scenario, str) else scenario)
+    if scenario is not None:
+        await apply_scenario(admin, packaged_scenario(scenario) if isinstance(scenario, str) else scenario)
     for ns in namespaces:
         await admin.create(
             kinds.NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
@@ -124,7 +128,9 @@ async def running_stack(
     agent_client = await Client.connect(str(cluster.service_account_kubeconfig(rbac.AGENT.name)))
     ctl_kubeconfig = controller_kubeconfig or cluster.service_account_kubeconfig(rbac.CONTROLLER.name)
     ctl_client = await Client.connect(str(ctl_kubeconfig))
-    agent = Agent(agent_client, SettingsSource(agent_client, model=WorkerSettings, env={}), node_name=None)
+    agent = Agent(
+        agent_client, SettingsSource(agent_client, model=WorkerSettings, env={}), node_name=agent_node
+    )
     settings = SettingsSource(ctl_client, model=WorkerSettings, env={})
     manager = Manager(settings=settings)
     registry = manager.add_registry(InformerRegistry(ctl_client, options=informer_options))
