@@ -20,21 +20,22 @@ kube-controller-manager runs without its node-lifecycle controller: it would tai
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import subprocess
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final
 
 import yaml
 
 from gpustack_worker.devcluster import build, debs, node
 from gpustack_worker.devcluster.node_config import NodeLayout, kube_proxy_config
-from gpustack_worker.devcluster.procs import ManagedProcess, StartupError, free_port
+from gpustack_worker.devcluster.procs import ManagedProcess, StartupError, free_port, wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from pathlib import Path
 
     from gpustack_worker.devcluster.bootstrap import ApiBootstrap
     from gpustack_worker.devcluster.pki import Pki
@@ -55,6 +56,16 @@ _SERVICE_NAMES: Final = (
     "kubernetes.default.svc.cluster.local",
 )
 _OPTIONAL_BINARIES: Final = ("kubelet", "kube-controller-manager", "kube-proxy", "pause")
+#: The kubelet's device manager listens here whatever ``--root-dir`` says (hard-coded upstream), so all
+#: real nodes share it; a stop removes it when the cluster's start made it.
+KUBELET_HARD_CODED_DIR: Final = Path("/var/lib/kubelet")
+
+
+#: What kube-controller-manager makes in every namespace that a Pod needs (checked in ``default``).
+_MADE_BY_CONTROLLER_MANAGER: Final = (
+    "/api/v1/namespaces/default/serviceaccounts/default",
+    "/api/v1/namespaces/default/configmaps/kube-root-ca.crt",
+)
 
 
 def apiserver_flags(flags: list[str], *, host: str, pki: Pki) -> list[str]:
@@ -99,6 +110,7 @@ class RealNodes:
     binaries: dict[str, Path] = field(default_factory=dict)
     runtime: debs.NodeRuntime | None = None
     _lock: IO[str] | None = None
+    _made_kubelet_dir: bool = False
 
     @property
     def names(self) -> list[str]:
@@ -112,6 +124,7 @@ class RealNodes:
         self.binaries = {name: build.ensure_optional(name, self.log) for name in _OPTIONAL_BINARIES}
         self.runtime = debs.ensure_node_runtime(self.log)
         self._lock = node.machine_lock(self.log)
+        self._made_kubelet_dir = not KUBELET_HARD_CODED_DIR.exists()
         node.sweep(self.log, {**os.environ, **self.runtime.env})
         self.host = node.host_ip()
         users = [_CONTROLLER_MANAGER_USER, _PROXY_USER, *(f"system:node:{n}" for n in self.names)]
@@ -134,6 +147,11 @@ class RealNodes:
         Node is Ready, then kube-proxy."""
         assert self.runtime is not None
         self._start_controller_manager(server, pki)
+        # a Pod is refused until its namespace's ``default`` ServiceAccount exists, and its projected token
+        # cannot mount without ``kube-root-ca.crt``: both are kube-controller-manager's first writes
+        for path in _MADE_BY_CONTROLLER_MANAGER:
+            if not wait_until(functools.partial(_exists, api, path), 90):
+                raise StartupError(f"kube-controller-manager did not make {path} within 90 s")
         tag = build.OPTIONAL["pause"].version
         pause_tar, pause_name = node.pause_image(
             self.binaries["pause"], tag, self.cluster_dir / "images" / "pause.tar"
@@ -173,6 +191,8 @@ class RealNodes:
         self.procs.clear()
         if self.runtime is not None:
             node.remove_kube_chains({**_environ(), **self.runtime.env})
+        if self._made_kubelet_dir:
+            node.remove_tree((KUBELET_HARD_CODED_DIR,))
         if self._lock is not None:
             self._lock.close()
             self._lock = None
@@ -260,6 +280,10 @@ class RealNodes:
 
 def _environ() -> dict[str, str]:
     return dict(os.environ)
+
+
+def _exists(api: ApiBootstrap, path: str) -> bool:
+    return api.request("GET", path).status_code == 200
 
 
 def _get_node(api: ApiBootstrap, name: str) -> dict[str, Any] | None:

@@ -20,7 +20,7 @@ import pytest
 from gpustack_worker.devcluster import build
 from gpustack_worker.devcluster.node import PAUSE_IMAGE_NAME
 from gpustack_worker.devcluster.node_config import pod_subnet
-from gpustack_worker.devcluster.real_nodes import KUBERNETES_SERVICE_IP, NODE_PREFIX
+from gpustack_worker.devcluster.real_nodes import KUBELET_HARD_CODED_DIR, KUBERNETES_SERVICE_IP, NODE_PREFIX
 from tests.kit.cluster import own
 from tests.kit.waiting import eventually_sync
 
@@ -234,6 +234,8 @@ def test_stopping_the_cluster_leaves_no_node_on_the_machine(real_cluster: DevClu
             if str(layout.containerd_socket).encode() in _read(c)
         ]
         assert shims == [], f"processes still serve {layout.containerd_socket}: {shims}"
+    # the device manager's hard-coded directory, made by this cluster's kubelets (none was there before)
+    assert not KUBELET_HARD_CODED_DIR.exists()
     for save in ("iptables-save", "ip6tables-save"):
         rules = subprocess.run([save], capture_output=True, text=True, env=env, check=False)
         assert rules.returncode == 0, rules.stderr
