@@ -90,12 +90,16 @@ def worktree(repo: Path, rev: str, where: Path) -> Path:
     return where
 
 
+#: pytest's marker expression when only the offline tests run (``--offline``), else None.
+MARKERS: list[str] = []
+
+
 def failing(tree: Path, scope: str, label: str, workers: str) -> set[str]:
     """The ids of the tests in ``scope`` that fail (or error) in ``tree`` as it is now."""
     report = tree / f".mutation-{label}.xml"
     env = {**os.environ, "PYTHONPATH": str(tree), "CI": "true"}
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", workers, "--dist=loadfile"]
-    cmd += [f"--junitxml={report}", *scope.split()]
+    cmd += [*MARKERS, f"--junitxml={report}", *scope.split()]
     subprocess.run(cmd, cwd=tree, env=env, capture_output=True, check=False)
     if not report.exists():
         raise SystemExit(f"{tree}: pytest wrote no report for {scope} ({label})")
@@ -148,11 +152,21 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--workers", default="4")
     parser.add_argument("--only", default="", help="comma-separated mutation numbers (1-6)")
+    parser.add_argument(
+        "--side",
+        choices=("before", "after"),
+        default=None,
+        help="run one revision only (two processes at once)",
+    )
+    parser.add_argument("--offline", action="store_true", help="only the tests that need no control plane")
     args = parser.parse_args()
+    if args.offline:
+        MARKERS.extend(["-m", "not cluster"])
     repo = Path(_git("rev-parse", "--show-toplevel"))
     chosen = [i for i in range(len(MUTATIONS)) if not args.only or str(i + 1) in args.only.split(",")]
     results: dict[str, dict[str, dict[str, list[str]]]] = {}
-    for side, rev in (("before", args.before), ("after", args.after)):
+    sides = [(side, rev) for side, rev in (("before", args.before), ("after", args.after))]
+    for side, rev in [s for s in sides if args.side in (None, s[0])]:
         tree = worktree(repo, _git("rev-parse", rev, cwd=repo), args.work / side)
         for i in chosen:
             m = MUTATIONS[i]
