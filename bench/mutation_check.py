@@ -123,7 +123,9 @@ def modules_of(tree: Path, ids: set[str]) -> list[str]:
     """The test modules (paths) that hold the test ids (JUnit's dotted classname, a class maybe last)."""
     out: set[str] = set()
     for test_id in ids:
-        parts = test_id.split("::")[0].split(".")
+        classname, _, name = test_id.partition("::")
+        # a module that failed as a whole (collection, a module fixture) has no classname: its name is it
+        parts = (classname or name).split(".")
         for end in range(len(parts), 0, -1):
             path = Path(*parts[:end]).with_suffix(".py")
             if (tree / path).is_file():
