@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Final
 import pytest
 
 from gpustack_worker.api import keys, kinds, rbac, webhooks
+from gpustack_worker.cli.cleanup_cmd import USER_AGENT as CLEANUP_AGENT
 from gpustack_worker.cli.controller_cmd import LEASE_NAME
 from gpustack_worker.devcluster import build, image
 from gpustack_worker.devcluster.audit import AuditLog
@@ -224,6 +225,18 @@ def installed(cluster: DevCluster, product: image.ProductImage, helm: Any) -> It
             agent.wait()
 
 
+def _say(line: str) -> None:
+    """One line of the transcript (``pytest -s`` shows it; the closing note of issue 31 quotes it)."""
+    print(f"[helm on a real node] {line}", flush=True)
+
+
+def _tally(events: list[Any]) -> str:
+    counts: dict[str, int] = {}
+    for event in events:
+        counts[event.resource_path] = counts.get(event.resource_path, 0) + 1
+    return ", ".join(f"{k} {n}" for k, n in sorted(counts.items())) or "none"
+
+
 def _audit_path(cluster: DevCluster) -> Path:
     assert cluster.audit_log is not None
     return cluster.audit_log
@@ -242,6 +255,8 @@ def test_install_runs_the_agent_on_the_real_node_and_two_controllers_one_leading
     names = {p["metadata"]["name"] for p in controllers}
     holder = eventually_sync(lambda: _holder(api) or None, within=WITHIN)
     assert holder.split("_", 1)[0] in names, (holder, names)
+    _say(f"helm install: agent {agent['metadata']['name']} on {REAL}, controllers {sorted(names)} Ready")
+    _say(f"Lease {LEASE_NAME} held by {holder}")
 
 
 def _flavor_selects(flavor: dict[str, Any], labels: dict[str, str]) -> bool:
@@ -264,7 +279,7 @@ def test_the_agent_pod_writes_its_own_node_only_and_the_chain_covers_the_whole_f
         ours = labels.get(keys.MANAGED) == "true" and any(_flavor_selects(f, labels) for f in flavors)
         return flavors if ours and active else None
 
-    eventually_sync(chain_built, within=WITHIN)
+    flavors = eventually_sync(chain_built, within=WITHIN)
     (agent,) = _pods(api, "agent")
     pod = agent["metadata"]["name"]
     writes = [e for e in installed.writes() if e.pod_name == pod]
@@ -272,6 +287,10 @@ def test_the_agent_pod_writes_its_own_node_only_and_the_chain_covers_the_whole_f
     node_writes = [e for e in writes if e.resource in ("nodes", "nodefeatures", "devices")]
     assert node_writes and all(REAL in e.name for e in node_writes), sorted({e.name for e in node_writes})
     assert not [e for e in writes if any(name in e.name for name in SIMULATED)]
+    leader = [e for e in installed.writes() if e.pod_name and e.pod_name != pod]
+    _say(f"agent Pod {pod} wrote {len(writes)} times, all its own Node's: {_tally(writes)}")
+    _say(f"chain converged for {REAL} and {len(SIMULATED)} simulated Nodes: {len(flavors)} ResourceFlavors")
+    _say(f"controller Pods wrote {len(leader)} times since the install: {_tally(leader)}")
 
 
 def _source(stem: str, config_map_namespace: str) -> dict[str, Any]:
@@ -305,6 +324,7 @@ def test_the_validating_webhook_answers_through_its_service_and_kube_proxy(
     refused = api.request("POST", path, bad)
     assert refused.status_code in (400, 403, 422), refused.text
     message = refused.json()["message"]
+    _say(f"bad TopologySource refused through Service {service['spec']['clusterIP']}: {refused.status_code}")
     assert f'admission webhook "{webhooks.TOPOLOGY_SOURCE_WEBHOOK}" denied the request' in message
     assert "must be the worker namespace" in message
     good = _source("helm-good", NS)
@@ -332,6 +352,7 @@ def test_metrics_are_scraped_at_the_services_endpoints(installed: AuditLog, api:
         with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
             text = response.read().decode()
         assert "controller_runtime_reconcile_total" in text, address
+        _say(f"scraped /metrics at {address} ({len(text.splitlines())} lines)")
 
 
 def test_killing_the_leader_pod_hands_over_and_no_write_of_it_follows_the_new_leaders(
@@ -372,6 +393,9 @@ def test_killing_the_leader_pod_hands_over_and_no_write_of_it_follows_the_new_le
     late = [e for e in writes if e.pod_name == old and e.resource != "leases" and e.received >= takeover]
     assert late == [], [(e.verb, e.resource, e.name) for e in late]
     assert _get(api, f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/localqueues/{local_queue}")
+    after = [e for e in writes if e.received >= takeover]
+    _say(f"leader {old} killed; {new} took over; after the takeover {old} wrote 0 times, {new} {len(after)}")
+    _say(f"  {new}: {_tally([e for e in after if e.pod_name == new])}")
 
 
 def _admitted(api: ApiBootstrap, name: str) -> dict[str, Any] | None:
@@ -428,6 +452,9 @@ def test_helm_upgrade_rolls_both_workloads_without_evicting_or_writing_the_chain
             key = (event.resource, event.namespace, event.name)
             counts[key] = counts.get(key, 0) + 1
     assert {k: n for k, n in counts.items() if n > 1} == {}
+    _say(f"helm upgrade to {tag} (workload-fit-affinity=false): agent and both controllers replaced, Ready")
+    _say(f"  Workload {name} kept its reservation; chain writes in the upgrade: {sum(counts.values())}")
+    _say(f"  all writes in the upgrade: {_tally(window.writes())}")
 
 
 def test_helm_uninstall_then_cleanup_leaves_nothing_of_ours(
@@ -438,6 +465,7 @@ def test_helm_uninstall_then_cleanup_leaves_nothing_of_ours(
     for wl in (_get(api, workloads) or {}).get("items", []):
         api.request("DELETE", f"{workloads}/{wl['metadata']['name']}")
     eventually_sync(lambda: not (_get(api, workloads) or {}).get("items"), within=WITHIN)
+    window = AuditLog.from_now(installed.path)
     done = helm("uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "5m")
     assert done.returncode == 0, done.stderr
     eventually_sync(lambda: not _pods(api, "agent") and not _pods(api, "controller"), within=WITHIN)
@@ -458,3 +486,5 @@ def test_helm_uninstall_then_cleanup_leaves_nothing_of_ours(
             await admin.close()
 
     assert asyncio.run(left()) == []
+    cleanup = [e for e in window.writes() if e.user_agent.startswith(CLEANUP_AGENT)]
+    _say(f"helm uninstall, then cleanup: {len(cleanup)} writes ({_tally(cleanup)}); nothing of ours left")
