@@ -619,4 +619,3 @@ def local_process(
         grace_seconds=float(ps.get("terminationGracePeriodSeconds", 30)),
         service_account=sa,
     )
-

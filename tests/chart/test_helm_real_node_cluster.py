@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import urllib.request
@@ -35,12 +34,25 @@ import pytest
 from gpustack_worker.api import keys, kinds, rbac, webhooks
 from gpustack_worker.cli.cleanup_cmd import USER_AGENT as CLEANUP_AGENT
 from gpustack_worker.cli.controller_cmd import LEASE_NAME
-from gpustack_worker.devcluster import build, image
+from gpustack_worker.devcluster import image
 from gpustack_worker.devcluster.audit import AuditLog
 from gpustack_worker.devcluster.procs import free_port
 from gpustack_worker.devcluster.real_nodes import NODE_PREFIX
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.simulate.load import packaged_scenario
+from tests.chart.helm_real import (
+    NS,
+    REAL_NODE_LABEL,
+    RELEASE,
+    WITHIN,
+    Helm,
+    get,
+    helm_runner,
+    holder,
+    pods,
+    ready,
+    tag_image,
+)
 from tests.kit import kueue
 from tests.kit.cluster import own
 from tests.kit.ours import ours_left
@@ -55,17 +67,13 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.cluster
 
 REPO = Path(__file__).resolve().parents[2]
-RELEASE: Final = "gpustack-worker"
-NS: Final = kinds.SYSTEM_NAMESPACE
 REAL: Final = f"{NODE_PREFIX}0"
-REAL_NODE_LABEL: Final = "gpustack.ai/devcluster-real-node"
 SCENARIO: Final = "chain-4"
 T4_QUEUE: Final = "gpustack--nvidia-tesla-t4-linux-amd64"
 TEAM: Final = "team-helm"
 UPGRADE_SUFFIX: Final = "-upgrade"
 #: What the chain writes: a second write of one of these in the upgrade is a defect.
 CHAIN_RESOURCES: Final = ("resourceflavors", "clusterqueues", "localqueues", "topologies", "admissionchecks")
-WITHIN: Final = 240.0
 
 
 @pytest.fixture(scope="module")
@@ -88,23 +96,13 @@ def product(cluster: DevCluster) -> image.ProductImage:
     built = image.ensure_product_image()
     assert cluster.real_nodes is not None
     cluster.real_nodes.import_image(built.tar)
-    for real in cluster.real_nodes.nodes:
-        done = subprocess.run(
-            [
-                str(real.runtime.ctr),
-                f"--address={real.layout.containerd_socket}",
-                "--namespace=k8s.io",
-                "images",
-                "tag",
-                built.name,
-                built.name + UPGRADE_SUFFIX,
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
+    tag_image(cluster, built.name, built.name + UPGRADE_SUFFIX)
     return built
+
+
+@pytest.fixture(scope="module")
+def helm(cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    return helm_runner(cluster, tmp_path_factory.mktemp("helm-home"))
 
 
 @pytest.fixture(scope="module")
@@ -112,50 +110,6 @@ def api(cluster: DevCluster) -> Iterator[ApiBootstrap]:
     client = cluster.bootstrap()
     yield client
     client.close()
-
-
-@pytest.fixture(scope="module")
-def helm(cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    binary = build.ensure_optional("helm")
-    home = tmp_path_factory.mktemp("helm-home")
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(cluster.kubeconfig),
-        "HOME": str(home),
-        "XDG_CACHE_HOME": str(home / "cache"),
-        "XDG_CONFIG_HOME": str(home / "config"),
-        "XDG_DATA_HOME": str(home / "data"),
-    }
-
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(binary), *args], env=env, capture_output=True, text=True, check=False)
-
-    yield run
-
-
-def _get(api: ApiBootstrap, path: str) -> dict[str, Any] | None:
-    response = api.request("GET", path)
-    if response.status_code == 404:
-        return None
-    response.raise_for_status()
-    result: dict[str, Any] = response.json()
-    return result
-
-
-def _pods(api: ApiBootstrap, component: str) -> list[dict[str, Any]]:
-    selector = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component={component}"
-    listed = _get(api, f"/api/v1/namespaces/{NS}/pods?labelSelector={selector}") or {}
-    return [p for p in listed.get("items", []) if not (p.get("metadata") or {}).get("deletionTimestamp")]
-
-
-def _ready(pod: dict[str, Any]) -> bool:
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-
-
-def _holder(api: ApiBootstrap) -> str:
-    lease = _get(api, f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{LEASE_NAME}") or {}
-    return str((lease.get("spec") or {}).get("holderIdentity") or "")
 
 
 def _values(tag: str, *extra: str) -> list[str]:
@@ -188,7 +142,7 @@ SIMULATED: Final = tuple(n.name for n in packaged_scenario(SCENARIO).nodes)
 
 
 @pytest.fixture(scope="module")
-def installed(cluster: DevCluster, product: image.ProductImage, helm: Any) -> Iterator[AuditLog]:
+def installed(cluster: DevCluster, product: image.ProductImage, helm: Helm) -> Iterator[AuditLog]:
     """The simulated fleet applied, the chart installed (``--wait``), the simulated Nodes' agents running
     as local processes with the agent's ServiceAccount the chart made; the audit log from before it all."""
     audit = AuditLog.from_now(_audit_path(cluster))
@@ -245,18 +199,18 @@ def _audit_path(cluster: DevCluster) -> Path:
 def test_install_runs_the_agent_on_the_real_node_and_two_controllers_one_leading(
     installed: AuditLog, product: image.ProductImage, api: ApiBootstrap
 ) -> None:
-    (agent,) = _pods(api, "agent")
-    assert agent["spec"]["nodeName"] == REAL and _ready(agent)
-    controllers = _pods(api, "controller")
-    assert len(controllers) == 2 and all(_ready(p) for p in controllers)
+    (agent,) = pods(api, "agent")
+    assert agent["spec"]["nodeName"] == REAL and ready(agent)
+    controllers = pods(api, "controller")
+    assert len(controllers) == 2 and all(ready(p) for p in controllers)
     for pod in (agent, *controllers):
         assert pod["spec"]["containers"][0]["image"] == product.name
         assert pod["spec"]["nodeName"] == REAL
     names = {p["metadata"]["name"] for p in controllers}
-    holder = eventually_sync(lambda: _holder(api) or None, within=WITHIN)
-    assert holder.split("_", 1)[0] in names, (holder, names)
+    leader = eventually_sync(lambda: holder(api) or None, within=WITHIN)
+    assert leader.split("_", 1)[0] in names, (leader, names)
     _say(f"helm install: agent {agent['metadata']['name']} on {REAL}, controllers {sorted(names)} Ready")
-    _say(f"Lease {LEASE_NAME} held by {holder}")
+    _say(f"Lease {LEASE_NAME} held by {leader}")
 
 
 def _flavor_selects(flavor: dict[str, Any], labels: dict[str, str]) -> bool:
@@ -268,10 +222,10 @@ def test_the_agent_pod_writes_its_own_node_only_and_the_chain_covers_the_whole_f
     installed: AuditLog, api: ApiBootstrap
 ) -> None:
     def chain_built() -> list[dict[str, Any]] | None:
-        real = _get(api, f"/api/v1/nodes/{REAL}") or {}
+        real = get(api, f"/api/v1/nodes/{REAL}") or {}
         labels = (real.get("metadata") or {}).get("labels") or {}
-        flavors = (_get(api, "/apis/kueue.x-k8s.io/v1beta2/resourceflavors") or {}).get("items", [])
-        queue = _get(api, f"/apis/kueue.x-k8s.io/v1beta2/clusterqueues/{T4_QUEUE}") or {}
+        flavors = (get(api, "/apis/kueue.x-k8s.io/v1beta2/resourceflavors") or {}).get("items", [])
+        queue = get(api, f"/apis/kueue.x-k8s.io/v1beta2/clusterqueues/{T4_QUEUE}") or {}
         active = any(
             c.get("type") == "Active" and c.get("status") == "True"
             for c in (queue.get("status") or {}).get("conditions") or []
@@ -280,7 +234,7 @@ def test_the_agent_pod_writes_its_own_node_only_and_the_chain_covers_the_whole_f
         return flavors if ours and active else None
 
     flavors = eventually_sync(chain_built, within=WITHIN)
-    (agent,) = _pods(api, "agent")
+    (agent,) = pods(api, "agent")
     pod = agent["metadata"]["name"]
     writes = [e for e in installed.writes() if e.pod_name == pod]
     assert writes, "the agent Pod wrote nothing through its projected token"
@@ -317,7 +271,7 @@ def test_the_validating_webhook_answers_through_its_service_and_kube_proxy(
 ) -> None:
     """A rule only the webhook checks (a ConfigMap outside the worker namespace) is refused, a valid
     source stored: the API server dialled the Service's ClusterIP, kube-proxy took it to a controller."""
-    service = _get(api, f"/api/v1/namespaces/{NS}/services/{RELEASE}-webhook") or {}
+    service = get(api, f"/api/v1/namespaces/{NS}/services/{RELEASE}-webhook") or {}
     assert service["spec"]["clusterIP"] not in ("", "None")
     path = kinds.TOPOLOGY_SOURCE.collection_path()
     bad = _source("helm-bad", "default")
@@ -339,7 +293,7 @@ def test_metrics_are_scraped_at_the_services_endpoints(installed: AuditLog, api:
 
     def endpoints() -> list[str] | None:
         selector = f"kubernetes.io/service-name={RELEASE}-metrics"
-        slices = _get(
+        slices = get(
             api, f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices?labelSelector={selector}"
         )
         found = []
@@ -358,17 +312,17 @@ def test_metrics_are_scraped_at_the_services_endpoints(installed: AuditLog, api:
 def test_killing_the_leader_pod_hands_over_and_no_write_of_it_follows_the_new_leaders(
     installed: AuditLog, api: ApiBootstrap
 ) -> None:
-    old = _holder(api).split("_", 1)[0]
+    old = holder(api).split("_", 1)[0]
     window = AuditLog.from_now(installed.path)
     killed = api.request("DELETE", f"/api/v1/namespaces/{NS}/pods/{old}?gracePeriodSeconds=0")
     assert killed.status_code == 200, killed.text
 
     def taken_over() -> str | None:
-        holder = _holder(api).split("_", 1)[0]
-        return holder if holder and holder != old else None
+        now = holder(api).split("_", 1)[0]
+        return now if now and now != old else None
 
     new = eventually_sync(taken_over, within=WITHIN)
-    assert new in {p["metadata"]["name"] for p in _pods(api, "controller")}
+    assert new in {p["metadata"]["name"] for p in pods(api, "controller")}
 
     # something only a leader writes: a LocalQueue for a new namespace
     namespace = f"team-handover-{uuid.uuid4().hex[:6]}"
@@ -392,7 +346,7 @@ def test_killing_the_leader_pod_hands_over_and_no_write_of_it_follows_the_new_le
     takeover = min(e.received for e in writes if e.pod_name == new and e.resource == "leases")
     late = [e for e in writes if e.pod_name == old and e.resource != "leases" and e.received >= takeover]
     assert late == [], [(e.verb, e.resource, e.name) for e in late]
-    assert _get(api, f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/localqueues/{local_queue}")
+    assert get(api, f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/localqueues/{local_queue}")
     after = [e for e in writes if e.received >= takeover]
     _say(f"leader {old} killed; {new} took over; after the takeover {old} wrote 0 times, {new} {len(after)}")
     _say(f"  {new}: {_tally([e for e in after if e.pod_name == new])}")
@@ -401,20 +355,20 @@ def test_killing_the_leader_pod_hands_over_and_no_write_of_it_follows_the_new_le
 def _admitted(api: ApiBootstrap, name: str) -> dict[str, Any] | None:
     """The Workload while it holds its quota reservation (a standalone Workload waits there for the
     admission checks that need its Pods)."""
-    wl = _get(api, f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{TEAM}/workloads/{name}") or {}
+    wl = get(api, f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{TEAM}/workloads/{name}") or {}
     conditions = {c["type"]: c for c in (wl.get("status") or {}).get("conditions") or []}
     return wl if conditions.get("QuotaReserved", {}).get("status") == "True" else None
 
 
 def test_helm_upgrade_rolls_both_workloads_without_evicting_or_writing_the_chain_twice(
-    installed: AuditLog, product: image.ProductImage, helm: Any, api: ApiBootstrap
+    installed: AuditLog, product: image.ProductImage, helm: Helm, api: ApiBootstrap
 ) -> None:
     api.request(
         "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": TEAM}}
     )
     local_queue = keys.local_queue_name(T4_QUEUE)
     eventually_sync(
-        lambda: _get(api, f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{TEAM}/localqueues/{local_queue}"),
+        lambda: get(api, f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{TEAM}/localqueues/{local_queue}"),
         within=WITHIN,
     )
     name = f"before-upgrade-{uuid.uuid4().hex[:6]}"
@@ -422,7 +376,7 @@ def test_helm_upgrade_rolls_both_workloads_without_evicting_or_writing_the_chain
     created = api.request("POST", f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{TEAM}/workloads", body)
     assert created.status_code == 201, created.text
     before = eventually_sync(lambda: _admitted(api, name), within=WITHIN)
-    old_pods = {p["metadata"]["name"] for p in (*_pods(api, "agent"), *_pods(api, "controller"))}
+    old_pods = {p["metadata"]["name"] for p in (*pods(api, "agent"), *pods(api, "controller"))}
     window = AuditLog.from_now(installed.path)
     tag = product.version + UPGRADE_SUFFIX
     done = helm(
@@ -432,12 +386,14 @@ def test_helm_upgrade_rolls_both_workloads_without_evicting_or_writing_the_chain
     assert done.returncode == 0, done.stderr
 
     def rolled() -> list[dict[str, Any]] | None:
-        pods = [*_pods(api, "agent"), *_pods(api, "controller")]
-        fresh = all(p["metadata"]["name"] not in old_pods and _ready(p) for p in pods)
-        images = {p["spec"]["containers"][0]["image"] for p in pods}
-        leader = _holder(api).split("_", 1)[0] in {p["metadata"]["name"] for p in pods}
+        running = [*pods(api, "agent"), *pods(api, "controller")]
+        fresh = all(p["metadata"]["name"] not in old_pods and ready(p) for p in running)
+        images = {p["spec"]["containers"][0]["image"] for p in running}
+        leader = holder(api).split("_", 1)[0] in {p["metadata"]["name"] for p in running}
         return (
-            pods if len(pods) == 3 and fresh and images == {f"{image.REPOSITORY}:{tag}"} and leader else None
+            running
+            if len(running) == 3 and fresh and images == {f"{image.REPOSITORY}:{tag}"} and leader
+            else None
         )
 
     eventually_sync(rolled, within=WITHIN)
@@ -458,17 +414,17 @@ def test_helm_upgrade_rolls_both_workloads_without_evicting_or_writing_the_chain
 
 
 def test_helm_uninstall_then_cleanup_leaves_nothing_of_ours(
-    installed: AuditLog, cluster: DevCluster, helm: Any, api: ApiBootstrap
+    installed: AuditLog, cluster: DevCluster, helm: Helm, api: ApiBootstrap
 ) -> None:
     # the team's Workload is done (a standalone Workload has no job to end it: cleanup would wait for it)
     workloads = f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{TEAM}/workloads"
-    for wl in (_get(api, workloads) or {}).get("items", []):
+    for wl in (get(api, workloads) or {}).get("items", []):
         api.request("DELETE", f"{workloads}/{wl['metadata']['name']}")
-    eventually_sync(lambda: not (_get(api, workloads) or {}).get("items"), within=WITHIN)
+    eventually_sync(lambda: not (get(api, workloads) or {}).get("items"), within=WITHIN)
     window = AuditLog.from_now(installed.path)
     done = helm("uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "5m")
     assert done.returncode == 0, done.stderr
-    eventually_sync(lambda: not _pods(api, "agent") and not _pods(api, "controller"), within=WITHIN)
+    eventually_sync(lambda: not pods(api, "agent") and not pods(api, "controller"), within=WITHIN)
 
     def cleaned() -> subprocess.CompletedProcess[str] | None:
         # exit 3, nothing written, while the Lease is still held (the last leader's term runs out)
