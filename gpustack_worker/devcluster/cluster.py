@@ -9,7 +9,8 @@ kube-scheduler → Kueue → Kueue's webhooks (registered by URL once Kueue is r
 kube-scheduler (built from the same ``k8s.io/kubernetes`` release as kube-apiserver) binds every Pod that
 has no ``nodeName`` and no scheduling gate to a fitting Node, and Kueue's ``pod`` integration gates Pods
 that carry a queue name until their Workload is admitted — so a queued Pod really goes gated → admitted →
-ungated → bound. There is no kubelet and no kube-controller-manager: a bound Pod stays ``Pending`` with
+ungated → bound. By default there is no kubelet and no kube-controller-manager (``kubelets=N`` adds them,
+:mod:`.real_nodes`, and kube-proxy; Pods bound to a real node run): a bound Pod stays ``Pending`` with
 ``spec.nodeName`` set and never starts (no containers, no ``Running``, no ``PodReady``); Nodes are API
 objects whose status we write, namespaces never finish terminating, and owner references are not
 garbage-collected.
