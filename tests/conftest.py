@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.kit import cluster as kit_cluster
-from tests.kit import logs, phases, properties, waiting
+from tests.kit import logs, phases, properties, scheduling, waiting
 
 # Property-based tests (hypothesis): the ``ci`` and ``thorough`` profiles and the example counts
 # (tests/kit/properties.py). Registered at import, before hypothesis' plugin reads --hypothesis-profile.
@@ -22,9 +22,15 @@ properties.register()
 logs.never_cache_loggers()
 
 
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Modules with real nodes together on one worker (tests/kit/scheduling.py)."""
+    return scheduling.scheduler_for(config, log)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # Where the time went (start-ups, resets, cluster and other tests), printed at the end of the run.
     config.pluginmanager.register(phases.Phases(), "gpustack-phases")
+
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
