@@ -37,7 +37,7 @@ from gpustack_worker.devcluster.audit import audit_policy
 from gpustack_worker.devcluster.bootstrap import ApiBootstrap, load_yaml_documents
 from gpustack_worker.devcluster.jaeger import Jaeger
 from gpustack_worker.devcluster.pki import Pki, make_pki
-from gpustack_worker.devcluster.procs import ManagedProcess, StartupError, free_port
+from gpustack_worker.devcluster.procs import ManagedProcess, StartupError, free_port, http_ok
 from gpustack_worker.devcluster.real_nodes import RealNodes, apiserver_flags
 
 __all__ = (
@@ -71,14 +71,6 @@ def _repo_manifests() -> Path:
     if env:
         return Path(env)
     return Path(__file__).resolve().parents[2] / "manifests"
-
-
-def _http_ok(url: str, ctx: ssl.SSLContext | None = None) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2, context=ctx) as resp:
-            return bool(resp.status == 200)
-    except OSError:
-        return False
 
 
 #: How many times a start-up is tried when a port chosen free was taken before the component bound it.
@@ -316,7 +308,7 @@ class DevCluster:
                 "--log-level=warn",
             ],
         )
-        proc.wait_ready(lambda: _http_ok(f"{client}/health"), 30)
+        proc.wait_ready(lambda: http_ok(f"{client}/health"), 30)
 
     def _audit_flags(self) -> list[str]:
         """Audit-log flags (none unless ``audit_log`` is set): one file, appended across restarts, never
@@ -365,7 +357,7 @@ class DevCluster:
             flags = apiserver_flags(flags, host=self.real_nodes.host, pki=p)
         proc = self._spawn("kube-apiserver", [str(self.binaries["kube-apiserver"]), *flags])
         ctx = ssl.create_default_context(cafile=str(p.ca_cert))
-        proc.wait_ready(lambda: _http_ok(f"{self.server}/readyz", ctx), 90)
+        proc.wait_ready(lambda: http_ok(f"{self.server}/readyz", ctx), 90)
 
     def _write_kubeconfig(
         self, path: Path | None = None, user: str = "devcluster-admin", token: str = ""
@@ -413,7 +405,7 @@ class DevCluster:
             ],
         )
         ctx = ssl.create_default_context(cafile=str(self.pki.ca_cert))
-        proc.wait_ready(lambda: _http_ok(f"https://127.0.0.1:{self.scheduler_port}/healthz", ctx), 60)
+        proc.wait_ready(lambda: http_ok(f"https://127.0.0.1:{self.scheduler_port}/healthz", ctx), 60)
 
     def _rbac_documents(self) -> list[dict[str, Any]]:
         files = sorted((_repo_manifests() / "rbac").glob("*.yaml"))
@@ -468,7 +460,7 @@ class DevCluster:
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
         proc = self._spawn("kueue", [str(self.binaries["kueue"]), f"--config={path}"], env)
         # /readyz passes once Kueue's webhook server listens; only then are its webhooks registered.
-        proc.wait_ready(lambda: _http_ok(f"http://127.0.0.1:{self.kueue_health_port}/readyz"), 120)
+        proc.wait_ready(lambda: http_ok(f"http://127.0.0.1:{self.kueue_health_port}/readyz"), 120)
         self._register_kueue_webhooks(config)
         api = self.bootstrap()
         try:
@@ -505,7 +497,7 @@ class DevCluster:
             ],
             env,
         )
-        proc.wait_ready(lambda: _http_ok(f"http://127.0.0.1:{self.nfd_port}/healthz"), 60)
+        proc.wait_ready(lambda: http_ok(f"http://127.0.0.1:{self.nfd_port}/healthz"), 60)
 
     @staticmethod
     def _etcd_post(url: str, body: dict[str, Any]) -> dict[str, Any]:

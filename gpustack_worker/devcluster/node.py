@@ -20,9 +20,7 @@ import shlex
 import shutil
 import signal
 import socket
-import ssl
 import subprocess
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -31,7 +29,7 @@ import yaml
 
 from gpustack_worker.devcluster import node_config, oci
 from gpustack_worker.devcluster.node_config import RUN_ROOT, STATE_ROOT, NodeLayout
-from gpustack_worker.devcluster.procs import ManagedProcess, StartupError, free_port, wait_until
+from gpustack_worker.devcluster.procs import ManagedProcess, StartupError, free_port, http_ok, wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -42,15 +40,12 @@ __all__ = (
     "PAUSE_IMAGE_NAME",
     "RealNode",
     "host_ip",
-    "http_ok",
-    "https_ok",
     "kubeconfig",
     "machine_lock",
     "pause_image",
     "remove_kube_chains",
     "remove_tree",
     "sweep",
-    "tls_context",
     "wait_node_ready",
 )
 
@@ -191,29 +186,6 @@ def sweep(log: Callable[[str], None], env: dict[str, str]) -> None:
                 _delete_link(NodeLayout(cluster, int(node_dir.name[1:]), "").bridge)
         remove_tree((cluster,))
     remove_kube_chains(env)
-
-
-def http_ok(url: str) -> bool:
-    """``GET url`` answers 200 (a component's health endpoint)."""
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            return bool(resp.status == 200)
-    except OSError:
-        return False
-
-
-def tls_context(ca_cert: Path) -> ssl.SSLContext:
-    """A client context trusting the dev cluster's CA."""
-    return ssl.create_default_context(cafile=str(ca_cert))
-
-
-def https_ok(url: str, ctx: ssl.SSLContext) -> bool:
-    """``GET url`` over TLS (verified with ``ctx``) answers 200."""
-    try:
-        with urllib.request.urlopen(url, timeout=2, context=ctx) as resp:
-            return bool(resp.status == 200)
-    except OSError:
-        return False
 
 
 @dataclass

@@ -15,16 +15,27 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import ssl
     from collections.abc import Callable, Sequence
     from pathlib import Path
 
 __all__ = ("ManagedProcess", "StartupError", "free_port", "wait_until")
 
 _PR_SET_PDEATHSIG = 1
+
+
+def http_ok(url: str, ctx: ssl.SSLContext | None = None) -> bool:
+    """``GET url`` answers 200 (a component's health endpoint; over TLS verified with ``ctx``)."""
+    try:
+        with urllib.request.urlopen(url, timeout=2, context=ctx) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
 
 
 class StartupError(RuntimeError):

@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import os
 import secrets
+import ssl
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,7 @@ import yaml
 
 from gpustack_worker.devcluster import build, debs, node
 from gpustack_worker.devcluster.node_config import NodeLayout, kube_proxy_config
-from gpustack_worker.devcluster.procs import ManagedProcess, StartupError, free_port, wait_until
+from gpustack_worker.devcluster.procs import ManagedProcess, StartupError, free_port, http_ok, wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -190,7 +191,7 @@ class RealNodes:
             proc.stop()
         self.procs.clear()
         if self.runtime is not None:
-            node.remove_kube_chains({**_environ(), **self.runtime.env})
+            node.remove_kube_chains({**os.environ, **self.runtime.env})
         if self._made_kubelet_dir:
             node.remove_tree((KUBELET_HARD_CODED_DIR,))
         if self._lock is not None:
@@ -245,8 +246,8 @@ class RealNodes:
                 "--v=1",
             ],
         )
-        ctx = node.tls_context(pki.ca_cert)
-        proc.wait_ready(lambda: node.https_ok(f"https://127.0.0.1:{port}/healthz", ctx), 90)
+        ctx = ssl.create_default_context(cafile=str(pki.ca_cert))
+        proc.wait_ready(lambda: http_ok(f"https://127.0.0.1:{port}/healthz", ctx), 90)
 
     def _start_kube_proxy(self, server: str, pki: Pki) -> None:
         assert self.runtime is not None
@@ -261,25 +262,21 @@ class RealNodes:
                 sort_keys=True,
             )
         )
-        env = {**_environ(), **self.runtime.env}
+        env = {**os.environ, **self.runtime.env}
         proc = self._spawn(
             "kube-proxy", [str(self.binaries["kube-proxy"]), f"--config={config}", "--v=1"], env
         )
-        proc.wait_ready(lambda: node.http_ok(f"http://127.0.0.1:{healthz}/healthz"), 90)
+        proc.wait_ready(lambda: http_ok(f"http://127.0.0.1:{healthz}/healthz"), 90)
 
     def _cleanup_proxy(self) -> None:
         """``kube-proxy --cleanup``: remove its iptables chains and rules from the machine."""
         assert self.runtime is not None
         subprocess.run(
             [str(self.binaries["kube-proxy"]), "--cleanup", "--proxy-mode=iptables"],
-            env={**_environ(), **self.runtime.env},
+            env={**os.environ, **self.runtime.env},
             capture_output=True,
             check=False,
         )
-
-
-def _environ() -> dict[str, str]:
-    return dict(os.environ)
 
 
 def _exists(api: ApiBootstrap, path: str) -> bool:
