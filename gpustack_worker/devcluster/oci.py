@@ -25,6 +25,10 @@ MANIFEST_MEDIA_TYPE = "application/vnd.oci.image.manifest.v1+json"
 INDEX_MEDIA_TYPE = "application/vnd.oci.image.index.v1+json"
 REF_NAME_ANNOTATION = "org.opencontainers.image.ref.name"
 FIXED_MTIME = 0
+#: gzip's fastest level: the product image's layer takes ~2 s instead of ~30 s at the default 9 (the tests'
+#: run rebuilds the image whenever the package changed), for a tar a few MiB larger that never leaves the
+#: machine.
+LAYER_GZIP_LEVEL = 1
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,7 @@ def _json_blob(media_type: str, value: object) -> Blob:
 def write_image_layout(rootfs: Path, config: ImageConfig, ref_name: str, out: Path) -> Path:
     """Write ``out`` as an OCI image-layout tar holding ``rootfs`` as one layer, named ``ref_name``."""
     diff = _layer_tar(rootfs)
-    layer = Blob(LAYER_MEDIA_TYPE, gzip.compress(diff, mtime=FIXED_MTIME))
+    layer = Blob(LAYER_MEDIA_TYPE, gzip.compress(diff, compresslevel=LAYER_GZIP_LEVEL, mtime=FIXED_MTIME))
     runtime: dict[str, object] = {"Entrypoint": config.entrypoint, "WorkingDir": config.workdir}
     if config.cmd:
         runtime["Cmd"] = config.cmd
