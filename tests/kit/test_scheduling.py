@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import pytest
+from xdist.scheduler import LoadFileScheduling
 
 from tests.kit.scheduling import REAL_NODE_SCOPE, ModulesWithRealNodesTogether
 
@@ -33,3 +36,19 @@ def test_modules_with_real_nodes_share_one_scope(nodeid: str) -> None:
 )
 def test_every_other_module_is_its_own_scope(nodeid: str, scope: str) -> None:
     assert _scope(nodeid) == scope
+
+
+def test_the_real_node_scope_is_handed_out_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    scheduler = object.__new__(ModulesWithRealNodesTogether)
+    scheduler.workqueue = OrderedDict(
+        (scope, {}) for scope in ("tests/a/test_x.py", REAL_NODE_SCOPE, "tests/b/test_y.py")
+    )
+    handed: list[str] = []
+
+    def take(self: LoadFileScheduling, node: object) -> None:  # xdist's own: the queue's first scope
+        handed.append(self.workqueue.popitem(last=False)[0])
+
+    monkeypatch.setattr(LoadFileScheduling, "_assign_work_unit", take)
+    for _ in range(3):
+        scheduler._assign_work_unit(object())
+    assert handed == [REAL_NODE_SCOPE, "tests/a/test_x.py", "tests/b/test_y.py"]
