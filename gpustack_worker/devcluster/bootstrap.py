@@ -36,6 +36,15 @@ class ApiBootstrap:
     def request(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> httpx.Response:
         return self._http.request(method, path, json=body)
 
+    def get(self, path: str) -> dict[str, Any] | None:
+        """The object (or list) at ``path``; None when it does not exist (404); any other non-2xx raises."""
+        response = self.request("GET", path)
+        if response.status_code == 404:
+            return None
+        response.raise_for_status()
+        found: dict[str, Any] = response.json()
+        return found
+
     def merge_patch(self, path: str, body: Mapping[str, Any]) -> httpx.Response:
         """A JSON merge patch of the object at ``path`` (the response is returned as it is)."""
         return self._http.patch(

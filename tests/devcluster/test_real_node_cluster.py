@@ -52,15 +52,6 @@ def api(real_cluster: DevCluster) -> Iterator[ApiBootstrap]:
     client.close()
 
 
-def _get(api: ApiBootstrap, path: str) -> dict[str, Any] | None:
-    response = api.request("GET", path)
-    if response.status_code == 404:
-        return None
-    response.raise_for_status()
-    result: dict[str, Any] = response.json()
-    return result
-
-
 def _pause_image() -> str:
     """The sandbox image every real node's containerd holds (imported at start)."""
     return f"{PAUSE_IMAGE_NAME}:{build.OPTIONAL['pause'].version}"
@@ -121,7 +112,7 @@ def _container_pid(real_cluster: DevCluster, container_id: str) -> int:
 def test_every_real_node_registers_ready_beside_the_simulated_ones(
     real_cluster: DevCluster, api: ApiBootstrap
 ) -> None:
-    nodes = {n["metadata"]["name"]: n for n in (_get(api, "/api/v1/nodes") or {})["items"]}
+    nodes = {n["metadata"]["name"]: n for n in (api.get("/api/v1/nodes") or {})["items"]}
     real = sorted(n for n in nodes if n.startswith(NODE_PREFIX))
     assert real == [f"{NODE_PREFIX}{i}" for i in range(NODES)]
     for name in real:
@@ -142,7 +133,7 @@ def test_a_restricted_pod_runs_as_65532_on_a_read_only_root_with_seccomp_and_no_
     api.create("/api/v1/namespaces/default/pods", _restricted_pod(name, _pause_image(), node))
 
     def running() -> dict[str, Any] | None:
-        pod = _get(api, f"/api/v1/namespaces/default/pods/{name}") or {}
+        pod = api.get(f"/api/v1/namespaces/default/pods/{name}") or {}
         status = pod.get("status") or {}
         return pod if status.get("phase") == "Running" and status.get("podIP") else None
 
@@ -187,7 +178,7 @@ def test_a_deployment_becomes_a_running_pod_through_the_controller_manager(
     )
 
     def available() -> dict[str, Any] | None:
-        deployment = _get(api, f"/apis/apps/v1/namespaces/default/deployments/{name}") or {}
+        deployment = api.get(f"/apis/apps/v1/namespaces/default/deployments/{name}") or {}
         return deployment if (deployment.get("status") or {}).get("availableReplicas") == 1 else None
 
     eventually_sync(available, within=120)
