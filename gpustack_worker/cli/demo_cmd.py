@@ -18,6 +18,11 @@
 6. print the summary: topology, nodes, pools with their four-view, flavors per profile, queues with their
    stop policy and ``TopologyReady``, deployments, and every Workload admitted or pending with its reason.
 
+With ``--kubelet`` the product is installed with helm onto a real node instead of running as local
+processes (:mod:`gpustack_worker.cli.demo_install`): a kubelet stands in for the demo node ``t4-4``, the
+image built here runs there as the agent DaemonSet's Pod and two controller replicas, and the other nodes'
+agents run locally; every later step and the summary are the same.
+
 With ``--keep`` everything stays up until Ctrl-C, and the demo prints how to explore it with kubectl. With
 another ``--scenario`` the demo stops after the chain (the racks and the deployments are the demo
 scenario's).
@@ -38,10 +43,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpustack_worker.api import keys, kinds, node_class, rbac
-from gpustack_worker.cli import demo_scene, simulate_cmd
+from gpustack_worker.cli import demo_install, demo_scene, simulate_cmd
 from gpustack_worker.devcluster import worker_webhooks
 from gpustack_worker.devcluster.cluster import NFD_MASTER_NODE, DevCluster
+from gpustack_worker.devcluster.helm import RELEASE
 from gpustack_worker.devcluster.procs import ManagedProcess, free_port
+from gpustack_worker.simulate.load import packaged_scenario
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -49,7 +56,7 @@ if TYPE_CHECKING:
     from gpustack_worker.devcluster.bootstrap import ApiBootstrap
     from gpustack_worker.runtime.resources import Resource
 
-__all__ = ("run",)
+__all__ = ("run", "stage3_done")
 
 #: How long each step may take to converge before the demo gives up and points at the logs: generous,
 #: a loaded two-core machine is slow (never a measurement).
@@ -63,7 +70,9 @@ class DemoError(RuntimeError):
     """A step did not converge or a process died; the message says which and where the logs are."""
 
 
-def _stage3_done(node: dict[str, Any]) -> bool:
+def stage3_done(node: dict[str, Any]) -> bool:
+    """Whether ``node`` carries what stage 3 publishes: the general labels, every pool counted, the fit
+    labels of the shared and sliced families."""
     labels = node["metadata"].get("labels") or {}
     capacity = (node.get("status") or {}).get("capacity") or {}
     if not node_class.is_managed(labels) or not any(k.startswith(keys.GENERAL_PREFIX) for k in labels):
@@ -90,6 +99,8 @@ class _Demo:
         self.cluster = cluster
         self.api = api
         self.started = time.monotonic()
+        #: The processes a step fails on when they die (the agents and the controller the demo started).
+        self.watched: list[str] = []
 
     def step(self, text: str) -> None:
         print(f"[{time.monotonic() - self.started:6.1f}s] {text}", flush=True)
@@ -120,7 +131,7 @@ class _Demo:
             got = check()
             if got is not None and got is not False:
                 return got
-            for name in ("agent", "controller"):
+            for name in self.watched:
                 proc = self.cluster.procs.get(name)
                 if proc is not None and not proc.alive():
                     raise DemoError(f"{name} exited while waiting for {what}:\n{proc.log_tail()}")
@@ -148,7 +159,7 @@ class _Demo:
 def _stage3(demo: _Demo) -> None:
     def done() -> list[dict[str, Any]] | None:
         nodes = demo.nodes()
-        return nodes if nodes and all(_stage3_done(n) for n in nodes) else None
+        return nodes if nodes and all(stage3_done(n) for n in nodes) else None
 
     nodes = demo.wait("stage 3 (every node labelled and counted by the agent)", done)
     demo.step(f"stage 3: the agent labelled and counted all {len(nodes)} nodes")
@@ -256,6 +267,51 @@ def _webhook_certs(cluster: DevCluster) -> Path:
     return directory
 
 
+def _run_locally(demo: _Demo) -> None:
+    """The agent (every node) and the controller as local processes, each as its own ServiceAccount (so
+    with exactly the RBAC manifests/rbac and the chart grant), the webhooks registered as the chart does."""
+    cluster = demo.cluster
+    _spawn(
+        cluster,
+        "agent",
+        cluster.service_account_kubeconfig(rbac.AGENT.name),
+        "agent",
+        "--all-nodes",
+        "--metrics-bind=127.0.0.1:0",
+    )
+    certs = _webhook_certs(cluster)
+    port = free_port()
+    _spawn(
+        cluster,
+        "controller",
+        cluster.service_account_kubeconfig(rbac.CONTROLLER.name),
+        "controller",
+        "--metrics-bind=127.0.0.1:0",
+        "--identity=demo",
+        f"--webhook-bind=127.0.0.1:{port}",
+        f"--webhook-cert-dir={certs}",
+    )
+    demo.watched = ["agent", "controller"]
+    demo.step(f"agent and controller running as ServiceAccounts {rbac.AGENT.name}, {rbac.CONTROLLER.name}")
+    # As the chart does: TopologySources are validated by the controller's webhook (failurePolicy Fail).
+    assert cluster.pki is not None
+    worker_webhooks.register(demo.api, f"https://127.0.0.1:{port}", cluster.pki.ca_cert.read_bytes())
+
+
+def _install_on_real_node(demo: _Demo) -> None:
+    """``helm install`` onto the real node; the simulated nodes' agents as local processes."""
+    cluster = demo.cluster
+    try:
+        built = demo_install.install(cluster, lambda line: None)
+    except demo_install.InstallFailed as exc:
+        raise DemoError(str(exc)) from exc
+    demo.step(f"helm install {RELEASE}: {built.name} on real node {demo_install.REAL_NODE}, Pods Ready")
+    nodes = packaged_scenario(demo_scene.DEMO_SCENARIO).nodes
+    simulated = [node.name for node in nodes if node.name != demo_install.REAL_NODE]
+    demo.watched = [p.name for p in demo_install.local_agents(cluster, simulated)]
+    demo.step(f"agents of the {len(simulated)} simulated nodes running as ServiceAccount {rbac.AGENT.name}")
+
+
 def _interrupted(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -266,7 +322,19 @@ def run(args: argparse.Namespace) -> int:
         # Ctrl-C works even when the demo was started in the background, where SIGINT is ignored).
         signal.signal(signal.SIGTERM, _interrupted)
         signal.signal(signal.SIGINT, _interrupted)
-    cluster = DevCluster(Path(args.dir), with_jaeger=True)
+    kubelet = bool(getattr(args, "kubelet", False))
+    if kubelet and args.scenario not in (None, demo_scene.DEMO_SCENARIO):
+        stand_in = f"its node {demo_install.REAL_NODE} is the real one"
+        print(f"demo: --kubelet runs the packaged demo scenario ({stand_in})", file=sys.stderr)
+        return 2
+    # With --kubelet the chart installs our RBAC (helm adopts nothing it did not create).
+    cluster = DevCluster(
+        Path(args.dir),
+        with_jaeger=True,
+        with_worker_rbac=not kubelet,
+        kubelets=1 if kubelet else 0,
+        real_node_names=(demo_install.REAL_NODE,) if kubelet else (),
+    )
     api: ApiBootstrap | None = None
     try:
         cluster.start()
@@ -277,33 +345,10 @@ def run(args: argparse.Namespace) -> int:
             return 1
         api = cluster.bootstrap()
         demo = _Demo(cluster, api)
-        # Each process as its own ServiceAccount: it holds exactly the RBAC manifests/rbac (the chart) grant.
-        _spawn(
-            cluster,
-            "agent",
-            cluster.service_account_kubeconfig(rbac.AGENT.name),
-            "agent",
-            "--all-nodes",
-            "--metrics-bind=127.0.0.1:0",
-        )
-        certs = _webhook_certs(cluster)
-        port = free_port()
-        _spawn(
-            cluster,
-            "controller",
-            cluster.service_account_kubeconfig(rbac.CONTROLLER.name),
-            "controller",
-            "--metrics-bind=127.0.0.1:0",
-            "--identity=demo",
-            f"--webhook-bind=127.0.0.1:{port}",
-            f"--webhook-cert-dir={certs}",
-        )
-        demo.step(
-            f"agent and controller running as ServiceAccounts {rbac.AGENT.name}, {rbac.CONTROLLER.name}"
-        )
-        # As the chart does: TopologySources are validated by the controller's webhook (failurePolicy Fail).
-        assert cluster.pki is not None
-        worker_webhooks.register(api, f"https://127.0.0.1:{port}", cluster.pki.ca_cert.read_bytes())
+        if kubelet:
+            _install_on_real_node(demo)
+        else:
+            _run_locally(demo)
         worker_webhooks.wait_served(api, timeout=CONVERGE_TIMEOUT_SECONDS)
         demo.step("the controller serves its admission webhooks")
         _stage3(demo)
@@ -318,6 +363,8 @@ def run(args: argparse.Namespace) -> int:
         )
         leader = lease.json()["spec"].get("holderIdentity") if lease.is_success else None
         extra = {"controller leader": str(leader)} if leader else {}
+        if kubelet:
+            extra["real node"] = f"{demo_install.REAL_NODE} (helm release {RELEASE}, image built here)"
         print()
         print(demo_scene.summary(dataclasses.replace(observed, extra=extra)))
         if cluster.jaeger is not None:

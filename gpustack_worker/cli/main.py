@@ -170,6 +170,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--dir", default=".devcluster", help="state directory (default: %(default)s)")
     demo.add_argument("--scenario", default=None, help="scenario file (default: the packaged demo)")
     demo.add_argument("--keep", action="store_true", help="keep running until Ctrl-C")
+    demo.add_argument(
+        "--kubelet",
+        action="store_true",
+        help="install the product with helm onto a real node (a kubelet on containerd, as root) "
+        "instead of running it as local processes",
+    )
     return parser
 
 

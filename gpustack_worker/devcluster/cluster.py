@@ -107,6 +107,9 @@ class DevCluster:
     #: Real nodes beside the simulated ones (:mod:`.real_nodes`): kube-controller-manager, this many
     #: kubelets on containerd + runc with a CNI bridge, and kube-proxy. 0: none (an API-only cluster).
     kubelets: int = 0
+    #: The names the first kubelets register as (:attr:`.real_nodes.RealNodes.named`; default
+    #: ``devcluster-node-<i>``): a real node standing in for a scenario's node of that name.
+    real_node_names: tuple[str, ...] = ()
     etcd_port: int = 0
     etcd_peer_port: int = 0
     apiserver_port: int = 0
@@ -239,7 +242,7 @@ class DevCluster:
     # --- start-up steps ------------------------------------------------------------------------------
     def _start_all(self) -> None:
         if self.kubelets:
-            self.real_nodes = RealNodes(self.dir, self.kubelets, self.log)
+            self.real_nodes = RealNodes(self.dir, self.kubelets, self.log, named=self.real_node_names)
             self.real_nodes.prepare()
         self.pki = make_pki(self.dir / "pki", self.real_nodes.pki_hosts() if self.real_nodes else ())
         if self.real_nodes is not None:
@@ -272,7 +275,9 @@ class DevCluster:
         if self.with_nfd:
             self._start_nfd_master()
         if self.with_jaeger:
-            self.jaeger = Jaeger(self.dir, log=self.log).start(self.binaries["jaeger"])
+            # with real nodes, the OTLP receiver listens on the address their Pods reach this machine at
+            host = self.real_nodes.host if self.real_nodes is not None else "127.0.0.1"
+            self.jaeger = Jaeger(self.dir, log=self.log, otlp_host=host).start(self.binaries["jaeger"])
             assert self.jaeger.proc is not None
             self.procs["jaeger"] = self.jaeger.proc
         if self.real_nodes is not None:

@@ -42,8 +42,11 @@ READY_TIMEOUT_S = 60.0
 BSP_SCHEDULE_DELAY_MS = 500
 
 
-def jaeger_config(otlp_http_port: int, query_http_port: int, query_grpc_port: int) -> dict[str, Any]:
-    """The Jaeger v2 configuration: OTLP/HTTP in, memory storage, query UI/API out, all on loopback."""
+def jaeger_config(
+    otlp_http_port: int, query_http_port: int, query_grpc_port: int, otlp_host: str = "127.0.0.1"
+) -> dict[str, Any]:
+    """The Jaeger v2 configuration: OTLP/HTTP in (on ``otlp_host``), memory storage, query UI/API out on
+    loopback."""
     return {
         "service": {
             "extensions": ["jaeger_storage", "jaeger_query"],
@@ -64,7 +67,7 @@ def jaeger_config(otlp_http_port: int, query_http_port: int, query_grpc_port: in
                 "grpc": {"endpoint": f"127.0.0.1:{query_grpc_port}"},
             },
         },
-        "receivers": {"otlp": {"protocols": {"http": {"endpoint": f"127.0.0.1:{otlp_http_port}"}}}},
+        "receivers": {"otlp": {"protocols": {"http": {"endpoint": f"{otlp_host}:{otlp_http_port}"}}}},
         "processors": {"batch": {}},
         "exporters": {"jaeger_storage_exporter": {"trace_storage": STORE}},
     }
@@ -79,12 +82,15 @@ class Jaeger:
     otlp_http_port: int = 0
     query_http_port: int = 0
     query_grpc_port: int = 0
+    #: Where the OTLP receiver listens: loopback, or this machine's address when Pods on real nodes
+    #: export to it (a Pod's loopback is its own).
+    otlp_host: str = "127.0.0.1"
     proc: ManagedProcess | None = field(default=None, init=False)
 
     @property
     def otlp_endpoint(self) -> str:
         """The OTLP/HTTP base URL (``OTEL_EXPORTER_OTLP_ENDPOINT``; traces go to ``/v1/traces`` under it)."""
-        return f"http://127.0.0.1:{self.otlp_http_port}"
+        return f"http://{self.otlp_host}:{self.otlp_http_port}"
 
     @property
     def ui_url(self) -> str:
@@ -110,12 +116,8 @@ class Jaeger:
         self.query_http_port = self.query_http_port or free_port()
         self.query_grpc_port = self.query_grpc_port or free_port()
         config = self.dir / "jaeger-config.yaml"
-        config.write_text(
-            yaml.safe_dump(
-                jaeger_config(self.otlp_http_port, self.query_http_port, self.query_grpc_port),
-                sort_keys=True,
-            )
-        )
+        ports = (self.otlp_http_port, self.query_http_port, self.query_grpc_port)
+        config.write_text(yaml.safe_dump(jaeger_config(*ports, self.otlp_host), sort_keys=True))
         self.proc = ManagedProcess(
             "jaeger", [str(binary), f"--config={config}"], self.dir / "logs" / "jaeger.log"
         )
@@ -151,7 +153,7 @@ class Jaeger:
         """The query API answers and the OTLP receiver (started after the extensions) accepts connections."""
         try:
             self.api("services")
-            socket.create_connection(("127.0.0.1", self.otlp_http_port), timeout=2).close()
+            socket.create_connection((self.otlp_host, self.otlp_http_port), timeout=2).close()
         except (OSError, ValueError):
             return False
         return True

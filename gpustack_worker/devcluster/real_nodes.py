@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import secrets
 import ssl
 import subprocess
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final
 
+import httpx
 import yaml
 
 from gpustack_worker.devcluster import build, debs, node
@@ -41,12 +43,15 @@ if TYPE_CHECKING:
     from gpustack_worker.devcluster.bootstrap import ApiBootstrap
     from gpustack_worker.devcluster.pki import Pki
 
-__all__ = ("KUBERNETES_SERVICE_IP", "NODE_PREFIX", "RealNodes", "apiserver_flags")
+__all__ = ("KUBERNETES_SERVICE_IP", "NODE_PREFIX", "REAL_NODE_LABEL", "RealNodes", "apiserver_flags")
 
 #: The first address of the API server's ``--service-cluster-ip-range`` (the ``kubernetes`` Service).
 KUBERNETES_SERVICE_IP: Final = "10.0.0.1"
-#: Real node ``i`` is ``devcluster-node-<i>``.
+#: Real node ``i`` is ``devcluster-node-<i>`` unless named (``RealNodes.named``).
 NODE_PREFIX: Final = "devcluster-node-"
+#: Every real node's kubelet registers its Node with this label (``true``): what pins a workload to the
+#: nodes that run Pods (a simulated Node has no kubelet: a Pod bound there never starts).
+REAL_NODE_LABEL: Final = "gpustack.ai/devcluster-real-node"
 _CONTROLLER_MANAGER_USER: Final = "system:kube-controller-manager"
 _PROXY_USER: Final = "system:kube-proxy"
 #: Names the API server's serving certificate carries for a Pod's client (the Service's DNS names).
@@ -56,6 +61,7 @@ _SERVICE_NAMES: Final = (
     "kubernetes.default.svc",
     "kubernetes.default.svc.cluster.local",
 )
+_DNS_SUBDOMAIN: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _OPTIONAL_BINARIES: Final = ("kubelet", "kube-controller-manager", "kube-proxy", "pause")
 #: The kubelet's device manager listens here whatever ``--root-dir`` says (hard-coded upstream), so all
 #: real nodes share it; a stop removes it when the cluster's start made it.
@@ -104,6 +110,10 @@ class RealNodes:
     cluster_dir: Path
     count: int
     log: Callable[[str], None] = print
+    #: The names the first kubelets register their Nodes as (the rest ``devcluster-node-<i>``): a real node
+    #: can stand in for a scenario's node of that name, which the simulator then dresses (labels, device
+    #: plugin capacity, ``Devices``) without touching what the kubelet reports.
+    named: tuple[str, ...] = ()
     host: str = ""
     tokens: dict[str, str] = field(default_factory=dict)
     nodes: list[node.RealNode] = field(default_factory=list)
@@ -115,13 +125,17 @@ class RealNodes:
 
     @property
     def names(self) -> list[str]:
-        return [f"{NODE_PREFIX}{i}" for i in range(self.count)]
+        return [self.named[i] if i < len(self.named) else f"{NODE_PREFIX}{i}" for i in range(self.count)]
 
     def prepare(self) -> None:
         """Build (or reuse) the node binaries and runtime, take the machine's lock, sweep what a killed
         run left, and mint the tokens the API server must know before it starts."""
         if not 1 <= self.count <= 16:
             raise StartupError(f"a dev cluster runs 1 to 16 real nodes, not {self.count}")
+        if len(self.named) > self.count or len(set(self.names)) != self.count:
+            raise StartupError(f"{self.count} real node(s) cannot be named {', '.join(self.named)}")
+        if bad := [n for n in self.named if not _DNS_SUBDOMAIN.fullmatch(n)]:
+            raise StartupError(f"not a Node name (a DNS-1123 subdomain): {', '.join(bad)}")
         self.binaries = {name: build.ensure_optional(name, self.log) for name in _OPTIONAL_BINARIES}
         self.runtime = debs.ensure_node_runtime(self.log)
         self._lock = node.machine_lock(self.log)
@@ -168,7 +182,7 @@ class RealNodes:
                 ca_cert=pki.ca_cert,
                 token=self.tokens[f"system:node:{name}"],
                 node_ip=self.host,
-                labels={"gpustack.ai/devcluster-real-node": "true"},
+                labels={REAL_NODE_LABEL: "true"},
             )
         for name in self.names:
             node.wait_node_ready(lambda n: _get_node(api, n), name, 120)
@@ -284,8 +298,7 @@ def _exists(api: ApiBootstrap, path: str) -> bool:
 
 
 def _get_node(api: ApiBootstrap, name: str) -> dict[str, Any] | None:
-    response = api.request("GET", f"/api/v1/nodes/{name}")
-    if response.status_code != 200:
+    try:
+        return api.get(f"/api/v1/nodes/{name}")
+    except httpx.HTTPStatusError:  # starting up: asked again
         return None
-    result: dict[str, Any] = response.json()
-    return result

@@ -18,6 +18,14 @@ Devices are owned by the Node, so its uid must exist first):
    the node has no accelerators (and the LIST showed one).
 
 The Ready condition keeps the transition time already on the Node, so re-applying does not move it.
+
+A Node a kubelet reports for (``kubelet`` among its field managers: a dev cluster's real node standing in
+for the scenario's node of that name, gpustack_worker/devcluster/real_nodes.py) keeps what the kubelet
+owns: the labels it registers with, its conditions, addresses, CPU, memory, pods and taints. The simulator
+writes what the other stage-1 and stage-2 components would on a real machine: the labels and annotations
+NFD publishes, the device plugins' pools in ``status.capacity`` (the kubelet mirrors them into
+``allocatable``, and leaves an extended resource no plugin of its own claims as it finds it), the Device
+Manager's NodeFeature and the ``Devices`` ledger.
 Nodes that are no longer in the file are left alone: the simulator only ever adds or updates.
 
 Everything written was validated first (:mod:`~gpustack_worker.simulate.admission`), but the cluster
@@ -48,12 +56,23 @@ if TYPE_CHECKING:
     from gpustack_worker.runtime.resources import Resource
     from gpustack_worker.simulate.scenario import NodeSpec, Scenario
 
-__all__ = ("ApplyFailed", "ApplyReport", "Observed", "apply_node", "apply_scenario", "observe")
+__all__ = (
+    "KUBELET_MANAGER",
+    "ApplyFailed",
+    "ApplyReport",
+    "Observed",
+    "apply_node",
+    "apply_scenario",
+    "observe",
+    "reported_by_kubelet",
+)
 
 _T = TypeVar("_T")
 
 #: Taints an admission plugin or lifecycle controller adds to a Node no kubelet reports for.
 _LIFECYCLE_TAINTS: Final = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+#: The field manager a kubelet writes its Node as (its user agent's first word).
+KUBELET_MANAGER: Final = "kubelet"
 #: The default of ``simulate-apply-concurrency`` (the reason is on the setting).
 DEFAULT_CONCURRENCY: Final = SimulateSettings().simulate_apply_concurrency
 
@@ -136,9 +155,15 @@ def _slim_nodes(wanted: frozenset[str]) -> Callable[[list[dict[str, Any]]], list
             if meta.get("name") not in wanted:
                 continue
             conditions = (item.get("status") or {}).get("conditions") or []
+            fields = meta.get("managedFields") or ()
+            managers = sorted({str(e["manager"]) for e in fields if e.get("manager")})
             out.append(
                 {
-                    "metadata": {"name": meta["name"], "uid": meta.get("uid")},
+                    "metadata": {
+                        "name": meta["name"],
+                        "uid": meta.get("uid"),
+                        "managedFields": [{"manager": m} for m in managers],
+                    },
                     "spec": {"taints": (item.get("spec") or {}).get("taints") or []},
                     "status": {"conditions": [c for c in conditions if c.get("type") == "Ready"]},
                 }
@@ -222,25 +247,36 @@ async def _delete_if_present(
         report.record("deleted", f"{resource.kind}/{name}")
 
 
+def reported_by_kubelet(node: Mapping[str, Any] | None) -> bool:
+    """Whether a kubelet writes this Node (it is a real machine's, not only the simulator's)."""
+    fields = ((node or {}).get("metadata") or {}).get("managedFields") or ()
+    return any(entry.get("manager") == KUBELET_MANAGER for entry in fields)
+
+
 async def apply_node(client: Client, spec: NodeSpec, report: ApplyReport, observed: Observed) -> None:
     """Create or update one node's Node, DM NodeFeature and Devices, given what :func:`observe` read."""
     node_key = f"Node/{spec.name}"
     existing = observed.nodes.get(spec.name)
     ready_since = _ready_since(existing)
+    kubelet = reported_by_kubelet(existing)
     if existing is None:
         report.step = f"create of {node_key}"
         existing = await client.create(kinds.NODE, render.render_node(spec, ready_since))
         report.record("created", node_key)
-    report.step = f"removal of lifecycle taints from {node_key}"
-    await _strip_lifecycle_taints(client, existing)
+    if not kubelet:  # a real node's taints are its kubelet's and its lifecycle's
+        report.step = f"removal of lifecycle taints from {node_key}"
+        await _strip_lifecycle_taints(client, existing)
     manager = render.FIELD_MANAGER
     report.step = f"server-side apply of {node_key}"
-    await client.apply(kinds.NODE, render.render_node_metadata(spec), field_manager=manager, force=True)
+    metadata = render.render_node_metadata(spec, kubelet=kubelet)
+    await client.apply(kinds.NODE, metadata, field_manager=manager, force=True)
     status = {
         "apiVersion": kinds.NODE.api_version,
         "kind": kinds.NODE.kind,
         "metadata": {"name": spec.name},
-        "status": render.render_node_status(spec, ready_since),
+        "status": (
+            render.render_plugin_status(spec) if kubelet else render.render_node_status(spec, ready_since)
+        ),
     }
     report.step = f"server-side apply of {node_key}/status"
     await client.apply(kinds.NODE, status, field_manager=manager, force=True, subresource="status")

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = (
     "FIELD_MANAGER",
+    "KUBELET_LABELS",
     "accelerator_id",
     "device_plugin_resources",
     "group_id",
@@ -50,8 +51,11 @@ __all__ = (
     "render_node_feature",
     "render_node_metadata",
     "render_node_status",
+    "render_plugin_status",
 )
 
+#: The labels a kubelet registers its Node with (hostname, os, arch): its own on a real node.
+KUBELET_LABELS: Final = (keys.HOSTNAME, keys.OS, keys.ARCH)
 #: Field manager of every simulator write.
 FIELD_MANAGER: Final = "gpustack-simulator"
 #: Kubelet's default ``maxPods`` is what the scenario defaults to; this is only the Ready message.
@@ -161,14 +165,25 @@ def render_node_status(node: NodeSpec, ready_since: str) -> Obj:
     return {"capacity": resources, "allocatable": dict(resources), "conditions": [ready]}
 
 
-def render_node_metadata(node: NodeSpec) -> Obj:
-    """The Node as applied to the main resource (metadata only: a Node's ``spec`` stays empty)."""
+def render_plugin_status(node: NodeSpec) -> Obj:
+    """The part of a Node's ``status`` the device plugins make on a node a real kubelet reports for: their
+    pools in ``capacity`` only, the documented way of advertising a node-level extended resource (the
+    kubelet mirrors them into ``allocatable`` in its next status update); nothing the kubelet owns."""
+    return {"capacity": {name: str(value) for name, value in device_plugin_resources(node).items()}}
+
+
+def render_node_metadata(node: NodeSpec, *, kubelet: bool = False) -> Obj:
+    """The Node as applied to the main resource (metadata only: a Node's ``spec`` stays empty). On a Node a
+    kubelet reports for, the labels it registers with (:data:`KUBELET_LABELS`) stay its own."""
+    labels = node_labels(node)
+    for key in KUBELET_LABELS if kubelet else ():
+        labels.pop(key, None)
     return {
         "apiVersion": kinds.NODE.api_version,
         "kind": kinds.NODE.kind,
         "metadata": {
             "name": node.name,
-            "labels": node_labels(node),
+            "labels": labels,
             "annotations": node_annotations(node),
         },
     }

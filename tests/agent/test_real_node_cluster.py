@@ -3,8 +3,9 @@
 A control plane of the module's own with one real node (``devcluster-node-0``: a kubelet on containerd +
 runc, tests/devcluster/test_real_node_cluster.py). The kubelet owns that Node — its registration, its
 status, its conditions — so the scenario is given to it the way the other parties of a GPU node give
-theirs, never by writing the kubelet's own fields (the simulator's ``apply_node`` would write its whole
-status):
+theirs, never by writing the kubelet's own fields (as the simulator's ``apply_node`` does for a Node a
+kubelet reports for; here part by part, the device plugin's pools under a field manager of their own so
+the test can tell its writes apart):
 
 - NFD's labels and annotations (the CPU identity) by server-side apply of the Node's metadata, leaving
   the labels the kubelet registers (hostname, os, arch) the kubelet's;
@@ -82,7 +83,6 @@ NVIDIA = kueue.NVIDIA_GPU
 SLICED = keys.sliced_resource(NVIDIA)
 SLICED_UNITS = keys.sliced_resource(NVIDIA, "units")
 #: The labels the kubelet registers the Node with (and sets again whenever it registers): its own.
-KUBELET_LABELS = (keys.HOSTNAME, keys.OS, keys.ARCH)
 #: A node-level extended resource no one counts: advertised in ``capacity`` to make the kubelet post a
 #: status update now (it mirrors it into ``allocatable``) instead of at its five-minute report.
 DONGLE = "example.com/dongle"
@@ -130,10 +130,7 @@ SPEC = SCENARIO.nodes[0]
 
 async def _give_node_metadata(admin: Client, spec: NodeSpec) -> None:
     """NFD's labels and the CPU annotations; the kubelet's own labels are left to it."""
-    body = render.render_node_metadata(spec)
-    labels = body["metadata"]["labels"]
-    for key in KUBELET_LABELS:
-        labels.pop(key, None)
+    body = render.render_node_metadata(spec, kubelet=True)
     await admin.apply(kinds.NODE, body, field_manager=render.FIELD_MANAGER, force=True)
 
 

@@ -23,7 +23,7 @@ import pytest
 
 from gpustack_worker.devcluster import image
 from gpustack_worker.devcluster.real_nodes import NODE_PREFIX
-from tests.chart.helm_real import NS, RELEASE, WITHIN, Helm, get, helm_runner, holder, pods, ready
+from tests.chart.helm_real import NS, RELEASE, WITHIN, Helm, helm_runner, holder, pods, ready
 from tests.chart.operator_crds import OPERATOR_CRDS
 from tests.kit.cluster import own
 from tests.kit.waiting import eventually_sync
@@ -112,7 +112,7 @@ def test_production_values_install_onto_real_nodes(
     leader = eventually_sync(lambda: holder(api).split("_", 1)[0] or None, within=WITHIN)
     assert leader in names
     for plural in ("servicemonitors", "prometheusrules"):
-        listed = get(api, f"/apis/monitoring.coreos.com/v1/namespaces/{NS}/{plural}") or {}
+        listed = api.get(f"/apis/monitoring.coreos.com/v1/namespaces/{NS}/{plural}") or {}
         assert [o["metadata"]["name"] for o in listed.get("items", [])], plural
     environment = {
         e["name"]: e.get("value") for e in controllers[0]["spec"]["containers"][0].get("env") or []

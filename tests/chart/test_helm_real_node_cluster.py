@@ -21,7 +21,6 @@ tag rolls both workloads, an admitted Workload stays admitted and no chain objec
 from __future__ import annotations
 
 import asyncio
-import json
 import subprocess
 import sys
 import urllib.request
@@ -36,17 +35,16 @@ from gpustack_worker.cli.cleanup_cmd import USER_AGENT as CLEANUP_AGENT
 from gpustack_worker.cli.controller_cmd import LEASE_NAME
 from gpustack_worker.devcluster import image
 from gpustack_worker.devcluster.audit import AuditLog
+from gpustack_worker.devcluster.helm import real_node_values
 from gpustack_worker.devcluster.procs import free_port
 from gpustack_worker.devcluster.real_nodes import NODE_PREFIX
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.simulate.load import packaged_scenario
 from tests.chart.helm_real import (
     NS,
-    REAL_NODE_LABEL,
     RELEASE,
     WITHIN,
     Helm,
-    get,
     helm_runner,
     holder,
     pods,
@@ -113,20 +111,7 @@ def api(cluster: DevCluster) -> Iterator[ApiBootstrap]:
 
 
 def _values(tag: str, *extra: str) -> list[str]:
-    pin = json.dumps({REAL_NODE_LABEL: "true"})
-    return [
-        "--set",
-        f"image.repository={image.REPOSITORY}",
-        "--set",
-        f"image.tag={tag}",
-        "--set",
-        "image.pullPolicy=Never",
-        "--set-json",
-        f"agent.nodeSelector={pin}",
-        "--set-json",
-        f"controller.nodeSelector={pin}",
-        *extra,
-    ]
+    return [*real_node_values(image.REPOSITORY, tag), *extra]
 
 
 def _cli(cluster: DevCluster, *args: str) -> subprocess.CompletedProcess[str]:
@@ -222,10 +207,10 @@ def test_the_agent_pod_writes_its_own_node_only_and_the_chain_covers_the_whole_f
     installed: AuditLog, api: ApiBootstrap
 ) -> None:
     def chain_built() -> list[dict[str, Any]] | None:
-        real = get(api, f"/api/v1/nodes/{REAL}") or {}
+        real = api.get(f"/api/v1/nodes/{REAL}") or {}
         labels = (real.get("metadata") or {}).get("labels") or {}
-        flavors = (get(api, "/apis/kueue.x-k8s.io/v1beta2/resourceflavors") or {}).get("items", [])
-        queue = get(api, f"/apis/kueue.x-k8s.io/v1beta2/clusterqueues/{T4_QUEUE}") or {}
+        flavors = (api.get("/apis/kueue.x-k8s.io/v1beta2/resourceflavors") or {}).get("items", [])
+        queue = api.get(f"/apis/kueue.x-k8s.io/v1beta2/clusterqueues/{T4_QUEUE}") or {}
         active = any(
             c.get("type") == "Active" and c.get("status") == "True"
             for c in (queue.get("status") or {}).get("conditions") or []
@@ -271,7 +256,7 @@ def test_the_validating_webhook_answers_through_its_service_and_kube_proxy(
 ) -> None:
     """A rule only the webhook checks (a ConfigMap outside the worker namespace) is refused, a valid
     source stored: the API server dialled the Service's ClusterIP, kube-proxy took it to a controller."""
-    service = get(api, f"/api/v1/namespaces/{NS}/services/{RELEASE}-webhook") or {}
+    service = api.get(f"/api/v1/namespaces/{NS}/services/{RELEASE}-webhook") or {}
     assert service["spec"]["clusterIP"] not in ("", "None")
     path = kinds.TOPOLOGY_SOURCE.collection_path()
     bad = _source("helm-bad", "default")
@@ -293,9 +278,7 @@ def test_metrics_are_scraped_at_the_services_endpoints(installed: AuditLog, api:
 
     def endpoints() -> list[str] | None:
         selector = f"kubernetes.io/service-name={RELEASE}-metrics"
-        slices = get(
-            api, f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices?labelSelector={selector}"
-        )
+        slices = api.get(f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices?labelSelector={selector}")
         found = []
         for piece in (slices or {}).get("items", []):
             port = next(p["port"] for p in piece.get("ports") or [] if p.get("name") == "metrics")
@@ -341,7 +324,7 @@ def test_killing_the_leader_pod_hands_over_and_no_write_of_it_follows_the_new_le
             if e.resource == "localqueues" and e.namespace == namespace and e.verb != "delete"
         ]
         # the namespace gets one LocalQueue per pool: wait for the T4 pool's, then read who wrote them
-        there = get(api, f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/localqueues/{local_queue}")
+        there = api.get(f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/localqueues/{local_queue}")
         return writes if there and made and {e.pod_name for e in made} == {new} else None
 
     writes = eventually_sync(written_by_the_new_leader, within=WITHIN)
@@ -356,7 +339,7 @@ def test_killing_the_leader_pod_hands_over_and_no_write_of_it_follows_the_new_le
 def _admitted(api: ApiBootstrap, name: str) -> dict[str, Any] | None:
     """The Workload while it holds its quota reservation (a standalone Workload waits there for the
     admission checks that need its Pods)."""
-    wl = get(api, f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{TEAM}/workloads/{name}") or {}
+    wl = api.get(f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{TEAM}/workloads/{name}") or {}
     conditions = {c["type"]: c for c in (wl.get("status") or {}).get("conditions") or []}
     return wl if conditions.get("QuotaReserved", {}).get("status") == "True" else None
 
@@ -369,7 +352,7 @@ def test_helm_upgrade_rolls_both_workloads_without_evicting_or_writing_the_chain
     )
     local_queue = keys.local_queue_name(T4_QUEUE)
     eventually_sync(
-        lambda: get(api, f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{TEAM}/localqueues/{local_queue}"),
+        lambda: api.get(f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{TEAM}/localqueues/{local_queue}"),
         within=WITHIN,
     )
     name = f"before-upgrade-{uuid.uuid4().hex[:6]}"
@@ -419,9 +402,9 @@ def test_helm_uninstall_then_cleanup_leaves_nothing_of_ours(
 ) -> None:
     # the team's Workload is done (a standalone Workload has no job to end it: cleanup would wait for it)
     workloads = f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{TEAM}/workloads"
-    for wl in (get(api, workloads) or {}).get("items", []):
+    for wl in (api.get(workloads) or {}).get("items", []):
         api.request("DELETE", f"{workloads}/{wl['metadata']['name']}")
-    eventually_sync(lambda: not (get(api, workloads) or {}).get("items"), within=WITHIN)
+    eventually_sync(lambda: not (api.get(workloads) or {}).get("items"), within=WITHIN)
     window = AuditLog.from_now(installed.path)
     done = helm("uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "5m")
     assert done.returncode == 0, done.stderr

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from gpustack_worker.api import keys
 from gpustack_worker.cli import simulate_cmd
 from gpustack_worker.runtime.client import ApiError, Client
-from gpustack_worker.simulate.apply import ApplyFailed, apply_scenario
+from gpustack_worker.simulate import render
+from gpustack_worker.simulate.apply import ApplyFailed, apply_scenario, reported_by_kubelet
 from gpustack_worker.simulate.load import packaged_scenario
 from gpustack_worker.simulate.scenario import Scenario
 from gpustack_worker.simulate.settings import SimulateSettings
@@ -253,3 +254,33 @@ async def test_a_malformed_concurrency_seed_is_exit_2_before_connecting(
     err = capsys.readouterr().err
     prefix = "simulate apply: invalid settings in the environment: GPUSTACK_SIMULATE_APPLY_CONCURRENCY='0'"
     assert err.startswith(prefix), err
+
+
+async def test_a_node_a_kubelet_reports_for_gets_only_what_nfd_the_plugins_and_the_dm_write() -> None:
+    """A real node standing in for a scenario's node: its taints, registered labels and status stay the
+    kubelet's; the simulator adds NFD's labels, the plugins' pools (capacity only) and the ledger."""
+    spec = MIXED.nodes[0]
+    assert spec.accelerators
+    server = FakeServer()
+    bodies: dict[str, dict[str, Any]] = {}
+    plain_apply = server.apply
+
+    async def apply(resource: Resource, body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        bodies[f"{resource.kind}{'/' + kwargs['subresource'] if kwargs.get('subresource') else ''}"] = body
+        return await plain_apply(resource, body, **kwargs)
+
+    server.apply = apply  # type: ignore[method-assign]
+    kubelets_node = {
+        "metadata": {"name": spec.name, "uid": "uid-kubelet", "managedFields": [{"manager": "kubelet"}]},
+        "spec": {"taints": [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]},
+        "status": {"capacity": {"cpu": "2"}, "conditions": [{"type": "Ready", "status": "False"}]},
+    }
+    server.objects[("Node", "", spec.name)] = kubelets_node
+    await apply_scenario(server, Scenario(nodes=[spec]))  # type: ignore[arg-type]
+    verbs = {verb for verb, key in server.writes() if key.startswith("Node/")}
+    assert verbs == {"APPLY"}  # no create, no taint removal
+    assert bodies["Node/status"]["status"] == render.render_plugin_status(spec)
+    labels = bodies["Node"]["metadata"]["labels"]
+    assert not set(labels) & set(render.KUBELET_LABELS) and keys.NFD_CPU_VENDOR in labels
+    assert {"NodeFeature", "Devices", "Devices/status"} <= set(bodies)
+    assert reported_by_kubelet(kubelets_node) and not reported_by_kubelet({"metadata": {"name": "x"}})

@@ -108,6 +108,20 @@ def test_node_object_for_the_a100_node() -> None:
     )
 
 
+def test_a_node_a_kubelet_reports_for_keeps_its_registered_labels_and_status() -> None:
+    """On a real node the simulator writes NFD's labels and the plugins' pools, never the kubelet's."""
+    spec = MIXED["gpu-a100"]
+    metadata = render.render_node_metadata(spec, kubelet=True)
+    labels = metadata["metadata"]["labels"]
+    assert not set(labels) & set(render.KUBELET_LABELS)
+    assert labels == {k: v for k, v in render.node_labels(spec).items() if k not in render.KUBELET_LABELS}
+    assert metadata["metadata"]["annotations"] == render.node_annotations(spec)
+    status = render.render_plugin_status(spec)
+    assert status == {"capacity": {k: str(v) for k, v in render.device_plugin_resources(spec).items()}}
+    assert not {"cpu", "memory", "pods", "ephemeral-storage"} & set(status["capacity"])
+    assert render.render_plugin_status(MIXED["cpu-a"]) == {"capacity": {}}
+
+
 def test_cpu_only_node_has_no_feature_and_no_devices() -> None:
     node = MIXED["cpu-a"]
     assert render.render_node_feature(node, UID) is None
