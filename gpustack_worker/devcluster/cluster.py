@@ -95,6 +95,12 @@ class DevCluster:
     #: ``preflight``'s before-install stage meet the cluster as they would a team's — Helm refuses to adopt
     #: objects it did not create.
     with_worker_rbac: bool = True
+    #: Install our CRDs (``manifests/crds``). Off: the API server has never served our group, as before the
+    #: chart is installed (the chart installs them) — deleting them after the start instead leaves their
+    #: discovery served until kube-apiserver's CRD controllers catch up, once measured at ~5 minutes.
+    with_worker_crds: bool = True
+    #: Install Kueue's and NFD's CRDs (their components need them: off only without Kueue and nfd-master).
+    with_component_crds: bool = True
     log: Any = print
     #: Keep a kube-apiserver audit log here (JSON lines; policy in :mod:`gpustack_worker.devcluster.audit`).
     audit_log: Path | None = None
@@ -149,6 +155,10 @@ class DevCluster:
         if self.audit_log is not None:
             self.audit_log = Path(self.audit_log).resolve()
             self.audit_log.parent.mkdir(parents=True, exist_ok=True)
+        if not self.with_component_crds and (self.with_kueue or self.with_nfd):
+            raise StartupError(
+                "Kueue and nfd-master need their CRDs: with_component_crds=False is for neither"
+            )
         started = time.monotonic()
         self.binaries = build.ensure_all(self.log)
         if self.with_jaeger:
@@ -255,8 +265,9 @@ class DevCluster:
         self._write_kubeconfig()
         api = self.bootstrap()
         try:
-            crds = self._crd_documents()
-            api.install_crds(crds)
+            crds = self._crd_documents(ours=self.with_worker_crds, components=self.with_component_crds)
+            if crds:
+                api.install_crds(crds)
             for ns in SYSTEM_NAMESPACES:
                 api.ensure_namespace(ns)
             for doc in self._rbac_documents() if self.with_worker_rbac else ():
@@ -418,17 +429,18 @@ class DevCluster:
             raise StartupError(f"no RBAC manifests in {_repo_manifests() / 'rbac'} (run `nox -s rbac`)")
         return load_yaml_documents(files)
 
-    def _crd_documents(self) -> list[dict[str, Any]]:
+    def _crd_documents(self, *, ours: bool = True, components: bool = True) -> list[dict[str, Any]]:
+        """Kueue's, NFD's and our CRDs (``components``: the first two; ``ours``: the last)."""
         kueue = build.module_dir("sigs.k8s.io/kueue", versions.KUEUE) / "config/components/crd/bases"
         nfd = build.module_dir("sigs.k8s.io/node-feature-discovery", versions.NFD)
-        ours = _repo_manifests() / "crds"
-        ours_files = sorted(ours.glob("*.yaml"))
+        ours_dir = _repo_manifests() / "crds"
+        ours_files = sorted(ours_dir.glob("*.yaml"))
         if not ours_files:
-            raise StartupError(f"no CRDs of ours found in {ours} (run `nox -s crds`)")
+            raise StartupError(f"no CRDs of ours found in {ours_dir} (run `nox -s crds`)")
         files = [
-            *sorted(kueue.glob("*.yaml")),
-            nfd / "deployment/base/nfd-crds/nfd-api-crds.yaml",
-            *ours_files,
+            *(sorted(kueue.glob("*.yaml")) if components else ()),
+            *((nfd / "deployment/base/nfd-crds/nfd-api-crds.yaml",) if components else ()),
+            *(ours_files if ours else ()),
         ]
         return load_yaml_documents(files)
 

@@ -37,7 +37,6 @@ from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario
 from tests.kit import kueue
 from tests.kit.cluster import own, shared_baseline
-from tests.kit.waiting import eventually_sync
 from tests.kit.webhooks import webhooks_served
 from tests.stack import eventually
 
@@ -84,23 +83,25 @@ def _preflight(kubeconfig: Path, *extra: str) -> tuple[int, dict[str, dict[str, 
 
 @pytest.fixture(scope="module")
 def bare() -> Iterator[DevCluster]:
-    """etcd + kube-apiserver only, with every CRD and our ClusterRoleBindings deleted again: a control
-    plane of the module's own (the session's serves all of them, and its components need them)."""
-    why = "a bare API server: no Kueue, nfd-master or scheduler; every CRD and our ClusterRoleBindings gone"
-    with own("preflight-bare", why=why, with_kueue=False, with_nfd=False, with_scheduler=False) as cluster:
+    """etcd + kube-apiserver only, no CRD ever installed, our ClusterRoleBindings deleted: a control plane
+    of the module's own (the session's serves all of them, and its components need them)."""
+    why = "a bare API server: no Kueue, nfd-master or scheduler; no CRD; our ClusterRoleBindings gone"
+    with own(
+        "preflight-bare",
+        why=why,
+        with_kueue=False,
+        with_nfd=False,
+        with_scheduler=False,
+        with_worker_crds=False,
+        with_component_crds=False,
+    ) as cluster:
         yield from _stripped(cluster)
 
 
 def _stripped(cluster: DevCluster) -> Iterator[DevCluster]:
-    """``cluster`` with every CRD and our ClusterRoleBindings deleted, once the API server stopped serving
-    the deleted groups."""
+    """``cluster`` with our ClusterRoleBindings deleted; none of the three groups preflight reads served."""
     api = cluster.bootstrap()
     try:
-        crds = api.request("GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions").json()["items"]
-        for crd in crds:
-            api.request(
-                "DELETE", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}"
-            )
         for component in rbac.COMPONENTS:
             api.request("DELETE", f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{component.name}")
         for group_version in (
@@ -108,15 +109,7 @@ def _stripped(cluster: DevCluster) -> Iterator[DevCluster]:
             kinds.NODE_FEATURE.api_version,
             kinds.INSTANCE_TYPE.api_version,
         ):
-            # The API server stops serving a deleted CRD's group version once every CRD of it is gone (the
-            # CRDs' finalizers run one by one: the version first lists fewer resources) — wait for the
-            # discovery document preflight reads to go, bounded, and say so if it does not.
-            eventually_sync(
-                lambda gv=group_version: (gv, api.request("GET", f"/apis/{gv}").status_code),
-                lambda served: served[1] == 404,
-                within=300,
-                every=0.1,
-            )
+            assert api.request("GET", f"/apis/{group_version}").status_code == 404, group_version
         yield cluster
     finally:
         api.close()

@@ -27,7 +27,6 @@ from gpustack_worker.api import kinds, kueue_config, rbac
 from gpustack_worker.cli import preflight_stage
 from gpustack_worker.devcluster import build
 from tests.kit.cluster import own
-from tests.kit.waiting import eventually_sync
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -69,33 +68,19 @@ def fresh() -> Iterator[tuple[DevCluster, Path]]:
         with_nfd=False,
         with_scheduler=False,
         with_worker_rbac=False,  # what `devcluster up --bare` starts: none of the chart's RBAC
+        with_worker_crds=False,  # nor its CRDs
     ) as cluster:
         yield from _before_the_chart(cluster)
 
 
 def _before_the_chart(cluster: DevCluster) -> Iterator[tuple[DevCluster, Path]]:
-    """``cluster`` with our CRDs deleted (once the API server stopped serving their group), and the Kueue
-    configuration file."""
+    """``cluster`` (none of our CRDs and RBAC ever installed), and the Kueue configuration file."""
     api = cluster.bootstrap()
     try:
-        crds = api.request("GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions").json()["items"]
-        for crd in crds:
-            if crd["spec"]["group"] == kinds.WORKER_GROUP:
-                api.request(
-                    "DELETE",
-                    f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}",
-                )
         for name in _CLUSTER_ROLES:
             role = api.request("GET", f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{name}")
             assert role.status_code == 404, name
-        # The API server stops serving the group once its last CRD is gone (the finalizers run one by
-        # one): wait for the discovery document preflight reads to go, bounded.
-        eventually_sync(
-            lambda: api.request("GET", f"/apis/{kinds.INSTANCE_TYPE.api_version}").status_code,
-            lambda code: code == 404,
-            within=300,
-            every=0.1,
-        )
+        assert api.request("GET", f"/apis/{kinds.INSTANCE_TYPE.api_version}").status_code == 404
         config = kueue_config.kueue_manager_config()
         config["managedJobsNamespaceSelector"]["matchExpressions"][0]["values"].append(FRESH_NS)
         path = cluster.dir / "kueue-config.yaml"
