@@ -28,7 +28,7 @@ import structlog
 from gpustack_worker.api import kinds, rbac
 from gpustack_worker.chain.controller import Chain
 from gpustack_worker.cli.metrics_serving import secure_metrics
-from gpustack_worker.cli.preflight_cmd import startup_problems
+from gpustack_worker.cli.preflight.command import startup_problems
 from gpustack_worker.cli.process import running
 from gpustack_worker.cli.settings import open_settings
 from gpustack_worker.cli.webhook_serving import admission_webhooks

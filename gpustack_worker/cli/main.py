@@ -159,7 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     plan_cmd.add_parser(sub)
 
-    from gpustack_worker.cli import cleanup_cmd, explain_cmd, kueue_config_cmd, preflight_cmd
+    from gpustack_worker.cli.cleanup import command as cleanup_cmd
+    from gpustack_worker.cli.explain import command as explain_cmd
+    from gpustack_worker.cli.kueue_config import command as kueue_config_cmd
+    from gpustack_worker.cli.preflight import command as preflight_cmd
 
     explain_cmd.add_parser(sub)
     cleanup_cmd.add_parser(sub)
@@ -269,26 +272,26 @@ def _run(args: argparse.Namespace) -> int:
 
         return plan_cmd.run(args)
     if args.command == "explain":
-        from gpustack_worker.cli import explain_cmd
+        from gpustack_worker.cli.explain import command as explain_cmd
 
         return asyncio.run(explain_cmd.run(args))
     if args.command == "cleanup":
-        from gpustack_worker.cli import cleanup_cmd
+        from gpustack_worker.cli.cleanup import command as cleanup_cmd
 
         return asyncio.run(cleanup_cmd.run(args))
     if args.command == "preflight":
-        from gpustack_worker.cli import preflight_cmd
+        from gpustack_worker.cli.preflight import command as preflight_cmd
 
         return asyncio.run(preflight_cmd.run(args))
     if args.command == "kueue-config":
-        from gpustack_worker.cli import kueue_config_cmd
+        from gpustack_worker.cli.kueue_config import command as kueue_config_cmd
 
         return kueue_config_cmd.run(args)
     if args.command == "catalog":
         from gpustack_worker.cli import catalog_cmd
 
         return asyncio.run(catalog_cmd.run(args))
-    from gpustack_worker.cli import demo_cmd
+    from gpustack_worker.cli.demo import command as demo_cmd
 
     return demo_cmd.run(args)
 

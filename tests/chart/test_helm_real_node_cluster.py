@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Final
 import pytest
 
 from gpustack_worker.api import keys, kinds, rbac, webhooks
-from gpustack_worker.cli.cleanup_cmd import USER_AGENT as CLEANUP_AGENT
+from gpustack_worker.cli.cleanup.command import USER_AGENT as CLEANUP_AGENT
 from gpustack_worker.cli.controller_cmd import LEASE_NAME
 from gpustack_worker.devcluster import image
 from gpustack_worker.devcluster.audit import AuditLog

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from gpustack_worker.api import keys, kinds
-from gpustack_worker.cli import demo_scene
+from gpustack_worker.cli.demo import scene as demo_scene
 from gpustack_worker.cli.plan_cmd import parse_sets
 from gpustack_worker.cli.planning import PlannedChain, plan_chain
 from gpustack_worker.runtime.client import Client

@@ -42,8 +42,11 @@ STAGE_MODELS = (RuntimeSettings, ChainSettings, AgentTunables)
 def test_worker_settings_is_every_stage_model_once() -> None:
     fields = [name for model in STAGE_MODELS for name in model.model_fields]
     # the controller's own tunables beyond the runtime's and the reference chain settings (§4.2)
-    fields += [n for n in ControllerSettings.model_fields if n not in RuntimeSettings.model_fields
-               and n not in ChainSettings.model_fields]
+    fields += [
+        n
+        for n in ControllerSettings.model_fields
+        if n not in RuntimeSettings.model_fields and n not in ChainSettings.model_fields
+    ]
     assert len(fields) == len(set(fields)), "a setting is defined by two stages"
     assert set(WorkerSettings.model_fields) == set(fields)
     assert issubclass(WorkerSettings, AgentSettings)  # what the agent's code is typed against

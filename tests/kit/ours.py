@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpustack_worker.api import kinds
-from gpustack_worker.cli import cleaning
+from gpustack_worker.cli.cleanup import cleaning
 from gpustack_worker.runtime.prune import owner_of
 
 if TYPE_CHECKING:
