@@ -33,7 +33,7 @@ from gpustack_worker.api.devices_view import DevicesFacts, devices_facts
 from gpustack_worker.chain import (
     admissionchecks,
     flavors,
-    instancetypes,
+    inputs,
     localqueues,
     managers,
     pools,
@@ -41,9 +41,10 @@ from gpustack_worker.chain import (
     settle,
     typestatus,
 )
+from gpustack_worker.chain.inputs import owns_field
 from gpustack_worker.chain.nodes import NodeHardware, node_hardware, unprofiled_hardware
 from gpustack_worker.runtime import conditions
-from gpustack_worker.runtime.apply import Applier, owned_fields
+from gpustack_worker.runtime.apply import Applier
 from gpustack_worker.runtime.client import ApiError, Conflict, NotFound
 from gpustack_worker.runtime.controller import Result
 from gpustack_worker.runtime.finalizers import Finalizer
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 
     from gpustack_worker.chain.flavors import FlavorPlan
+    from gpustack_worker.chain.instancetypes import TypeDecision
     from gpustack_worker.chain.settings import ControllerSettings
     from gpustack_worker.runtime.client import Client
     from gpustack_worker.runtime.events import EventRecorder
@@ -251,18 +253,6 @@ class _Batch:
         self.steps.forget_failures(self.resource.kind, self.namespace, self.attempted)
         if self.failed:
             raise WritesRefused(self.failed)
-
-
-def owns_field(obj: Mapping[str, Any] | None, manager: str, path: tuple[str, ...]) -> bool:
-    """Whether ``manager``'s apply entry on the cached ``obj`` owns the field ``path`` (``f:``-spelled)."""
-    for entry in ((obj or {}).get("metadata") or {}).get("managedFields") or ():
-        if (
-            entry.get("manager") == manager
-            and not entry.get("subresource")
-            and path in owned_fields(entry.get("fieldsV1") or {})
-        ):
-            return True
-    return False
 
 
 def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -717,25 +707,24 @@ class Steps:
 
     # -- the ClusterQueue --------------------------------------------------------------------------
 
-    async def queue(self, name: str) -> Result:
-        s = self.settings()
+    def queue_inputs(self, name: str) -> queues.QueueInputs:
+        """What the queue decision of the InstanceType name ``name`` reads, from the caches
+        (:func:`inputs.queue_inputs`; the Nodes: :meth:`_queue_nodes`)."""
         it = self.type_cache.store.get(name)
-        queue = self.queue_cache.store.get(name)
-        decision = queues.decide(
-            queues.QueueInputs(
-                instance_type=it,
-                queue=queue,
-                flavors=self.flavor_cache.store.list(),
-                nodes=self._queue_nodes(it),
-                topologies=frozenset(self.topology_cache.store.keys()),
-                active_checks=admissionchecks.active_checks(self.checks.store.list()),
-                owns_stop_policy=owns_field(queue, managers.QUEUE, queues.STOP_POLICY_FIELD),
-                aware=s.instance_type_aware_cpu_manufacturer,
-                mixed_on_node=s.instance_type_mixed_on_node,
-                derived_from_node=s.instance_type_derived_from_node,
-                drain_when_no_flavors=s.instance_type_drain_when_no_flavors,
-            )
+        return inputs.queue_inputs(
+            it,
+            self.queue_cache.store.get(name),
+            flavors=self.flavor_cache.store.list(),
+            nodes=self._queue_nodes(it),
+            topologies=self.topology_cache.store.keys(),
+            active_checks=admissionchecks.active_checks(self.checks.store.list()),
+            settings=self.settings(),
         )
+
+    async def queue(self, name: str) -> Result:
+        inp = self.queue_inputs(name)
+        it, queue = inp.instance_type, inp.queue
+        decision = queues.decide(inp)
         if decision.body is None:
             if queue is not None and decision.condition is not None:
                 # Not ours to change (UnsupportedExistingObject): only the condition is reported.
@@ -788,9 +777,7 @@ class Steps:
         if it is None:
             return Result.done()
         queue = self.queue_cache.store.get(name)
-        decision = instancetypes.decide_type(
-            it, queue, queue_stop_is_ours=owns_field(queue, managers.QUEUE, queues.STOP_POLICY_FIELD)
-        )
+        decision, _read = inputs.type_decision(it, queue)
         if decision.add_finalizer:
             await self.finalizer.add(it)
         if decision.delete_queue and queue is not None:
@@ -808,16 +795,7 @@ class Steps:
             wait = self._wait("instancetype", name, it, also=queue is None)
             if wait is not None:
                 return Result.after(wait)
-        status = typestatus.instance_type_status(
-            it,
-            queue,
-            self.flavor_cache.store.list(),
-            self._pool_candidates(it),
-            self.devices_facts,
-            aware=self.settings().instance_type_aware_cpu_manufacturer,
-            phase=decision.phase,
-            phase_message=decision.phase_message,
-        )
+        status = self.pool_status(it, queue, decision)
         body = {
             "apiVersion": kinds.INSTANCE_TYPE.api_version,
             "kind": kinds.INSTANCE_TYPE.kind,
@@ -826,6 +804,21 @@ class Steps:
         }
         await self.type_applier.apply_status(kinds.INSTANCE_TYPE, body, it)
         return Result.after(decision.requeue_after) if decision.requeue_after else Result.done()
+
+    def pool_status(
+        self, it: Mapping[str, Any], queue: Mapping[str, Any] | None, decision: TypeDecision
+    ) -> dict[str, Any]:
+        """The status the InstanceType step applies, from the caches (:func:`inputs.pool_status`; the
+        Nodes: :meth:`_pool_candidates`)."""
+        return inputs.pool_status(
+            it,
+            queue,
+            decision,
+            flavors=self.flavor_cache.store.list(),
+            nodes=self._pool_candidates(it),
+            facts=self.devices_facts,
+            settings=self.settings(),
+        )
 
     def _pool_candidates(self, it: Mapping[str, Any]) -> list[NodeHardware]:
         """The Nodes the pool's cached flavors may select (the candidate index, not every Node)."""

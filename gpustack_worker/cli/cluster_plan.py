@@ -6,8 +6,9 @@ pure functions:
 
 1. :func:`live_nodes` — each live Node as :class:`~gpustack_worker.cli.planning.PlanNode`: the Node with
    every label nfd-master projected (those its ``feature-labels`` annotation lists) and every label our
-   controllers write on it directly (profile, fit) taken off, the labels of the NodeFeatures that are not
-   ours (the Device Manager's), the worker NodeFeature's labels as already published, and the ``Devices``;
+   controllers write on it directly (profile, fit) taken off (``inputs.unproject``), the labels of the
+   NodeFeatures that are not ours (the Device Manager's), the worker NodeFeature's labels as already
+   published, and the ``Devices``;
 2. :func:`desired_chain` — the Nodes through the scenario plan's own composition
    (:func:`~gpustack_worker.cli.planning.converge`: agent, nfd-master and topology until the Nodes stop
    changing), then what the chain's controllers write **next**, each decision the function its controller
@@ -16,8 +17,8 @@ pure functions:
    an object that is not the chain's refused, a finalizing flavor not written), ``pools.
    derived_instance_type`` (create-only), per existing InstanceType ``queues.decide`` over the cached
    flavors and the Topologies that exist, with the live AdmissionChecks' ``Active`` and our field
-   manager's ownership of ``spec.stopPolicy``, and ``instancetypes.decide_type`` with
-   ``typestatus.instance_type_status`` — the settle gate (``settle.deferrable``,
+   manager's ownership of ``spec.stopPolicy`` (``inputs.queue_inputs``), and ``inputs.type_decision``
+   with ``inputs.pool_status`` — the settle gate (``settle.deferrable``,
    ``settle.topology_on_its_way``) deferring what the controller defers while its own writes are in
    flight — ``localqueues.desired_local_queues`` for every live Namespace,
    ``admissionchecks.desired_admission_checks`` and the profiles' Topologies; and **then** the queue,
@@ -43,41 +44,34 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import dataclasses
 import json
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
-
-import yaml
 
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.chain import (
     admissionchecks,
     caches,
-    instancetypes,
+    inputs,
     localqueues,
     managers,
     pools,
     queues,
     settle,
-    typestatus,
 )
 from gpustack_worker.chain import flavors as chain_flavors
-from gpustack_worker.chain.nodes import node_hardware
-from gpustack_worker.chain.steps import is_ours, owns_field
+from gpustack_worker.chain.steps import is_ours
 from gpustack_worker.cli.planning import (
-    NFD_DEFAULT_NS,
     PlanError,
     PlanNode,
     accepted,
     converge,
+    facts_of,
     in_effect,
     own_keys,
     parsed_facts,
-    project,
-    set_own,
+    reproject,
     topology_ready_status,
 )
 from gpustack_worker.runtime.labelselector import parse_selector
@@ -87,7 +81,6 @@ from gpustack_worker.topology import managers as topology_managers
 from gpustack_worker.topology import profiles, sources
 
 if TYPE_CHECKING:
-    import argparse
     from collections.abc import Collection, Iterable, Sequence
 
     from gpustack_worker.api.devices_view import DevicesFacts
@@ -341,33 +334,17 @@ def _spec_labels(obj: Mapping[str, Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in ((obj.get("spec") or {}).get("labels") or {}).items()}
 
 
-def _projected(meta: Mapping[str, Any]) -> set[str]:
-    """The label keys nfd-master lists as projected from NodeFeatures (its default namespace restored)."""
-    listed = str((meta.get("annotations") or {}).get(keys.NFD_FEATURE_LABELS_ANNOTATION) or "")
-    return {k if "/" in k else NFD_DEFAULT_NS + k for k in (p.strip() for p in listed.split(",")) if k}
-
-
 def live_nodes(live: LiveCluster, *, with_sources: bool) -> dict[str, PlanNode]:
     """Every live Node as the plan's node: base (no projection, none of our direct labels), the other
     NodeFeatures' labels, the worker NodeFeature's published labels, and — ``with_sources`` — the
     TopologySource NodeFeatures' labels as they stand; ``current`` is the live Node as it is."""
-    by_node: dict[str, list[Mapping[str, Any]]] = {}
-    for nf in live.node_features:
-        target = ((_meta(nf).get("labels")) or {}).get(keys.NFD_NODE_NAME)
-        if target:
-            by_node.setdefault(str(target), []).append(nf)
+    by_node = inputs.features_by_node(live.node_features)
     devices = {_name(d): d for d in live.devices}
     out: dict[str, PlanNode] = {}
     for node in sorted(live.nodes, key=_name):
         name = _name(node)
-        meta = dict(_meta(node))
-        labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
-        own = own_keys(labels)
-        drop = _projected(meta) | set(own)
-        annotations = dict(meta.get("annotations") or {})
-        annotations.pop(keys.NFD_FEATURE_LABELS_ANNOTATION, None)
-        kept = {k: v for k, v in labels.items() if k not in drop}
-        base = {**node, "metadata": {**meta, "labels": kept, "annotations": annotations}}
+        own = own_keys({str(k): str(v) for k, v in (_meta(node).get("labels") or {}).items()})
+        base = inputs.unproject(node, also=own)
         worker: dict[str, str] = {}
         topology: dict[str, str] = {}
         others: dict[str, str] = {}
@@ -379,9 +356,8 @@ def live_nodes(live: LiveCluster, *, with_sources: bool) -> dict[str, PlanNode]:
             else:
                 others.update(_spec_labels(feature))
         dev = devices.get(name)
-        plan_node = PlanNode(base, others, dev, parsed_facts(dev), project(base, [others, worker, topology]))
-        plan_node.worker, plan_node.topology = worker, topology
-        set_own(plan_node, own)
+        plan_node = PlanNode(base, others, dev, parsed_facts(dev), worker=worker, topology=topology)
+        reproject(plan_node, own)
         out[name] = plan_node
     return out
 
@@ -486,8 +462,8 @@ def _status_of(name: str, condition: queues.Condition) -> dict[str, Any]:
 
 
 def _queue_pass(view: Caches, inp: _Inputs, *, in_flight: bool | None) -> _Pass:
-    """Every InstanceType's queue decision (``queues.decide``) and status (``instancetypes.decide_type``,
-    ``typestatus.instance_type_status``) over ``view``, as the controllers' steps call them.
+    """Every InstanceType's queue decision (``queues.decide`` over ``inputs.queue_inputs``) and status
+    (``inputs.type_decision``, ``inputs.pool_status``) over ``view``, as the controllers' steps call them.
 
     ``in_flight``: the chain's own writes are on their way (its flavor pass writes, or a cached flavor
     names a Topology the cache does not hold): a queue write the settle gate may defer
@@ -495,24 +471,18 @@ def _queue_pass(view: Caches, inp: _Inputs, *, in_flight: bool | None) -> _Pass:
     yet — they are not written in this pass. None: no gate (the pass after those writes; a status then
     reads its queue once the queue controller's write is in)."""
     s = inp.settings
-    aware = s.instance_type_aware_cpu_manufacturer
     out = _Pass()
     for name, it in sorted(view.types.items()):
         queue = view.queues.get(name)
-        owns = owns_field(queue, managers.QUEUE, queues.STOP_POLICY_FIELD)
         decided = queues.decide(
-            queues.QueueInputs(
-                instance_type=it,
-                queue=queue,
+            inputs.queue_inputs(
+                it,
+                queue,
                 flavors=view.flavors,
                 nodes=inp.hardware,
                 topologies=view.topologies,
                 active_checks=inp.checks,
-                owns_stop_policy=owns,
-                aware=aware,
-                mixed_on_node=s.instance_type_mixed_on_node,
-                derived_from_node=s.instance_type_derived_from_node,
-                drain_when_no_flavors=s.instance_type_drain_when_no_flavors,
+                settings=s,
             )
         )
         body: dict[str, Any] | None = None
@@ -534,21 +504,14 @@ def _queue_pass(view: Caches, inp: _Inputs, *, in_flight: bool | None) -> _Pass:
             out.queues[name] = body
         if after is not None:
             out.after[name] = after
-        read = queue if queue is not None else after  # a status waits for its queue to be there
-        typed = instancetypes.decide_type(it, read, queue_stop_is_ours=owns if queue is not None else True)
+        # a status waits for its queue to be there: the cached one, else the one just written
+        typed, read = inputs.type_decision(it, queue, writing=after)
         if typed.remove_finalizer:
             continue
         if in_flight is not None and not _deleting(it) and (in_flight or queue is None):
             continue  # the settle gate: written once its inputs are in
-        out.statuses[name] = typestatus.instance_type_status(
-            it,
-            read,
-            view.flavors,
-            inp.hardware,
-            inp.facts.get,
-            aware=aware,
-            phase=typed.phase,
-            phase_message=typed.phase_message,
+        out.statuses[name] = inputs.pool_status(
+            it, read, typed, flavors=view.flavors, nodes=inp.hardware, facts=inp.facts.get, settings=s
         )
     return out
 
@@ -671,7 +634,7 @@ def desired_chain(
         for p, levels in levels_of.items()
     }
     topologies = {n: b for n, b in topologies.items() if accepted(b, refused)}
-    hardware = [h for n in nodes.values() if (h := node_hardware(n.current)) is not None]
+    hardware = inputs.chain_nodes(n.current for n in nodes.values())
     plans = chain_flavors.plan_flavors(hardware, mixed_on_node=mixed)
     flavors = {
         p.name: stamp(chain_flavors.flavor_body(p, mixed_on_node=mixed, aware=aware), managers.OWNER_FLAVORS)
@@ -717,7 +680,7 @@ def desired_chain(
                 authored[name] = body
     inp = _Inputs(
         hardware=hardware,
-        facts={name: f for name, n in nodes.items() if (f := n.facts) is not None},
+        facts=facts_of(nodes),
         checks=admissionchecks.active_checks(live.admission_checks),
         settings=settings,
     )
@@ -1070,83 +1033,3 @@ def report_list(report: PlanReport) -> tuple[dict[str, Any], list[str]]:
     items = list(last.values())  # a Node's labels are written through NodeFeatures: comment only
     comments = [f"# {c.action} {c.kind} {c.where}{' (then)' if c.step > 1 else ''}" for c in report.changes]
     return {"apiVersion": "v1", "kind": "List", "items": items}, comments
-
-
-# --- the command ---------------------------------------------------------------------------------------
-
-
-async def _plan_live(
-    args: argparse.Namespace,
-    overrides: dict[str, str],
-    proposed: Mapping[str, Any] | None = None,
-    snapshot: str | None = None,
-) -> PlanReport:
-    from gpustack_worker.cli.plan_cmd import InputError
-    from gpustack_worker.cli.plan_settings import plan_settings, set_error
-    from gpustack_worker.cli.request_timeout import request_timeout_of
-    from gpustack_worker.runtime.client import Client
-    from gpustack_worker.runtime.settings import SettingsError
-
-    client = await Client.connect(
-        args.kubeconfig,
-        context=getattr(args, "context", None),
-        timeout_s=request_timeout_of(args),
-        user_agent="gpustack-worker-plan",
-    )
-    try:
-        live = await read_live(
-            client,
-            namespace=args.namespace,
-            settings_configmap=args.settings_configmap,
-            also=[proposed] if proposed is not None else [],
-        )
-    finally:
-        await client.close()
-    where = f"{args.namespace}/{args.settings_configmap}"
-    try:
-        chosen = plan_settings(live.config_maps.get(where), where, overrides)
-    except SettingsError as exc:
-        raise InputError(set_error(exc)) from None
-    warnings = (chosen.warning,) if chosen.warning else ()
-    if proposed is None:
-        report = plan_cluster(live, chosen.settings, namespace=args.namespace, settings_source=chosen.source)
-        return dataclasses.replace(report, warnings=warnings)
-    from gpustack_worker.cli import topology_preview
-
-    changed, edit = topology_preview.with_source(live, proposed)
-    report = plan_cluster(
-        changed, chosen.settings, namespace=args.namespace, settings_source=chosen.source, snapshot=snapshot
-    )
-    found = topology_preview.preview(report, live, edit)
-    return dataclasses.replace(report, preview=found, warnings=warnings)
-
-
-def run(
-    args: argparse.Namespace,
-    overrides: dict[str, str],
-    proposed: Mapping[str, Any] | None = None,
-    snapshot: str | None = None,
-) -> int:
-    """``plan --from-cluster``: read, plan, print; ``proposed`` (a TopologySource file, with the
-    ``snapshot`` it serves): preview applying it. ``2`` on bad input; a cluster that cannot be read
-    (unreachable, no credentials, a read refused) is the CLI's one error line naming the server, exit 1
-    (:mod:`gpustack_worker.cli.errors`). A settings ConfigMap the controllers reject is planned as they run
-    on it (:mod:`gpustack_worker.cli.plan_settings`): one warning line on stderr, exit 0."""
-    from gpustack_worker.cli.plan_cmd import InputError
-
-    try:
-        report = asyncio.run(_plan_live(args, overrides, proposed, snapshot))
-    except (InputError, PlanError) as exc:
-        print(f"plan: {exc}", file=sys.stderr)
-        return 2
-    for warning in report.warnings:
-        print(f"plan: warning: {warning}", file=sys.stderr)
-    if args.output == "json":
-        print(json.dumps(report.as_dict(), indent=2, sort_keys=True))
-    elif args.output == "yaml":
-        doc, comments = report_list(report)
-        print("\n".join(comments))
-        print(yaml.safe_dump(doc, sort_keys=False), end="")
-    else:
-        print(render_text(report))
-    return 0

@@ -23,6 +23,8 @@ unreadable or invalid (one line per problem on stderr).
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -34,6 +36,7 @@ from pydantic import ValidationError
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.api.crds.topology_source import TopologySource
 from gpustack_worker.chain import admissionchecks, localqueues, managers
+from gpustack_worker.cli import cluster_plan
 from gpustack_worker.cli.cluster_plan import applicable
 from gpustack_worker.cli.planning import PLAN_NAMESPACE, PlanError, PlannedChain, plan_chain
 from gpustack_worker.cli.settings import WorkerSettings
@@ -69,7 +72,7 @@ class InputError(ValueError):
 
 def add_parser(sub: Any) -> None:
     """Add ``plan`` to the top-level subcommands."""
-    from gpustack_worker.cli.main import add_kubeconfig_flags
+    from gpustack_worker.cli.flags import add_kubeconfig_flags
 
     plan = sub.add_parser(
         "plan",
@@ -223,6 +226,86 @@ def load_inputs(
     return scenario, settings, source, snapshot
 
 
+# --- --from-cluster ----------------------------------------------------------------------------------
+
+
+async def _plan_live(
+    args: argparse.Namespace,
+    overrides: dict[str, str],
+    proposed: Mapping[str, Any] | None = None,
+    snapshot: str | None = None,
+) -> cluster_plan.PlanReport:
+    from gpustack_worker.cli.plan_settings import plan_settings, set_error
+    from gpustack_worker.cli.request_timeout import request_timeout_of
+    from gpustack_worker.runtime.client import Client
+    from gpustack_worker.runtime.settings import SettingsError
+
+    client = await Client.connect(
+        args.kubeconfig,
+        context=getattr(args, "context", None),
+        timeout_s=request_timeout_of(args),
+        user_agent="gpustack-worker-plan",
+    )
+    try:
+        live = await cluster_plan.read_live(
+            client,
+            namespace=args.namespace,
+            settings_configmap=args.settings_configmap,
+            also=[proposed] if proposed is not None else [],
+        )
+    finally:
+        await client.close()
+    where = f"{args.namespace}/{args.settings_configmap}"
+    try:
+        chosen = plan_settings(live.config_maps.get(where), where, overrides)
+    except SettingsError as exc:
+        raise InputError(set_error(exc)) from None
+    warnings = (chosen.warning,) if chosen.warning else ()
+    if proposed is None:
+        report = cluster_plan.plan_cluster(
+            live, chosen.settings, namespace=args.namespace, settings_source=chosen.source
+        )
+        return dataclasses.replace(report, warnings=warnings)
+    from gpustack_worker.cli import topology_preview
+
+    changed, edit = topology_preview.with_source(live, proposed)
+    report = cluster_plan.plan_cluster(
+        changed, chosen.settings, namespace=args.namespace, settings_source=chosen.source, snapshot=snapshot
+    )
+    found = topology_preview.preview(report, live, edit)
+    return dataclasses.replace(report, preview=found, warnings=warnings)
+
+
+def _run_from_cluster(
+    args: argparse.Namespace,
+    overrides: dict[str, str],
+    proposed: Mapping[str, Any] | None = None,
+    snapshot: str | None = None,
+) -> int:
+    """``plan --from-cluster`` (:mod:`gpustack_worker.cli.cluster_plan`): read, plan, print; ``proposed``
+    (a TopologySource file, with the ``snapshot`` it serves): preview applying it. ``2`` on bad input; a
+    cluster that cannot be read (unreachable, no credentials, a read refused) is the CLI's one error line
+    naming the server, exit 1 (:mod:`gpustack_worker.cli.errors`). A settings ConfigMap the controllers
+    reject is planned as they run on it (:mod:`gpustack_worker.cli.plan_settings`): one warning line on
+    stderr, exit 0."""
+    try:
+        report = asyncio.run(_plan_live(args, overrides, proposed, snapshot))
+    except (InputError, PlanError) as exc:
+        print(f"plan: {exc}", file=sys.stderr)
+        return 2
+    for warning in report.warnings:
+        print(f"plan: warning: {warning}", file=sys.stderr)
+    if args.output == "json":
+        print(json.dumps(report.as_dict(), indent=2, sort_keys=True))
+    elif args.output == "yaml":
+        doc, comments = cluster_plan.report_list(report)
+        print("\n".join(comments))
+        print(yaml.safe_dump(doc, sort_keys=False), end="")
+    else:
+        print(cluster_plan.render_text(report))
+    return 0
+
+
 # --- text output -------------------------------------------------------------------------------------
 
 
@@ -358,11 +441,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         _check_mode(args)
         if args.from_cluster:
-            from gpustack_worker.cli import cluster_plan
-
             source, snapshot = source_inputs(args, from_cluster=True)
             served = snapshot.decode("utf-8", errors="replace") if snapshot is not None else None
-            return cluster_plan.run(args, _pairs(args.set or ()), source, served)
+            return _run_from_cluster(args, _pairs(args.set or ()), source, served)
     except InputError as exc:
         print(f"plan: {exc}", file=sys.stderr)
         return 2

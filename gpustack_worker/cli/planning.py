@@ -6,18 +6,20 @@ What the live cluster does, step by step, and the pure function each step runs h
    Manager's NodeFeature and the ``Devices`` object with its ledger;
 2. stage 3 (:mod:`gpustack_worker.agent`): the inputs checked (``validate.check``), the worker
    NodeFeature's labels (``nodefeature.desired_labels``) and the per-card fit labels (``fit.desired``);
-3. nfd-master's projection (:func:`project`): the union of a Node's NodeFeature labels onto the Node,
-   each projected key listed in ``nfd.node.kubernetes.io/feature-labels`` (the agent reads that list to
-   tell its own ``gpustack.ai/managed`` from an admin's);
+3. nfd-master's projection (:func:`~gpustack_worker.chain.inputs.project`, over :meth:`PlanNode.features`):
+   the union of a Node's NodeFeature labels onto the Node, each projected key listed in
+   ``nfd.node.kubernetes.io/feature-labels`` (the agent reads that list to tell its own
+   ``gpustack.ai/managed`` from an admin's);
 4. topology (:mod:`gpustack_worker.topology`): an optional TopologySource (its spec checked, its
    snapshot decoded and validated by ``sources.decide`` exactly as the controller does, with the Nodes it
    selects), its NodeFeatures projected, then every managed Node's hierarchy profile
    (``profiles.node_assignment``) and the Kueue Topologies of those profiles;
 5. the chain (:mod:`gpustack_worker.chain`): flavors (``flavors.plan_flavors`` / ``flavor_body``), the
-   derived InstanceTypes (``pools.derived_instance_type``), each ClusterQueue (``queues.decide``), each
-   InstanceType's status (``instancetypes.decide_type``, ``typestatus.instance_type_status``: the
-   InstanceType controller's own functions, fed the flavors the plan writes as its cache) and the
-   LocalQueues (``localqueues``).
+   derived InstanceTypes (``pools.derived_instance_type``), each ClusterQueue (``queues.decide`` over
+   ``inputs.queue_inputs``), each InstanceType's status (``inputs.type_decision``, ``inputs.pool_status``:
+   the InstanceType controller's own functions, fed the flavors the plan writes as its cache) and the
+   LocalQueues (``localqueues``). The inputs of each decision are assembled by
+   :mod:`gpustack_worker.chain.inputs`, as the controllers and ``plan --from-cluster`` assemble theirs.
 
 Steps 2-4 feed each other (the agent reads the labels nfd-master projected, the TopologySource selects by
 them), so they are repeated until the Nodes stop changing, as the controllers converge. The result is the
@@ -36,9 +38,9 @@ from gpustack_worker.agent import fit, nodefeature, validate
 from gpustack_worker.agent.facts import node_facts
 from gpustack_worker.api import keys, kinds, validation
 from gpustack_worker.api.devices_view import DevicesFacts, devices_facts
+from gpustack_worker.chain import admissionchecks, inputs, localqueues, managers, pools, queues
 from gpustack_worker.chain import flavors as chain_flavors
-from gpustack_worker.chain import instancetypes, localqueues, managers, pools, queues, typestatus
-from gpustack_worker.chain.nodes import node_hardware
+from gpustack_worker.chain.inputs import NFD_DEFAULT_NS, project
 from gpustack_worker.runtime.prune import stamp
 from gpustack_worker.simulate import render
 from gpustack_worker.topology import levels as lv
@@ -46,30 +48,32 @@ from gpustack_worker.topology import profiles, sources
 from gpustack_worker.topology.selector import compile_selector
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Mapping, Sequence
 
     from gpustack_worker.cli.settings import WorkerSettings
     from gpustack_worker.runtime.conditions import Condition
     from gpustack_worker.simulate.scenario import Scenario
 
 __all__ = (
+    "NFD_DEFAULT_NS",
     "PlanError",
     "PlanNode",
     "PlannedChain",
     "accepted",
     "converge",
+    "facts_of",
     "in_effect",
     "own_keys",
     "parsed_facts",
     "plan_chain",
     "project",
+    "reproject",
+    "scenario_nodes",
     "set_own",
 )
 
 #: The namespace the plan's LocalQueues are shown in (every non-system namespace gets the same ones).
 PLAN_NAMESPACE: Final = "default"
-#: nfd-master lists the keys of its default namespace without it in the feature-labels annotation.
-NFD_DEFAULT_NS: Final = "feature.node.kubernetes.io/"
 #: Rounds of agent → nfd-master → topology before the Nodes must have stopped changing.
 _MAX_ROUNDS: Final = 6
 #: A placeholder time for the rendered Node's Ready condition and the source's decision (never read).
@@ -124,29 +128,6 @@ class PlannedChain:
         }
 
 
-def project(node: Mapping[str, Any], features: Iterable[Mapping[str, str]]) -> dict[str, Any]:
-    """The Node with the union of its NodeFeatures' labels projected, as nfd-master does: every key set
-    (a name without a namespace lands in ``feature.node.kubernetes.io/``), and the projected names
-    listed in the ``nfd.node.kubernetes.io/feature-labels`` annotation."""
-    meta = dict(node.get("metadata") or {})
-    labels = dict(meta.get("labels") or {})
-    projected: dict[str, str] = {}
-    for feature in features:
-        for key, value in feature.items():
-            projected[key if "/" in key else NFD_DEFAULT_NS + key] = value
-    labels.update(projected)
-    annotations = dict(meta.get("annotations") or {})
-    if projected:
-        annotations[keys.NFD_FEATURE_LABELS_ANNOTATION] = ",".join(
-            sorted(k.removeprefix(NFD_DEFAULT_NS) for k in projected)
-        )
-    else:
-        annotations.pop(keys.NFD_FEATURE_LABELS_ANNOTATION, None)
-    meta["labels"] = dict(sorted(labels.items()))
-    meta["annotations"] = annotations
-    return {**node, "metadata": meta}
-
-
 @dataclass(slots=True)
 class PlanNode:
     """One node as the cluster holds it: the Node with no NodeFeature projected, the labels of the
@@ -159,14 +140,31 @@ class PlanNode:
     devices: dict[str, Any] | None
     #: The parsed ``Devices`` (what the agent and the chain read), None without one.
     facts: DevicesFacts | None
-    #: The Node as it stands (projections, the profile and the fit labels applied).
-    current: dict[str, Any]
+    #: The Node as it stands (projections, the profile and the fit labels applied: :func:`reproject`).
+    current: dict[str, Any] = field(default_factory=dict)
     #: What the worker NodeFeature carries now (its ``published`` labels).
     worker: dict[str, str] = field(default_factory=dict)
     topology: dict[str, str] = field(default_factory=dict)
 
+    def features(self) -> list[dict[str, str]]:
+        """The labels of the Node's NodeFeatures in the order the emulated nfd-master merges them (a key
+        set by two takes the later's value): the Device Manager's (and any other not ours), the worker's,
+        the TopologySource's."""
+        return [self.dm_labels, self.worker, self.topology]
 
-def _render(scenario: Scenario) -> dict[str, PlanNode]:
+
+def reproject(n: PlanNode, own: Mapping[str, str] | None = None) -> None:
+    """``n.current``: nfd-master's projection of the node's NodeFeatures onto its base (:func:`~gpustack_
+    worker.chain.inputs.project`), then ``own`` — the labels our controllers write on the Node directly —
+    in place of the base's (None: the Node as projected, nothing put back or taken off)."""
+    n.current = project(n.base, n.features())
+    if own is not None:
+        set_own(n, own)
+
+
+def scenario_nodes(scenario: Scenario) -> dict[str, PlanNode]:
+    """Every scenario node as the cluster holds it once stages 1-2 ran and nfd-master projected the
+    Device Manager's NodeFeature: the rendered Node, NodeFeature and ``Devices`` with its ledger."""
     out: dict[str, PlanNode] = {}
     for spec in scenario.nodes:
         uid = f"plan-{spec.name}"
@@ -178,7 +176,8 @@ def _render(scenario: Scenario) -> dict[str, PlanNode]:
         ledger = render.render_devices_status(spec)
         if devices is not None and ledger is not None:
             devices = {**devices, "status": ledger["status"]}
-        out[spec.name] = PlanNode(node, dm, devices, parsed_facts(devices), project(node, [dm]))
+        out[spec.name] = PlanNode(node, dm, devices, parsed_facts(devices))
+        reproject(out[spec.name])
     return out
 
 
@@ -321,13 +320,17 @@ def _reproject(nodes: dict[str, PlanNode]) -> None:
     """Every Node re-projected from its base and its NodeFeatures (nfd-master removes a key no NodeFeature
     carries any more); the labels our controllers write on the Node directly are kept."""
     for n in nodes.values():
-        own = own_keys(_labels(n.current))
-        n.current = project(n.base, [n.dm_labels, n.worker, n.topology])
-        set_own(n, own)
+        reproject(n, own_keys(_labels(n.current)))
 
 
 def parsed_facts(devices: Mapping[str, Any] | None) -> DevicesFacts | None:
     return devices_facts(devices) if devices is not None else None
+
+
+def facts_of(nodes: Mapping[str, PlanNode]) -> dict[str, DevicesFacts]:
+    """Each node's parsed ``Devices`` by name (the nodes without one left out): what the chain's
+    ``Devices`` cache gives the InstanceType status."""
+    return {name: f for name, n in nodes.items() if (f := n.facts) is not None}
 
 
 def accepted(body: Mapping[str, Any], refused: list[dict[str, str]]) -> bool:
@@ -354,7 +357,7 @@ def plan_chain(
     missing or refused): the controller would fall back to hostname-only profiles, which is never what
     someone asking for a plan with that source means.
     """
-    nodes = _render(scenario)
+    nodes = scenario_nodes(scenario)
     assigned, levels_of, decision = converge(nodes, settings, topology_source, snapshot, namespace)
     source_status: dict[str, Any] | None = None
     notes: list[str] = []
@@ -376,7 +379,7 @@ def plan_chain(
         keys.topology_name(profile): profiles.topology_body(levels) for profile, levels in levels_of.items()
     }
     topologies = {name: body for name, body in topologies.items() if accepted(body, refused)}
-    hardware = [h for n in nodes.values() if (h := node_hardware(n.current)) is not None]
+    hardware = inputs.chain_nodes(n.current for n in nodes.values())
     aware = settings.instance_type_aware_cpu_manufacturer
     mixed = settings.instance_type_mixed_on_node
     plans = chain_flavors.plan_flavors(hardware, mixed_on_node=mixed)
@@ -396,23 +399,22 @@ def plan_chain(
             "instance-type-derived-from-node=false: no InstanceType is authored, so no ClusterQueue exists "
             "until an admin creates InstanceTypes"
         )
-    checks = frozenset({keys.JOINT_CHECK, keys.NODE_DEVICES_CHECK} if checks_active else set())
-    facts = {name: f for name, n in nodes.items() if (f := n.facts) is not None}
+    # The placement controllers mark both AdmissionChecks Active (unless ``checks_active`` is False).
+    checks = frozenset(admissionchecks.CHECKS) if checks_active else frozenset()
+    facts = facts_of(nodes)
     cluster_queues: dict[str, dict[str, Any]] = {}
     flavor_list = list(flavor_bodies.values())
     for name, it in sorted(instance_types.items()):
+        # The queue controller's decision over the caches once the chain settled: no queue yet.
         decision_q = queues.decide(
-            queues.QueueInputs(
-                instance_type=it,
-                queue=None,
+            inputs.queue_inputs(
+                it,
+                None,
                 flavors=flavor_list,
                 nodes=hardware,
-                topologies=frozenset(topologies),
+                topologies=topologies,
                 active_checks=checks,
-                aware=aware,
-                mixed_on_node=mixed,
-                derived_from_node=settings.instance_type_derived_from_node,
-                drain_when_no_flavors=settings.instance_type_drain_when_no_flavors,
+                settings=settings,
             )
         )
         if decision_q.body is None:
@@ -435,17 +437,11 @@ def plan_chain(
         elif decision_q.condition is not None:
             body["status"] = topology_ready_status(decision_q.condition)
         cluster_queues[name] = body
-        # The InstanceType controller's own decision and status, over the caches once the chain settled.
-        typed = instancetypes.decide_type(it, body, queue_stop_is_ours=True)
-        status = typestatus.instance_type_status(
-            it,
-            body,
-            flavor_list,
-            hardware,
-            facts.get,
-            aware=aware,
-            phase=typed.phase,
-            phase_message=typed.phase_message,
+        # The InstanceType controller's own decision and status, over the caches once the chain settled:
+        # the queue it reads is the one the queue controller wrote.
+        typed, read = inputs.type_decision(it, None, writing=body)
+        status = inputs.pool_status(
+            it, read, typed, flavors=flavor_list, nodes=hardware, facts=facts.get, settings=settings
         )
         instance_types[name] = {**it, "status": status}
     placeholder = {"metadata": {"name": PLAN_NAMESPACE}}
