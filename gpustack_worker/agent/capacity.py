@@ -1,8 +1,10 @@
 """The counting capacities the agent writes into ``Node.status.capacity`` (and ``allocatable``).
 
 The scheduler and kubelet count extended resources, not labels, so the per-manufacturer counting keys
-live in node capacity under the device plugin's base name ``<base>`` (reference §8.2). They are summed
-over the manufacturer's models, over two *disjoint* card populations:
+live in node capacity under the device plugin's base name ``<base>`` — not under the per-model
+``acceleratable.feature.gpustack.ai/<aKey>`` label names GPUStack's own tables list them by, since no
+scheduler reads a label as a count. They are summed over the manufacturer's models, over two
+*disjoint* card populations:
 
 Logical slicing (cards with ``logicalSliced.count > 0``), with M = 1,600,000 credit units per card:
 

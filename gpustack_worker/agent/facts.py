@@ -2,7 +2,7 @@
 
 Every output of the agent is a pure function of (Node, Devices, settings). Those functions read these
 dataclasses, never raw API dicts nor the runtime cache's representation, so the formulas can be table
-tested from the spec's own examples and the wiring can change without touching them.
+tested from GPUStack's documented examples and the wiring can change without touching them.
 
 The ``Devices`` view (:class:`DevicesFacts` and its parts) is shared with the chain's controllers and
 lives in :mod:`gpustack_worker.api.devices_view`; it is re-exported here. :class:`NodeFacts` is the

@@ -1,4 +1,4 @@
-"""Per-card fit labels: what one accelerator of a model can still give (reference §3.2, A.6).
+"""Per-card fit labels: what one accelerator of a model can still give (docs/agent.md, "Per-card fit labels").
 
 Node capacity keys are node totals and cannot tell a fragmented node (ten cards with 10 % free each)
 from one with a whole free card. Two labels per model, written directly on the Node, let the Workload

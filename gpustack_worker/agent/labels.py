@@ -3,7 +3,7 @@
 Keys such as ``general.feature.gpustack.ai/<gKey>.count`` or ``…fit.gpustack.ai/<aKey>`` embed names
 that are capped at 63 characters on their own; the suffix can push the name part over the limit. The
 API server would reject the whole object (and nfd-master would drop the label), so a key that is not a
-valid qualified name is skipped instead, as the reference's fit-label rule says — and reported by
+valid qualified name is skipped instead, as GPUStack's fit-label rule says — and reported by
 ``agent/validate.py``. The rules themselves are defined once, in :mod:`gpustack_worker.api.validation`.
 """
 

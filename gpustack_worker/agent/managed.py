@@ -2,8 +2,8 @@
 
 The meaning of the label is the one every stage uses, :mod:`gpustack_worker.api.node_class`: the value
 on the Node counts, whoever wrote it — exactly ``true`` is managed, ``false`` is not, and any other value
-is invalid and not managed (``agent/validate.py`` reports it). These are the agent's uses of it
-(reference §3.2, §4.2, scheduling-chain "Stage 3"):
+is invalid and not managed (``agent/validate.py`` reports it). These are the agent's uses of it (the
+whole rule, with who wrote the value and why it matters: docs/agent.md, "Managed"):
 
 - :func:`stamps_managed` — the worker NodeFeature carries ``managed=true`` unless
   ``node-management-manual`` is on, or an admin value nfd-master never projected is on the Node (the

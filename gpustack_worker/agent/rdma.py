@@ -2,8 +2,8 @@
 
 ``feature.gpustack.ai/rdma.capable=true`` is the key a workload's own nodeSelector uses; withholding
 it is how a node with no usable link stops being selected. The two informational keys summarise the
-usable links. The reference leaves the link-state and informational rules UNCONFIRMED; the project's
-reading (documented in ``docs/agent.md``) is:
+usable links. GPUStack's documentation names the keys but not the link-state and informational rules;
+the project's reading (documented in ``docs/agent.md``) is:
 
 - a link is *usable* when it is RDMA-capable and its state is ``Active``;
 - ``rdma.numa`` = the sorted, de-duplicated NUMA ids of usable links joined with ``_``, when any known;

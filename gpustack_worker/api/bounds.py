@@ -4,7 +4,7 @@ The CRD schemas (``api/crds/devices.py``) put these as ``maximum``/``maxItems`` 
 rejects what it can, and the checks in :mod:`gpustack_worker.api.devices_check` (and the node agent's)
 enforce them again on every read, because an object stored before a bound existed, or written by a
 client that skips validation, still reaches the cache. Each bound is a fact about hardware or a size
-the reference fixes, not a tunable; the reason is next to each.
+GPUStack's device plugin fixes, not a tunable; the reason is next to each.
 """
 
 from __future__ import annotations
@@ -39,11 +39,11 @@ INT32_MAX: Final = 2**31 - 1
 MAX_UNITS: Final = keys.UNITS_PER_ACCELERATOR
 
 #: Soft slices one card can host: ``SlicedResourceMaxSize`` (512, the device plugin's power-of-two
-#: token pool per card; reference §2.2). The per-manufacturer counts (128 at most) sit below it.
+#: token pool per card). The per-manufacturer counts (128 at most) sit below it.
 MAX_SLICES_PER_CARD: Final = 512
 
 #: Instances of one hardware-partition profile on one card: every instance takes at least one memory
-#: slice and a card has at most 8 (the reference's ``memorySlices`` range is ``1..8``; an A100 takes
+#: slice and a card has at most 8 (GPUStack's ``memorySlices`` range is ``1..8``; an A100 takes
 #: seven ``1g.10gb``).
 MAX_PROFILE_INSTANCES: Final = 8
 

@@ -3,8 +3,8 @@
 Gate 3 (:mod:`gpustack_worker.placement.gate3`) judges every claim with these, and the node agent's fit
 labels (:mod:`gpustack_worker.agent.fit`) count with the very same ones, so that for a single Pod asking
 for one accelerator the Workload pin (``Gt U-1`` on ``sliced-max-free-units``, ``Gt N-1`` on
-``shared-free-cards``) admits a node exactly when Gate 3 would (scheduling-chain "Per-card fit labels";
-reference §3.2, §5.2, §5.3, A.6). A rule changed here changes both; a rule written anywhere else is
+``shared-free-cards``) admits a node exactly when Gate 3 would (docs/agent.md, "Per-card fit labels").
+A rule changed here changes both; a rule written anywhere else is
 the bug this module exists to prevent (a label counting a broken card makes the pin send a Workload to a
 node Gate 3 then answers ``Retry`` every 30 s — the loop the pin is there to stop).
 

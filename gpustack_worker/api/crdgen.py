@@ -8,7 +8,7 @@ in a CRD with the names, printer columns and status subresource each kind declar
 
 Zero-value defaults (``false``, ``0``, ``""``) are dropped on purpose: they mirror Go's ``omitempty``
 and serving them would make the API server write them into every object (including the Device
-Manager's). Non-zero defaults that the reference specifies (``replicas: 1``, ``size: 1``,
+Manager's). Non-zero defaults that GPUStack specifies (``replicas: 1``, ``size: 1``,
 ``kind: Server``, ``generalGroup: generic``) are kept and applied by the server.
 
 Output is deterministic (sorted keys) so ``--check`` can compare bytes::

@@ -19,7 +19,7 @@ The rules (bounds from :mod:`gpustack_worker.api.bounds`):
 ========================================  =====================================================
 spec                                      rule
 ========================================  =====================================================
-group ``manufacturer``                    one of the manufacturer table (§8.3)
+group ``manufacturer``                    one of the manufacturer table (``api/manufacturers.py``)
 group ``id``                              ``<manufacturer>-<id>`` is a valid label name part
 group ``memory``                          ``0..MAX_CARD_MEMORY_MIB``
 group ``accelerators``                    at most ``MAX_ACCELERATORS_PER_GROUP`` cards

@@ -1,14 +1,15 @@
 """The ``Devices`` object as small frozen values: what every reader of the inventory and ledger sees.
 
-The node agent (stage 3) and the chain's stage-4 and Gate-3 controllers read the same ``Devices``
-(reference §2.2), so the view lives here, below every controller: :func:`devices_facts` turns an API
-dict (or the informer cache's frozen projection) into :class:`DevicesFacts`, and
-:mod:`gpustack_worker.api.devices_check` checks it against the physical world.
+The node agent (stage 3) and the chain's stage-4 and Gate-3 controllers read the same ``Devices``, so
+the view lives here, below every controller: :func:`devices_facts` turns an API dict (or the informer
+cache's frozen projection) into :class:`DevicesFacts`, and :mod:`gpustack_worker.api.devices_check`
+checks it against the physical world.
 
-Field names follow reference §2.2 and the project's layout for ``spec.interfaces[]`` (the reference
-leaves that subsystem UNCONFIRMED; see ``docs/crds.md``). The adapter is lenient: a missing field reads
-as its zero value, because the Device Manager omits empty fields; a value of the wrong type also reads
-as zero (the schema rejects those, so only an object stored before a schema change can carry one).
+Field names follow GPUStack's ``Devices`` API (the models in :mod:`gpustack_worker.api.crds.devices`), and
+for ``spec.interfaces[]``, whose layout GPUStack has not published, the project's own (``docs/crds.md``).
+The adapter is lenient: a missing field reads as its zero value, because the Device Manager omits empty
+fields; a value of the wrong type also reads as zero (the schema rejects those, so only an object stored
+before a schema change can carry one).
 Out-of-range values are kept as they are, for the checks to see and report.
 """
 

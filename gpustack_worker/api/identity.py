@@ -1,4 +1,8 @@
-"""How a Node's CPU key (``gKey``) and an accelerator model's key (``aKey``) are built (reference §3.3)."""
+"""How a Node's CPU key (``gKey``) and an accelerator model's key (``aKey``) are built.
+
+Byte for byte as GPUStack builds them, since other components put the same keys on the same Nodes; the
+rule in prose is in docs/agent.md, "Worker NodeFeature".
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Every label key, annotation key, resource name, object name and unit constant in one place.
 
 Controllers, the simulator and the tests import these instead of writing string literals, so a
-format lives exactly once (reference §3). Builders that need an algorithm (``aKey``/``gKey``) live in
+format lives exactly once, spelled as GPUStack's other components spell it (they read and write the same
+keys on the same objects). Builders that need an algorithm (``aKey``/``gKey``) live in
 :mod:`gpustack_worker.api.identity`; the text rules in :mod:`gpustack_worker.api.normalize`.
 """
 
@@ -127,14 +128,18 @@ QUEUE_ENTRANCE: Final = "schedule.gpustack.ai/queue-entrance"
 TYPE_NODES: Final = "nodes"
 TYPE_INSTANCE_TYPES: Final = "instancetypes"
 TYPE_TOPOLOGY: Final = "topology"
-#: ClusterQueue annotations written by the queue controller (reference §3.2).
+#: ClusterQueue annotations written by the queue controller: the queue is filled for TAS, it is held for
+#: want of resource groups, and the phase and saved stop policy of the chain's HoldAndDrain
+#: (docs/chain.md, "The stop-policy state machine of a queue").
 TAS_QUEUE: Final = "topology.gpustack.ai/tas-queue"
 EMPTY_PLAN_HOLD: Final = "topology.gpustack.ai/empty-plan-hold"
 MIGRATION_PHASE: Final = "topology.gpustack.ai/migration-phase"
 MIGRATION_STOP_POLICY: Final = "topology.gpustack.ai/migration-stop-policy"
-#: The ClusterQueue condition the queue controller owns, and its reasons (reference §5.7).
+#: The ClusterQueue condition the queue controller owns (its reasons: docs/chain.md, "The stop-policy
+#: state machine of a queue").
 TOPOLOGY_READY: Final = "TopologyReady"
-#: The two AdmissionChecks the worker applies, and their controller names (reference §3.2).
+#: The two AdmissionChecks the worker applies, and their controller names (GPUStack's own, so the objects
+#: stay interchangeable with that system's).
 NODE_DEVICES_CHECK: Final = "gpustack-node-devices"
 NODE_DEVICES_CONTROLLER: Final = "worker.gpustack.ai/node-devices"
 JOINT_CHECK: Final = "gpustack-model-deployment-joint"
@@ -144,7 +149,7 @@ CHAIN_CONTROLLER: Final = "worker.gpustack.ai/chain"
 #: The ModelDeployment controller's Events' ``reportingController`` (a role that renders no Pods).
 MODEL_DEPLOYMENT_CONTROLLER: Final = "worker.gpustack.ai/model-deployment"
 #: Kueue ties a Pod to its Workload (annotation, the Workload's name) and PodSet (label): Gate 3's
-#: inflight accounting reads both (reference §3.2).
+#: inflight accounting reads both (docs/admission.md, "Gate 3").
 KUEUE_WORKLOAD_ANNOTATION: Final = "kueue.x-k8s.io/workload"
 KUEUE_PODSET_LABEL: Final = "kueue.x-k8s.io/podset"
 #: The Device Manager's durable per-container allocation record on a Pod (a JSON map keyed by container).
@@ -203,7 +208,7 @@ def shortened(variable: str, *, before: str = "", after: str = "", limit: int = 
     trailing separators dropped, plus ``-`` and the first :data:`SHORT_TAG_LEN` hex digits of FNV-1a 64
     over the whole variable part. Deterministic, so the agent, the Device Manager, the chain and ``plan``
     that all call this build the same key; the tag keeps two long identities sharing a head apart; and
-    a key that fits is left exactly as the reference spells it."""
+    a key that fits is left exactly as GPUStack spells it."""
     whole = f"{before}{variable}{after}"
     if len(whole.encode()) <= limit:
         return whole
@@ -291,7 +296,8 @@ def credits_resource(manufacturer: str) -> str:
     return f"{CREDITS_PREFIX}{manufacturer}"
 
 
-# Extended resources: the device plugin's pools and the worker's counting keys (reference §8.2).
+# Extended resources: the device plugin's pools and the worker's counting keys (docs/agent.md, "Counting
+# capacities").
 SHARED_SUFFIX: Final = ".shared"
 SLICED_SUFFIX: Final = ".sliced"
 PARTITIONED_SUFFIX: Final = ".partitioned"
@@ -327,7 +333,7 @@ def device_manager_nodefeature_name(node: str) -> str:
 
 
 def topology_profile(levels: list[str] | tuple[str, ...]) -> str:
-    """``fnv64-<16hex>`` of the ordered level keys joined with NUL (reference §2.1.2)."""
+    """``fnv64-<16hex>`` of the ordered level keys joined with NUL (docs/topology.md, "The profile rule")."""
     return _profile_of_joined("\x00".join(levels))
 
 
@@ -338,7 +344,7 @@ def _profile_of_joined(joined: str) -> str:
 
 
 def topology_source_nodefeature_name(source_uid: str, node: str) -> str:
-    """``gpustack-topology-<16hex>``: FNV-1a 64 over ``uid`` + NUL + node name (reference §2.1.1)."""
+    """``gpustack-topology-<16hex>``: FNV-1a 64 over ``uid`` + NUL + node name, one per source and node."""
     return "gpustack-topology-" + fnv64a_hex(f"{source_uid}\x00{node}")
 
 

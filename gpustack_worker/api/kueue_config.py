@@ -1,6 +1,7 @@
 """The Kueue manager configuration the chain relies on, generated from the manufacturer table.
 
-One place, read by the local control plane and rendered into the chart (reference §1.3, §5.7):
+One place, read by the local control plane and rendered into the chart, holding the settings GPUStack's
+own chart gives Kueue, so the chain always runs against the Kueue behaviour it was designed for:
 
 - ``resources.transformations``: per manufacturer, ``<base>`` → ``credits.gpustack.ai/<mfr>`` ×1,600,000
   (a whole card), ``<base>.shared`` → ×160,000 (one ownership share), ``<base>.sliced.units`` → ×1
@@ -61,8 +62,9 @@ __all__ = (
 CONFIG_API_VERSION: Final = "config.kueue.x-k8s.io/v1beta2"
 #: Where Kueue runs (its Helm chart's and its manifests' namespace).
 KUEUE_NAMESPACE: Final = "kueue-system"
-#: Kueue integrations the chain relies on: ``pod`` turns the role annotation of a Pod into the PodSet's
-#: topology request (reference §5.7); ``batch/job`` for plain Jobs. GPUStack's chart enables more
+#: Kueue integrations the chain relies on: ``pod`` turns the role annotation of a Pod
+#: (``kueue.x-k8s.io/podset-required-topology``) into the PodSet's required topology request;
+#: ``batch/job`` for plain Jobs. GPUStack's chart enables more
 #: frameworks (deployment, statefulset, jobset, LWS, Kubeflow, Ray, AppWrapper); those need their own
 #: operators and CRDs, which this worker neither ships nor uses.
 FRAMEWORKS: Final[tuple[str, ...]] = ("batch/job", "pod")

@@ -1,4 +1,4 @@
-"""The accelerator manufacturer table (reference §8.3 and the spec's per-manufacturer slice counts).
+"""The accelerator manufacturer table: vendor ids, resource names, and the slice counts GPUStack documents.
 
 One row per manufacturer the Device Manager knows. The worker itself reads per-card slice counts from
 the `Devices` ledger (the ledger is the truth); the ``logical_slices``/``overcommittable`` columns are

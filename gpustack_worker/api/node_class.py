@@ -7,7 +7,8 @@ wrote ``gpustack.ai/managed``, nfd-master's annotation), because the chain sees 
 be one those labels select, and the label the agent publishes to make that so (``cpu-only``) must be
 decided by the same predicate over the same inputs.
 
-**Managed** (reference §3.2, §4.2 ``node-management-manual``, Appendix A.2): the value of
+**Managed** (only a managed Node feeds a flavor; ``node-management-manual`` decides whether the agent
+stamps it; docs/agent.md, "Managed"): the value of
 ``gpustack.ai/managed`` on the Node is the one meaning, whoever wrote it — the admin, or nfd-master
 projecting the worker NodeFeature's stamp (or an admin's own NodeFeature / NodeFeatureRule):
 
@@ -20,14 +21,14 @@ projecting the worker NodeFeature's stamp (or an admin's own NodeFeature / NodeF
   NodeFeature (:func:`stamps_managed`) and already publishes the node's counting keys and fit labels
   (:func:`agent_counts_managed`), so a fresh node is complete the moment nfd-master projects the stamp.
 
-**Accelerated, and cpu-only** (scheduling-chain "Naming and grouping", reference §4.2
-``instance-type-mixed-on-node``): with mixing off, ``feature.gpustack.ai/cpu-only=true`` is decided once,
+**Accelerated, and cpu-only** (the setting ``instance-type-mixed-on-node``; docs/agent.md, "Accelerated,
+and ``cpu-only``"): with mixing off, ``feature.gpustack.ai/cpu-only=true`` is decided once,
 by the agent (:func:`cpu_only`), and the chain counts a Node in a CPU flavor exactly when the Node
 carries it (:func:`in_cpu_flavors`). That label is what the CPU flavor's selector pins, so a flavor
 counts exactly the Nodes it selects — at every instant, whatever the Device Manager's labels say
 meanwhile — and a Node between two readings can never get a CPU pool refused. The agent publishes it
-only on a Node with no detected accelerator (the spec's words): no Device Manager label says one was
-detected (:func:`accelerated`: ``feature.gpustack.ai/acceleratable=true`` or any
+only on a Node with no detected accelerator (GPUStack's own wording of the rule): no Device Manager
+label says one was detected (:func:`accelerated`: ``feature.gpustack.ai/acceleratable=true`` or any
 ``acceleratable.feature.gpustack.ai/<mfr>`` / ``…/<aKey>`` set to ``true``) and its ``Devices`` lists no
 card. A Node whose Device Manager labels are lost while its ``Devices`` keeps its cards, or that has
 ``acceleratable=true`` but no model a device flavor can be built from, therefore contributes to no

@@ -1,9 +1,9 @@
 """Text algorithms shared with the rest of GPUStack: name normalisation, label-value sanitising, FNV-1a.
 
-These are part of the contract with other components (the Device Manager, the reference operator):
-an accelerator key or CPU key built here must be byte-identical to theirs, so the rules follow
-reference §3.3 and Appendix A.1 exactly, including their quirks (prefix stripping happens only at the
-exact moment the buffer equals the prefix).
+These are part of the contract with other components (the Device Manager, GPUStack's own operator):
+an accelerator key or CPU key built here must be byte-identical to theirs, so the rules follow theirs
+exactly, including their quirks (prefix stripping happens only at the exact moment the buffer equals
+the prefix, so a brand written as two words, like ``Meta X``, is never stripped).
 """
 
 from __future__ import annotations
@@ -23,7 +23,11 @@ _TRAILING_CORES = re.compile(r" \d+-Cores?$", re.IGNORECASE)
 
 
 def fnv64a_hex(data: bytes | str) -> str:
-    """FNV-1a 64 over ``data`` rendered as 16 zero-padded lowercase hex digits (Appendix A.1)."""
+    """FNV-1a 64 over ``data`` rendered as 16 zero-padded lowercase hex digits.
+
+    Each byte is xor-ed into the hash, which is then multiplied by the FNV prime modulo 2**64, starting
+    from the FNV offset basis: the standard algorithm, which GPUStack's names and profiles hash with.
+    """
     raw = data.encode() if isinstance(data, str) else data
     h = _FNV64_OFFSET
     for byte in raw:
@@ -50,7 +54,7 @@ def strip_cpu_cruft(name: str) -> str:
 
 
 def normalize_name(name: str, prefix: str, max_length: int, strip_cruft: bool) -> str:
-    """NormalizeName(name, prefix, maxLength, stripCruft) of reference §3.3.
+    """GPUStack's ``NormalizeName(name, prefix, maxLength, stripCruft)``, which its keys are built with.
 
     Lowercases ``A-Z``, keeps ``a-z0-9``, turns spaces into ``-``, keeps ``-_.`` only after a
     non-separator, drops everything else, clears the buffer at the moment it equals ``prefix``

@@ -1,18 +1,19 @@
-"""Unit spec defaults of a derived InstanceType (scheduling-chain "Unit spec defaults", reference §7).
+"""Unit spec defaults of a derived InstanceType: GPUStack's presets, so a derived type gets the same unit.
 
 The unit spec (unit CPU / unit RAM / local storage) is not derived from node capacity: a CPU-only pool
 gets ``1 / 2Gi / 100Gi``; an accelerated pool gets a per-product preset keyed by the accelerator's
 manufacturer and product name, falling back to ``4 / 16Gi / 100Gi``.
 
-Matching (reference §7): the key is ``NormalizeName(product, manufacturer, 0, false)``; leading marketing
+Matching, as GPUStack's preset lookup does it: the key is ``NormalizeName(product, manufacturer, 0,
+false)`` (no length cap); leading marketing
 token sequences (``tesla``, ``geforce`` …) are stripped repeatedly; the key's tokens (split on ``-``,
 ``_``, ``.``) are matched against the manufacturer's entries, at most one of which has a ``prefix`` that
 is a *token* prefix of the key (so ``a10`` never matches ``a100``); inside that entry the first ``by``
 token present as a whole token in the key picks the tier, else the entry's own tier applies. Raw
 (``NVIDIA A10G``) and label-sanitised (``NVIDIA-A10G``) product names give the same key.
 
-The table below is the reference's per-family table restated as entries. Families the reference lists
-as unreachable (Intel, Kunlun, Biren: no manufacturer key in the Device Manager's table) are left out.
+The table below is GPUStack's published per-family table restated as entries. Families it lists but no
+node can reach (Intel, Kunlun, Biren: no manufacturer key in the Device Manager's table) are left out.
 """
 
 from __future__ import annotations
@@ -59,8 +60,9 @@ TIERS: Final[dict[str, tuple[str, str]]] = {
 }
 FALLBACK_UNIT: Final = UnitSpec(*TIERS["fallback"], LOCAL_STORAGE)
 
-#: Leading marketing token sequences stripped from the key (the reference's design list; the shipped
-#: file of one version only had ``tesla`` — UNCONFIRMED, see docs/chain.md). Each is a token sequence.
+#: Leading marketing token sequences stripped from the key (GPUStack's design list; the file one of its
+#: versions shipped had only ``tesla`` and the current list is not published: docs/chain.md, "Choices
+#: where GPUStack leaves the behaviour open"). Each is a token sequence.
 _STRIP: Final = (
     ("tesla",),
     ("geforce",),

@@ -1,7 +1,8 @@
 """How many levels a TopologySource may declare, derived from what a Kueue ``Topology`` can hold.
 
 Every source's levels become a Kueue ``Topology`` with ``kubernetes.io/hostname`` appended as the finest
-level (reference §2.1.2), so a source can only declare what fits next to that implicit level. Kueue
+level (every hierarchy ends at the node, so Kueue's topology assignment names the nodes whose cards
+Gate 3 then judges), so a source can only declare what fits next to that implicit level. Kueue
 v0.19.2 (``apis/kueue/v1beta2/topology_types.go``, ``TopologySpec.Levels``) has
 ``+kubebuilder:validation:MaxItems=16``, and each ``TopologyLevel.nodeLabel``
 ``+kubebuilder:validation:MaxLength=316`` (a label key may be 317 characters: a 253-character prefix, the

@@ -10,10 +10,11 @@ on every replica, leader or not: admission must work while a standby serves). Th
 * in the local control plane — by URL (``https://127.0.0.1:<port><path>``) with the dev cluster's CA
   (:mod:`gpustack_worker.devcluster.worker_webhooks`).
 
-Reference §2.1: the TopologySource webhook runs on CREATE and UPDATE with ``failurePolicy: Fail`` and
-``timeoutSeconds: 10``.
+The TopologySource webhook runs on CREATE and UPDATE with ``failurePolicy: Fail`` and
+``timeoutSeconds: 10``, as GPUStack registers its own: a source changes cluster-wide admission, so none is
+stored unchecked while the webhook is down (docs/topology.md, "Admission webhook").
 
-Reference §5.3: the Workload fit pin is a mutating webhook on ``kueue.x-k8s.io/v1beta2`` ``workloads``,
+The Workload fit pin is a mutating webhook on ``kueue.x-k8s.io/v1beta2`` ``workloads``,
 CREATE and UPDATE, ``failurePolicy: Ignore`` (it never denies; a Workload admitted while it is down is only
 unpinned), ``timeoutSeconds: 10``, with the matchCondition :data:`WORKLOAD_FIT_MATCH` so the API server
 calls it only for Workloads queued at an operator entrance (``gpustack-fnv64-…``). Its configuration
@@ -66,7 +67,8 @@ TOPOLOGY_SOURCE_WEBHOOK: Final = "topologysources.worker.gpustack.ai"
 TOPOLOGY_SOURCE_PATH: Final = "/validate-worker-gpustack-ai-v1alpha1-topologysource"
 #: The MutatingWebhookConfiguration holding every mutating webhook of ours (prefix ``gpustack-worker``).
 MUTATING_CONFIGURATION: Final = "gpustack-worker-workload-fit"
-#: The Workload fit pin (reference §5.3): its name, URL path and matchCondition (CEL, on the new object).
+#: The Workload fit pin (docs/admission.md, "The fit pin"): its name, URL path and matchCondition (CEL,
+#: on the new object).
 WORKLOAD_FIT_WEBHOOK: Final = "workload-fit.worker.gpustack.ai"
 WORKLOAD_FIT_PATH: Final = "/mutate-kueue-x-k8s-io-v1beta2-workload-fit"
 WORKLOAD_FIT_MATCH: Final = (
@@ -79,7 +81,7 @@ PORT_NAME: Final = "webhook"
 CONTAINER_PORT: Final = 9443
 #: The chart's Secret with the serving certificate (tls.crt, tls.key) and its CA (ca.crt).
 CERT_SECRET: Final = "gpustack-worker-webhook-certs"
-#: The API server's deadline for one call (reference §2.1).
+#: The API server's deadline for one call (GPUStack's value for both webhooks).
 TIMEOUT_SECONDS: Final = 10
 
 

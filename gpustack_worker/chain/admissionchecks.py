@@ -1,4 +1,4 @@
-"""The two AdmissionChecks the worker applies (reference §3.2, §5.2, §5.6).
+"""The two AdmissionChecks the worker applies (what each one judges: docs/admission.md).
 
 ``gpustack-node-devices`` (Gate 3) and ``gpustack-model-deployment-joint`` exist from the start, each
 naming the controller that gives its verdicts. Only that controller marks a check ``Active``; until then

@@ -1,6 +1,6 @@
-"""The InstanceTypeFlavor catalog: a read-only view over the operator's ResourceFlavors (reference §2.4).
+"""The InstanceTypeFlavor catalog: a read-only view over the operator's ResourceFlavors.
 
-In the reference system the catalog is a list-only kind served by its aggregated API server, with no
+In GPUStack's own operator the catalog is a list-only kind served by its aggregated API server, with no
 object and no controller behind it: it is recomputed from the flavors' ``note.gpustack.ai/*``
 annotations on every read. Our design serves CRDs directly and has no aggregated API layer, so the
 catalog is the same view computed on read — :func:`catalog` here, printed by ``gpustack-worker catalog``

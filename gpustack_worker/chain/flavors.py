@@ -1,8 +1,8 @@
 """Capacity flavors: one Kueue ResourceFlavor per (key, os, arch, count, topology profile) group of Nodes.
 
-Pure part of the NodeFlavor controller (scheduling-chain "Capacity flavors", reference §3.2 and
-Appendix A.2). A flavor is the finest grain and independent of the grouping settings: always the CPU
-key, plus the accelerator key when accelerated. Its ``spec.nodeLabels`` pin the feature key, full
+Pure part of the NodeFlavor controller. A flavor is the finest grain and independent of the grouping
+settings (so regrouping the pools never rewrites a flavor): always the CPU key, plus the accelerator key
+when accelerated. Its ``spec.nodeLabels`` pin the feature key, full
 ``kubernetes.io/os|arch`` and ``topology.gpustack.ai/profile``; eligibility is by labels, so it carries a
 blanket ``{operator: Exists}`` toleration; ``spec.topologyName`` references the profile's Kueue Topology.
 
@@ -210,7 +210,8 @@ def _notes(plan: FlavorPlan, *, aware: bool) -> dict[str, str]:
     }
     if device is None or aware:
         notes["cpuDetail"] = plan.cpu.detail_json(with_identity=device is not None)
-    # Empty notes are left out rather than written as "" (reference Appendix C #5: UNCONFIRMED).
+    # Empty notes are left out rather than written as "" (GPUStack does not document whether it writes
+    # them on CPU flavors; docs/chain.md, "Choices where GPUStack leaves the behaviour open").
     return {f"{keys.NOTE_PREFIX}{k}": v for k, v in notes.items() if v}
 
 

@@ -1,7 +1,8 @@
 """The InstanceType lifecycle (pure part): finalizer, delete-then-wait teardown, Inactive backfill, status.
 
-The InstanceType controller never authors a type and never deletes one for lack of flavors (scheduling-
-chain "The InstanceType lifecycle", reference §2.3, §5.4). It:
+The InstanceType controller never authors a type (the flavor controller does, create-only) and never
+deletes one for lack of flavors (a pool left without flavors is drained and held by the queue controller
+instead, and comes back when a flavor does). It:
 
 - holds the ``gpustack.ai/controlled`` finalizer on every type;
 - tears down on deletion: marks the type ``Inactive``, deletes the backing ClusterQueue once, and removes

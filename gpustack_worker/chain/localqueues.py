@@ -2,13 +2,14 @@
 
 Workloads name their queue through the ``kueue.x-k8s.io/queue-name`` *label* (63 characters at most)
 while ClusterQueue names may be longer, so the LocalQueue is named ``gpustack-fnv64-<fnv64a(CQ name)>``
-(always 31 characters) and records the full name in ``schedule.gpustack.ai/queue`` (scheduling-chain
-"A LocalQueue in every namespace", reference §3.2). The ClusterQueue is its controller owner, so a
+(always 31 characters) and records the full name in the ``schedule.gpustack.ai/queue`` annotation. The
+ClusterQueue is its controller owner, so a
 cluster's garbage collector removes it with the queue; the controller also prunes it itself (clusters
 without a garbage collector, like the local control plane, and queues that are being deleted).
 
-System namespaces get none: every ``kube-*`` namespace and the worker's own namespace (reference
-Appendix C #6 leaves the exact list open; see docs/chain.md). Of the others, those the
+System namespaces get none: every ``kube-*`` namespace and the worker's own namespace (GPUStack does not
+document its exact list; docs/chain.md, "Choices where GPUStack leaves the behaviour open"). Of the
+others, those the
 ``local-queue-namespace-selector`` setting selects get them — by default every one but Kueue's and NFD's
 (:data:`~gpustack_worker.api.settings.DEFAULT_LOCAL_QUEUE_NAMESPACE_SELECTOR`). :func:`gets_local_queues`
 is that rule, once.

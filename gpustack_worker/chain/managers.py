@@ -1,6 +1,7 @@
 """The chain's field managers and pruning owners, spelled once.
 
-Every controller applies under its own field manager (reference §3.2 names the AdmissionChecks' own);
+Every controller applies under its own field manager (the two admission checks' verdict controllers
+write under their check's name, as GPUStack's do);
 objects a controller creates and later prunes carry its owner stamp (``worker.gpustack.ai/managed-by``).
 """
 

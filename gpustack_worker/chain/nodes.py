@@ -1,7 +1,7 @@
 """What the Kueue chain reads from a Node: its hardware identity, as the stage-3 labels publish it.
 
 Stage 4 never looks at device data directly: a Node's flavor membership is a pure function of the labels
-the node agent, the Device Manager and NFD put on it (reference Appendix A.2), so the chain and the
+the node agent, the Device Manager and NFD put on it, so the chain and the
 scheduler always agree on what a Node is. Whether a Node is managed and whether it is accelerated are
 the shared predicates of :mod:`gpustack_worker.api.node_class`, the ones the node agent decides its
 ``managed`` stamp, counting keys, fit labels and ``cpu-only`` label with.
@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
 __all__ = ("CpuIdentity", "DeviceIdentity", "NodeHardware", "node_hardware", "unprofiled_hardware")
 
-#: ``cpuDetail`` JSON field → the CPU detail annotation suffix it is read from (reference §3.2).
+#: ``cpuDetail`` JSON field → the suffix of the CPU detail annotation it is read from
+#: (``feature.gpustack.ai/cpu-<suffix>``, which NFD's ``gpustack-cpu-info`` rule puts on the Node).
 _CPU_DETAIL_FIELDS: Final = (
     ("physicalCores", "physical-cores"),
     ("threadsPerPhysicalCore", "threads-per-core"),

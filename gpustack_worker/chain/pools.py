@@ -1,7 +1,7 @@
 """Pools: the aggregation layer (ClusterQueue / InstanceType / InstanceTypeFlavor) over the flavors.
 
-Flavors are setting-independent; pools are grouped by ``instance-type-aware-cpu-manufacturer``
-(scheduling-chain "Naming and grouping", reference §2.3, §2.4 and Appendix A.3-A.4):
+Flavors are setting-independent (so regrouping never rewrites a flavor); pools are grouped by
+``instance-type-aware-cpu-manufacturer`` (docs/chain.md, "Naming"):
 
 - aware=false: ``gpustack--generic-<os>-<arch>`` (all CPUs collapse) and ``gpustack--<aKey>-<os>-<arch>``;
 - aware=true: ``gpustack--<gKey>-<os>-<arch>`` and ``gpustack--<gKey>--<aKey>-<os>-<arch>``, whatever the
@@ -12,7 +12,7 @@ a CPU key like any other (selector ``general.…/generic=true``), not the collap
 
 **The name is the identity** (one rule for every InstanceType, authored or derived): a type serves a pool
 only when its name is the name the current grouping gives its spec identity
-(:meth:`PoolIdentity.name_under`; InstanceType name == ClusterQueue name, reference §2.3). Any other type
+(:meth:`PoolIdentity.name_under`; an InstanceType's name is its ClusterQueue's name). Any other type
 — one of the other grouping, derived or authored, a custom name, or an identity that names no pool
 (acceleratable without an ``acceleratorGroup``) — is :meth:`PoolIdentity.out_of_scope`: it stays (types
 are create-only and never garbage-collected) but its queue gets ``schedule.gpustack.ai/other-grouping=true``,
@@ -127,7 +127,8 @@ def identity_of(instance_type: Mapping[str, Any]) -> PoolIdentity:
 
 
 def schedule_labels(pool: PoolIdentity, *, aware: bool) -> dict[str, str]:
-    """The queue's schedule labels (reference Appendix A.4, with the grouping deciding the CPU part).
+    """The queue's schedule labels: acceleratable, os and arch, the ``<aKey>`` key of an accelerated pool,
+    and a CPU part the grouping decides.
 
     Aware: ``general.feature.gpustack.ai/<generalGroup>=true`` whatever the gKey (``generic`` too);
     collapsed: no CPU part. A type out of scope under ``aware`` (:meth:`PoolIdentity.out_of_scope`, derived
@@ -218,7 +219,8 @@ def _display_name(plan: FlavorPlan, pool: PoolIdentity) -> str:
 
 
 def derived_instance_type(plan: FlavorPlan, *, aware: bool) -> dict[str, Any]:
-    """The InstanceType authored (create-only) for the pool ``plan`` feeds (reference Appendix A.3)."""
+    """The InstanceType authored (create-only) for the pool ``plan`` feeds: the pool's name and identity,
+    the unit preset, ``100Gi`` local storage and the ``derived-from-node`` provenance label."""
     pool = pool_of(plan, aware=aware)
     device = plan.device
     unit = presets.unit_spec(

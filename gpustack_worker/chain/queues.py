@@ -1,11 +1,11 @@
 """The ClusterQueue of a pool: quota plan, admission checks and the stop-policy state machine (pure).
 
-One controller owns every field the chain writes on a ClusterQueue (scheduling-chain "The InstanceType
-lifecycle" and "Queue quota and draining", reference §3.2, §5.7 and Appendix A.5), so the stop policy is
-decided in one place and two field managers never fight over it. Inputs are cached objects; the output
+One controller owns every field the chain writes on a ClusterQueue (docs/chain.md, "The stop-policy
+state machine of a queue"), so the stop policy is decided in one place and two field managers never
+fight over it. Inputs are cached objects; the output
 is the desired ClusterQueue body plus the ``TopologyReady`` condition and a requeue hint.
 
-Plan (A.5): the live operator flavors matching the queue's selector (a flavor with a deletionTimestamp is
+Plan: the live operator flavors matching the queue's selector (a flavor with a deletionTimestamp is
 finalizing and left out), validated — at most 64 flavors, every flavor pins its profile and
 references an existing Topology, no Node selected by two flavors, each flavor's capacity equals the Nodes
 it selects × its per-node count, every pool Node is selected — then sorted by per-node count and name
@@ -102,7 +102,8 @@ UNSET: Final = "unset"
 PHASE_DRAINING: Final = "draining"
 PHASE_SWITCHED: Final = "switched"
 PHASES: Final = frozenset({PHASE_DRAINING, PHASE_SWITCHED})
-#: Values ``topology.gpustack.ai/migration-stop-policy`` may hold (reference §3.2).
+#: Values ``topology.gpustack.ai/migration-stop-policy`` may hold: the stop policy the queue had before the
+#: chain's drain (a plan switch, or a pool left without flavors), or ``unset`` when it had none.
 SAVED_POLICIES: Final = frozenset({NONE, HOLD, HOLD_AND_DRAIN, UNSET})
 #: The reason of Kueue's ``Active=False`` condition on a queue stopped by its stop policy.
 ACTIVE_STOPPED: Final = "Stopped"
@@ -258,7 +259,7 @@ def plan_queue(
     *,
     mixed_on_node: bool,
 ) -> Plan | Refusal:
-    """The complete plan for a queue, or why none can be made (reference Appendix A.5)."""
+    """The complete plan for a queue, or why none can be made (the rules: this module's docstring)."""
     matching = pools.flavors_of(selector, flavors)
     live = [f for f in matching if _live(f)]
     # Nodes of a flavor being replaced (finalizing): the queue must let go of the old flavor before Kueue
@@ -450,7 +451,8 @@ def _body(
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "namespaceSelector": {},
-        # Isolation: no cohort, so nothing to borrow or reclaim (scheduling-chain "Stage 4").
+        # Isolation: no cohort, so nothing to borrow or reclaim. Every card family of a pool is in this
+        # one queue, so there is no borrowing between queues to broker.
         "preemption": {
             "reclaimWithinCohort": "Never",
             "borrowWithinCohort": {"policy": "Never"},
@@ -789,7 +791,8 @@ def _no_live_flavor(q: _Queue) -> QueueDecision:
 
 
 def _planned(q: _Queue, plan: Plan) -> QueueDecision:
-    """A complete, non-empty plan: in place, or the HoldAndDrain migration (reference §6.8)."""
+    """A complete, non-empty plan: in place, or the HoldAndDrain migration (docs/topology.md, "The
+    migration state machine")."""
     ready = Condition("True", "Ready", f"{len(plan.flavors)} topology-aware flavor(s)")
     dropped = sorted(set(_flavor_names(q.groups)) - set(plan.flavors))
     if q.phase is None and not dropped:  # added flavors and quota changes need nothing from Kueue

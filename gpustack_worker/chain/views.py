@@ -1,4 +1,4 @@
-"""The capacity views of an InstanceType's status (reference §5.4 "Four-view status"), pure.
+"""The four capacity views of an InstanceType's status (and the CPU view of a CPU pool), pure.
 
 Each accelerator of the pool feeds exactly one group by its reported capability: unpartitioned cards feed
 the exclusive (EX), shared (SH) and sliced (SL) views, partitioned cards feed the partitioned view (PT),
@@ -16,8 +16,9 @@ so a partition-only pool reads ``0/0 0/0 0/0`` in the first three. Each view is
   instance, else 0.
 
 PT ``remainingProfiles`` lists every offered profile (by published name) even at 0; ``allocatedProfiles``
-only non-zero ones. The PT capacity formula is UNCONFIRMED in the reference; the largest-ceiling reading
-matches how the agent counts the ``.partitioned`` pool (docs/chain.md). A card whose ledger is not
+only non-zero ones. GPUStack does not document the PT capacity formula; the largest-ceiling reading
+matches how the agent counts the ``.partitioned`` pool (docs/chain.md, "Choices where GPUStack leaves the
+behaviour open"). A card whose ledger is not
 published yet reads as free (a fresh node advertises room, as the agent's static-ceiling fallback does).
 The CPU view of a CPU pool: capacity = Σ CPU cores of the pool's nodes, remaining = capacity minus the
 ``cpu`` usage Kueue reports for the queue's flavors, onceMaxRequest = the largest single node's cores.

@@ -1,7 +1,8 @@
 """A real control plane on 127.0.0.1: etcd, kube-apiserver, kube-scheduler, Kueue and nfd-master.
 
 Used by the test suite (one per session), by the demo and by ``gpustack-worker devcluster up``. Start
-order follows the control-plane notes: certificates → etcd → kube-apiserver → CRDs (Kueue, NFD, ours) →
+order, each step needing what came before it (docs/devcluster.md, "Start-up"): certificates → etcd →
+kube-apiserver → CRDs (Kueue, NFD, ours) →
 namespaces → our RBAC (``manifests/rbac``: ServiceAccounts, roles, bindings) → the node nfd-master needs →
 kube-scheduler → Kueue → Kueue's webhooks (registered by URL once Kueue is ready; :mod:`.kueue_webhooks`)
 → nfd-master. Every port is chosen free at start, so several clusters can run side by side.

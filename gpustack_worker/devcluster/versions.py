@@ -34,8 +34,9 @@ PROMETHEUS: Final = "v0.307.1"
 #: The release ``PROMETHEUS`` is (what ``promtool --version`` reports).
 PROMETHEUS_RELEASE: Final = "3.7.1"
 
-#: Every staging module of k8s.io/kubernetes 1.32–1.35 (control-plane notes §1.2). A replace line for a
-#: module outside the build graph is ignored, so listing all of them is safe.
+#: Every staging module of k8s.io/kubernetes 1.32–1.35: the same 31 in each of those releases (1.36 adds
+#: ``cri-streaming`` and ``streaming``; the long-gone ``legacy-cloud-providers`` is left out). A replace
+#: line for a module outside the build graph is ignored, so listing all of them is safe.
 STAGING_MODULES: Final = (
     "api",
     "apiextensions-apiserver",

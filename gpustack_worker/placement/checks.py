@@ -1,7 +1,7 @@
 """What every admission-check controller of ours shares: marking its AdmissionCheck ``Active``, the shape
 of a write to a Workload, and telling Kueue's own resets of a check's entry from an edit.
 
-The chain applies both AdmissionChecks but never marks them Active (reference §5.2, §5.6): a check's own
+The chain applies both AdmissionChecks but never marks them Active: a check's own
 controller does, through ``/status`` as the check's field owner, so a queue references a check only once
 something will answer it. Both check controllers (:mod:`.joint_controller`, :mod:`.node_devices`) call
 :func:`mark_active`.
@@ -81,7 +81,7 @@ _PENDING: Final = "Pending"
 _EVICTED: Final = "Evicted"
 _STATUS_SUBRESOURCE: Final = "status"
 _ACTIVE: Final = ("f:spec", "f:active")
-#: The field managers of our two admission checks (each is its check's name, reference §3.2).
+#: The field managers of our two admission checks (each is its check's name).
 _CHECK_MANAGERS: Final = frozenset({keys.JOINT_CHECK, keys.NODE_DEVICES_CHECK})
 #: The managedFields entries a check controller's Workload informer keeps: its own, the other check's and
 #: Kueue's admission manager (what :func:`kueue_reset` reads).

@@ -1,11 +1,11 @@
 """What one Pod of a PodSet asks of the accelerators: the per-container claims of each family.
 
 Gate 3 (:mod:`gpustack_worker.placement.gate3`) judges these claims against the ``Devices`` ledger of
-the assigned nodes, and the Workload fit pin reads ``U`` and ``N`` from the same parse (reference §5.1
-Gate 1, §5.3, §8.2). Pure: no I/O.
+the assigned nodes, and the Workload fit pin reads ``U`` and ``N`` from the same parse, so the two can
+never disagree on what a Pod asks. Pure: no I/O.
 
 A container's requests (limits when a request is absent: the API server defaults extended-resource
-requests to their limits) are read per manufacturer base resource ``<base>`` (§8.3):
+requests to their limits) are read per manufacturer base resource ``<base>`` (``api/manufacturers.py``):
 
 =======================================  ===========================================================
 resource                                 claim

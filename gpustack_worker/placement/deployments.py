@@ -1,4 +1,5 @@
-"""ModelDeployment role replicas → Kueue pod groups, and the deployment's status (reference §2.6, §6.9).
+"""ModelDeployment role replicas → Kueue pod groups, and the deployment's status (its per-role message is
+the first thing to read on a Pending group: docs/admission.md, "Reading a Pending group").
 
 Key: ``<namespace>/<name>`` of a ModelDeployment. One reconcile:
 

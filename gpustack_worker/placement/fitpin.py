@@ -1,5 +1,6 @@
-"""The Workload fit pin (reference §5.3): ``Gt U-1`` / ``Gt N-1`` ANDed into a PodSet's required node
-affinity, so Kueue's topology-aware scheduling only places a Workload on nodes where one card still fits.
+"""The Workload fit pin (docs/admission.md, "The fit pin"): ``Gt U-1`` / ``Gt N-1`` ANDed into a PodSet's
+required node affinity, so Kueue's topology-aware scheduling only places a Workload on nodes where one
+card still fits.
 
 Node totals cannot tell a fragmented node (ten cards with 10 % free each) from one with a whole free card,
 so Gate 3 would answer ``Retry`` and TAS would place the Workload on the same node again every 30 s. The

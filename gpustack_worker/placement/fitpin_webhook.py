@@ -1,4 +1,4 @@
-"""The Workload fit-pin webhook's AdmissionReview handler (reference §5.3; the rules are in
+"""The Workload fit-pin webhook's AdmissionReview handler (the rules are in
 :mod:`gpustack_worker.placement.fitpin`).
 
 :class:`FitPinWebhook` reads the controller process's informer caches (LocalQueues, ClusterQueues,
@@ -8,7 +8,8 @@ denies — not on a cache miss, not on a malformed request, not on its own bug (
 answered allowed without a patch), matching the configuration's ``failurePolicy: Ignore``.
 
 Caches are read as they are: on a replica whose informers have not synced yet a LocalQueue is simply not
-found and the Workload passes unpinned (one of the documented residual retries of §5.3).
+found and the Workload passes unpinned: Gate 3 still judges it, it only loses the placement hint (one
+of the residual retries listed in docs/admission.md, "The fit pin").
 
 Wiring (the controller process, every replica)::
 
@@ -76,10 +77,10 @@ class FitPinWebhook:
 
     @classmethod
     def from_registry(cls, registry: InformerRegistry, settings: SettingsReader) -> FitPinWebhook:
-        """Over the registry's shared informers (created if missing): every LocalQueue (§5.3 asks only that
-        it exists, whoever made it), the ClusterQueues labelled ``resource.gpustack.ai/type=instancetypes``
-        (the same informer the chain's queue controller reads; an unlabelled queue is then simply not
-        found) and every InstanceType (the chain's)."""
+        """Over the registry's shared informers (created if missing): every LocalQueue (recognition asks
+        only that it exists, whoever made it), the ClusterQueues labelled
+        ``resource.gpustack.ai/type=instancetypes`` (the same informer the chain's queue controller reads;
+        an unlabelled queue is then simply not found) and every InstanceType (the chain's)."""
         return cls(
             local_queues=registry.informer(kinds.LOCAL_QUEUE).store,
             cluster_queues=registry.informer(kinds.CLUSTER_QUEUE, label_selector=INSTANCE_TYPE_QUEUES).store,

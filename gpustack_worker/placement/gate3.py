@@ -1,5 +1,5 @@
 """Gate 3 (``gpustack-node-devices``): does a Workload's accelerator demand fit the cards of the nodes
-Kueue assigned it? Pure: no I/O, no clock (reference §5.2, §2.2).
+Kueue assigned it? Pure: no I/O, no clock (the rules in prose: docs/admission.md, "Gate 3").
 
 Kueue reserved quota on the pool aggregate (Gate 2) and topology-aware scheduling picked the nodes; it
 cannot see how the free room is spread over each node's cards. :func:`judge` replays the Workload's
@@ -88,8 +88,8 @@ READY: Final = "Ready"
 RETRY: Final = "Retry"
 M: Final = keys.UNITS_PER_ACCELERATOR
 #: ``requeueAfterSeconds`` of a ``Retry``: Kueue evicts the Workload and requeues it no sooner than this
-#: after the entry's ``lastTransitionTime`` (reference §3.2 "retry backoff 30 s"). Fixed by the reference,
-#: not a setting: a shorter one re-places an unpinned Workload on the same fragmented node more often.
+#: after the entry's ``lastTransitionTime`` (GPUStack's check backs off 30 s too). Fixed, not a setting:
+#: a shorter one re-places an unpinned Workload on the same fragmented node more often.
 RETRY_AFTER_S: Final = 30
 _FINISHED_PHASES: Final = frozenset({"Succeeded", "Failed"})
 _MESSAGE_MAX: Final = 4096

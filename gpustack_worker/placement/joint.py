@@ -1,4 +1,4 @@
-"""The joint AdmissionCheck ``gpustack-model-deployment-joint`` (reference §5.6), as pure functions.
+"""The joint AdmissionCheck ``gpustack-model-deployment-joint`` (docs/admission.md), as pure functions.
 
 A ModelDeployment's role replicas are separate Kueue pod groups (one Workload each), yet the deployment
 admits as one set: the check holds every group until each has reserved quota. What is decided here:
@@ -74,8 +74,8 @@ __all__ = (
     "verdict",
 )
 
-#: A set not assembled this long after its first group started waiting is parked (reference §5.6:
-#: a bound, fixed by the product, not a tunable).
+#: A set not assembled this long after its first group started waiting is parked (GPUStack's bound for
+#: the same check: fixed by the product, not a tunable).
 PARK_AFTER: Final = dt.timedelta(minutes=30)
 #: The ModelDeployment condition the joint check owns (its only write on a deployment).
 QUOTA_RESERVED: Final = "QuotaReserved"
@@ -186,7 +186,8 @@ def holds_reservation(workload: Mapping[str, Any]) -> bool:
 
 
 def needs_verdict(workload: Mapping[str, Any]) -> bool:
-    """Whether the check judges this Workload now (reference §5.6, first bullet)."""
+    """Whether the check judges this Workload now: it carries the check, holds a quota reservation and is
+    not admitted yet."""
     return (
         check_entry(workload) is not None
         and holds_reservation(workload)
@@ -555,7 +556,7 @@ def decide(
     groups: Iterable[tuple[Mapping[str, Any], str | None]],
     now: dt.datetime,
 ) -> Decision:
-    """Parking, release and retry of a deployment's set (reference §5.6; docs/admission.md).
+    """Parking, release and retry of a deployment's set (docs/admission.md, "The joint check").
 
     * **waiting**: the clock starts at the oldest ``Pending`` entry of this check on a reserved group, or
       at the last retry (``status.hold.since``) if that is later; ``QuotaReserved=False/Waiting``;

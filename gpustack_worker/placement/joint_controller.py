@@ -2,7 +2,8 @@
 
 Three controllers over shared informers (Workloads and ModelDeployments in every namespace, the Pods of
 ModelDeployments — label ``modeldeployment.gpustack.ai/uid`` — and the AdmissionChecks), all writing as
-the check's field owner ``gpustack-model-deployment-joint`` (reference §3.2):
+the check's field owner ``gpustack-model-deployment-joint`` (the check's own name, as GPUStack's check
+writes):
 
 - ``joint-check`` [``gpustack-model-deployment-joint``]: marks the AdmissionCheck ``Active`` (condition
   ``Active=True``, reason ``Ready``) through ``/status`` once the chain has applied it; from then on the
@@ -88,7 +89,8 @@ if TYPE_CHECKING:
 
 __all__ = ("CHECK_KEY", "FIELD_MANAGER", "POD_SELECTOR", "JointCheck")
 
-#: The check's field owner on Workloads, the AdmissionCheck's status and ModelDeployments (reference §3.2).
+#: The check's field owner on Workloads, the AdmissionCheck's status and ModelDeployments: the check's
+#: own name.
 FIELD_MANAGER: Final = keys.JOINT_CHECK
 #: The singleton key of the ``joint-check`` controller.
 CHECK_KEY: Final = keys.JOINT_CHECK

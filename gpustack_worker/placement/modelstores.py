@@ -1,4 +1,4 @@
-"""Preferred node-affinity terms toward the nodes that hold a model's weights (reference §2.5; pure).
+"""Preferred node-affinity terms toward the nodes that hold a model's weights (pure).
 
 When the controller creates a Pod whose hub weights the node delivers, it adds one *preferred*
 node-affinity term per digest, naming by ``kubernetes.io/hostname`` the nodes that hold the digest. A node
@@ -39,7 +39,7 @@ __all__ = (
     "store_terms",
 )
 
-#: Nodes named per term (the spec's bound: enough to spread a replica, small enough for the PodSet).
+#: Nodes named per term (GPUStack's bound: enough to spread a replica, small enough for the PodSet).
 MAX_NODES_PER_TERM: Final = 16
 #: Weight of each term (the largest a preferred term may have): the preference ranks first among the
 #: nodes with room, whatever weights the template's own preferred terms carry.

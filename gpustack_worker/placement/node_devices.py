@@ -1,7 +1,7 @@
 """Gate 3's controllers: the thin I/O around :mod:`gpustack_worker.placement.gate3`.
 
 Two controllers over shared informers, both writing as the check's field owner ``gpustack-node-devices``
-(reference §3.2):
+(the check's own name, as GPUStack's check writes):
 
 - ``node-devices-check`` [``gpustack-node-devices``]: marks the AdmissionCheck ``Active`` (condition
   ``Active=True``, reason ``Ready``) through ``/status`` once the chain has applied it; from then on the
@@ -17,7 +17,7 @@ flavors' pools), the ``Devices`` (checked by :func:`~gpustack_worker.api.devices
 and parsed once per resourceVersion), the operator's ResourceFlavors, and the Pods Kueue has tied to a
 PodSet (label ``kueue.x-k8s.io/podset``; indexed by ``namespace/<kueue.x-k8s.io/workload annotation>``)
 for the inflight accounting. The ledgers of the nodes the Workload's hostname-level assignment names
-are read once more, uncached, right before judging (reference §5.2 "one uncached read"): the ledger
+are read once more, uncached, right before judging: the ledger
 must be at least as fresh as the Pod cache that says which Pods it already holds, or a Pod seen as
 held whose allocation the cached ledger does not show yet would leave its card looking free.
 
@@ -88,7 +88,7 @@ if TYPE_CHECKING:
 
 __all__ = ("CHECK_KEY", "FIELD_MANAGER", "POD_SELECTOR", "NodeDevicesCheck")
 
-#: The check's field owner on Workloads and on the AdmissionCheck's status (reference §3.2).
+#: The check's field owner on Workloads and on the AdmissionCheck's status: the check's own name.
 FIELD_MANAGER: Final = keys.NODE_DEVICES_CHECK
 #: The singleton key of the ``node-devices-check`` controller.
 CHECK_KEY: Final = keys.NODE_DEVICES_CHECK

@@ -1,4 +1,4 @@
-"""The desired Pods of one ModelDeployment role replica (reference §2.6; pure: no I/O, no clock).
+"""The desired Pods of one ModelDeployment role replica (pure: no I/O, no clock).
 
 Each replica of a role is one Kueue **pod group** of ``size`` Pods, so Kueue builds one Workload per
 replica (``replicas: 3, size: 8`` is three independent 8-Pod decisions). What every Pod of a group
@@ -28,14 +28,15 @@ check, a ``podset-preferred-topology`` would silently drop the node-store terms.
 metadata fields (name, namespace, owners, finalizers) are never read.
 
 Resources: the first container's limits get the InstanceType's unit resources × units (``cpu`` ×
-units, ``memory`` = ``ram`` × units) and ``ephemeral-storage`` = ``spec.localStorage`` (the reference
+units, ``memory`` = ``ram`` × units) and ``ephemeral-storage`` = ``spec.localStorage`` (GPUStack
 bounds an instance's local storage by the type's value, not per card); its requests get the same, or —
-with ``instance-general-resources-overcommit`` on, the default — the scaled-down requests of reference
-§4.2 (an accelerated unit 100m CPU per core and 128Mi per Gi, a general unit 800m / 128Mi, one eighth of
-the local storage). Both get the role's accelerator request in the type's manufacturer resource:
-``<base>: n`` for ``accelerator: n`` whole cards (units = n), or ``<base>.partitioned: 1`` +
-``<base>.partitioned.<kind>-<profile>: 1`` for a partition profile (units = 1). A role without an
-accelerator request gets one unit. Our values replace the template's for the same resource names.
+with ``instance-general-resources-overcommit`` on, the default — GPUStack's scaled-down requests (an
+accelerated unit 100m CPU per core and 128Mi per Gi, a general unit 800m / 128Mi, one eighth of the local
+storage), while the limits stay at the preset. Both get the role's accelerator request in the type's
+manufacturer resource: ``<base>: n`` for ``accelerator: n`` whole cards (units = n), or
+``<base>.partitioned: 1`` + ``<base>.partitioned.<kind>-<profile>: 1`` for a partition profile
+(units = 1). A role without an accelerator request gets one unit. Our values replace the template's
+for the same resource names.
 
 The **render hash** (FNV-1a 64 of the rendered Pod, without anything per replica or per Pod) identifies a
 replica's render: a changed template, queue, level, size or resource changes it, and the controller
@@ -83,7 +84,7 @@ CPU: Final = "cpu"
 MEMORY: Final = "memory"
 EPHEMERAL_STORAGE: Final = "ephemeral-storage"
 
-#: Overcommitted requests (``instance-general-resources-overcommit``, reference §4.2): per accelerated
+#: Overcommitted requests (``instance-general-resources-overcommit``, GPUStack's values): per accelerated
 #: unit 100m CPU per preset core and 128Mi per preset Gi; per general unit 800m CPU and 128Mi; one eighth
 #: of the local storage. Limits stay at the preset.
 OVERCOMMIT_CPU_MILLI_PER_CORE: Final = 100
@@ -230,7 +231,7 @@ def _host_resources(
 ) -> tuple[dict[str, str], dict[str, str]] | None:
     """(requests, limits) of CPU, memory and local storage for ``units`` units of the InstanceType, or
     None when its unit resources are malformed. Limits are the preset (unit × units, the type's
-    ``localStorage``); requests equal them, or with overcommit are scaled down as reference §4.2 says:
+    ``localStorage``); requests equal them, or with overcommit are scaled down as GPUStack scales them:
     an accelerated unit requests 100m CPU per core and 128Mi per Gi, a general unit 800m CPU and 128Mi,
     and local storage one eighth."""
     spec = instance_type.get("spec") or {}

@@ -4,7 +4,7 @@ kr8s gives us configuration and authentication (kubeconfig, in-cluster service a
 401/403) and its low-level ``Api.call_api``; everything above that is ours, because kr8s has no
 server-side apply, returns no list resourceVersion, cannot pass ``timeoutSeconds`` or
 ``allowWatchBookmarks`` to a watch, ends a watch silently, does not retry 429/5xx and creates its HTTP
-session without timeouts (notes/control-plane.md §4). So this module:
+session without timeouts (all true of kr8s 0.20.15; docs/runtime.md, "Why we own this"). So this module:
 
 * speaks plain JSON dicts (no kr8s ``APIObject``: they cost ~10x per object on large lists);
 * pages LISTs with ``limit``/``continue`` and returns the list's resourceVersion for a correct

@@ -5,8 +5,8 @@ reconciler that mutated one would silently corrupt every other reader. ``freeze`
 dicts into :class:`FrozenDict` (a ``dict`` subclass whose mutators raise, so reads, ``orjson`` and
 ``==`` work unchanged) and lists into tuples, and interns every string key and short string value:
 label keys, label values, condition types and quantities repeat across thousands of Nodes, and
-sharing them is most of what keeps a cached Node under a few KiB (engineering notes, "Informer memory
-per object").
+sharing them is most of what keeps a cached Node under a few KiB (a bench GPU Node: ~4 KiB cached, against
+~58 KiB decoded; docs/reliability.md, "Relist memory").
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Every Prometheus metric the runtime exports, declared once.
 
-The names are the conventional ones of client-go and controller-runtime (see the engineering notes,
-"Conventional metric names") so existing dashboards and alerts work unchanged; our own additions use the
+The names are the conventional ones of client-go and controller-runtime (listed in docs/runtime.md,
+"Metrics") so existing dashboards and alerts work unchanged; our own additions use the
 ``gpustack_`` prefix. They live in the default registry, which also carries prometheus-client's
 ``process_*`` and ``python_*`` collectors, and :mod:`gpustack_worker.runtime.health` serves that registry.
 No ``*_created`` series are exported (``disable_created_metrics()`` below, once, before any metric is

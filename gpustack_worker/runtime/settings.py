@@ -8,7 +8,9 @@ the agent and the controller accept exactly the same keys. Every model derives f
 :class:`SettingsModel`.
 
 A setting's ConfigMap key is its kebab-case field name (``node-management-manual``) and its
-environment seed is ``GPUSTACK_<UPPER_SNAKE_NAME>`` (reference §4.2). Two kinds of setting:
+environment seed is ``GPUSTACK_<UPPER_SNAKE_NAME>``, the naming GPUStack's own operator seeds its
+settings with, so a setting both have (``GPUSTACK_NODE_MANAGEMENT_MANUAL``) is seeded by the same variable.
+Two kinds of setting:
 
 * **live** — read from :attr:`SettingsSource.current` (the last *good* snapshot) at every use, so a
   ConfigMap change applies from the next reconcile on, without restarts. Precedence: ConfigMap key,

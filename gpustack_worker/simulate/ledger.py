@@ -1,12 +1,13 @@
-"""The per-card allocation ledger a Device Manager publishes in ``Devices.status`` (reference §2.2).
+"""The per-card allocation ledger a Device Manager publishes in ``Devices.status`` (``status.groups``).
 
 The simulator must seed ledgers that the worker's stage-3 code reads exactly as it would read a real
 Device Manager's: unit accounting (``M`` per card, ``M/10`` per ownership share), slice counts, and —
 for hardware-partitioned cards — ``remainingProfiles`` that respect *geometry*, not just arithmetic.
 One ``3g.40gb`` carved at memory slice 0 of an 80 GB card leaves room for another ``3g.40gb`` but for
-no ``7g.80gb`` (scheduling-chain.md, "Hardware-partitioning capacities"), so partitions are placed on
-memory-slice intervals and the remaining count of each profile is how many more non-overlapping legal
-placements still fit within the card's free compute slices.
+no ``7g.80gb`` (the node agent's per-profile capacity keys read the ledger, so they are geometry-aware
+too; docs/agent.md, "Counting capacities"), so partitions are placed on memory-slice intervals and the
+remaining count of each profile is how many more non-overlapping legal placements still fit within the
+card's free compute slices.
 
 Everything here is pure: no I/O, deterministic for equal inputs.
 """

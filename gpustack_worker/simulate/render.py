@@ -1,6 +1,7 @@
 """Scenario node → the exact objects stages 1-2 would leave behind, as plain dicts.
 
-Per node (reference §2.2, §3.2, §8.2):
+Per node, in the layouts and keys the real components write (the table in docs/simulator.md, "What is
+written, per node"):
 
 * the **Node** — NFD's labels (hostname/os/arch, ``cpu-model.*``, PCI presence), the
   ``gpustack-cpu-info`` annotations, and a kubelet-like status: ``cpu``/``memory``/``pods``/
@@ -205,7 +206,9 @@ def _owner(node: str, node_uid: str) -> list[Obj]:
 
 
 def render_node_feature(node: NodeSpec, node_uid: str) -> Obj | None:
-    """``<node>-gpustack-device-manager`` with the §3.2 DM labels; None for accelerator-less nodes."""
+    """``<node>-gpustack-device-manager`` with the Device Manager's accelerator labels (the manufacturer
+    key and each model's ``<aKey>`` key with its descriptors and card count); None for accelerator-less
+    nodes."""
     if not node.accelerators:
         return None
     labels: dict[str, str] = {keys.ACCELERATABLE: "true"}

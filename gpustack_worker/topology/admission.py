@@ -1,4 +1,4 @@
-"""The validating admission webhook of ``TopologySource`` (reference §2.1): AdmissionReview in, out.
+"""The validating admission webhook of ``TopologySource``: AdmissionReview in, out.
 
 :func:`review` is a pure function from the API server's ``admission.k8s.io/v1`` ``AdmissionReview`` to
 the response review. On CREATE and UPDATE it runs every rule of

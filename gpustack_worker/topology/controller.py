@@ -5,8 +5,10 @@ Runs inside ``gpustack-worker controller`` next to the chain (leader-elected). K
 - ``topology-sources`` [TopologySource name]: the source created, deleted or its spec / finalizers
   changed (not its own status); any other source's spec (ownership conflicts) — every source; its owned
   NodeFeatures (by the ``source-uid`` label); a ConfigMap or Secret in the system namespace it references
-  (snapshot, CA bundle, credentials); a Node created or deleted (writing sources — they do not watch Node
-  label drift, reference §6.4); a Node's labels changed (read-only ``nodeLabels`` sources only); a webhook
+  (snapshot, CA bundle, credentials); a Node created or deleted (writing sources — like GPUStack's, they
+  do not watch Node label drift: after an admin changes a Node's selector labels, a refreshed snapshot or
+  a touched source brings the source up to date); a Node's labels changed (read-only ``nodeLabels``
+  sources only); a webhook
   source's poll interval and a staleness deadline come back as requeues;
 - ``topology-nodes`` [Node name]: the Node added or its labels changed; its Devices created or relabelled;
   a change of what the profile assigner reads of any source — :func:`profiles.wakes_profiles`: whether it

@@ -1,11 +1,11 @@
-"""The HTTPS client of the TopologySource ``webhook`` arm (reference §6.5).
+"""The HTTPS client of the TopologySource ``webhook`` arm (docs/topology.md, "Webhook arm").
 
 :func:`credentials_from` resolves a source's ``spec.webhook`` references (bearer-token Secret, client
 certificate Secret, CA bundle ConfigMap) from the caches into :class:`Credentials`; :func:`fetch` makes
 the authenticated ``GET`` and returns the body. Every failure is a :class:`FetchError` whose text is a
 one-line status message (the reconciler reports it as ``WebhookReadFailed``) and never carries a secret.
 
-What :func:`fetch` guarantees (each is a requirement of §6.5, each has a test):
+What :func:`fetch` guarantees (each is what GPUStack's webhook arm requires too, each has a test):
 
 * only ``https`` URLs, without userinfo or fragment; TLS 1.2 or newer; a CA bundle, when given,
   replaces the system roots (it is the only trust anchor);
@@ -46,7 +46,8 @@ if TYPE_CHECKING:
 
 __all__ = ("MAX_SNAPSHOT_BYTES", "Credentials", "FetchError", "credentials_from", "fetch", "ssl_context")
 
-#: The body cap of §6.5 (``1 << 20``): a snapshot larger than this is refused.
+#: The body cap, 1 MiB (``1 << 20``), GPUStack's cap for the same arm: a snapshot larger than this is
+#: refused.
 MAX_SNAPSHOT_BYTES: Final = 1 << 20
 _USER_AGENT: Final = "gpustack-worker-topology"
 _ACCEPT: Final = "application/yaml, application/json;q=0.9, */*;q=0.1"

@@ -1,4 +1,4 @@
-"""Is a set of Nodes' level values one tree? (reference §2.1.3, Appendix A.8)
+"""Is a set of Nodes' level values one tree? (docs/topology.md, "The source contract")
 
 :func:`hierarchy_errors` checks the two rules every inventory must keep, whether the values come from
 the Node labels (the read-only ``nodeLabels`` arm) or from a snapshot's node entries (the writing arms):

@@ -1,4 +1,4 @@
-"""A Node's ordered topology levels and the profile they hash to (reference §2.1.2, Appendix A.7).
+"""A Node's ordered topology levels and the profile they hash to (docs/topology.md, "The profile rule").
 
 Pure functions, no I/O: the profile assigner feeds them the one Ready source's ``spec.levels`` and the
 Node's labels, and writes the result.

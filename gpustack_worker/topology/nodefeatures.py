@@ -1,4 +1,4 @@
-"""The NFD NodeFeature a writing TopologySource owns for each Node it describes (reference §2.1.1).
+"""The NFD NodeFeature a writing TopologySource owns for each Node it describes.
 
 Name ``gpustack-topology-<16 hex>`` (FNV-1a 64 of the source UID, a NUL and the Node name), in the system
 namespace, labelled ``nfd.node.kubernetes.io/node-name`` (nfd-master merges every NodeFeature of a Node by

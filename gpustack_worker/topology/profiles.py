@@ -1,6 +1,6 @@
 """Hierarchy profiles: which levels a Node's topology has, and the Kueue Topology of each shape (pure).
 
-Reference §2.1.2 and "Hierarchy profiles": among the TopologySources in effect (``Ready=True``, or
+The rule (docs/topology.md, "The profile rule"): among the TopologySources in effect (``Ready=True``, or
 ``Stale``: a failing source's last valid snapshot stays in effect until ``maxStaleness``; never one being
 deleted) whose ``nodeSelector`` matches the Node, exactly one supplies the levels (Topograph tiers
 normalised, then the longest prefix whose values are all non-empty on the Node); zero or several
@@ -72,7 +72,8 @@ OUT_OF_EFFECT: Final = SourceInput(False, "", ())
 def ready_in_effect(status: str | None, reason: str | None) -> bool:
     """Whether a source whose ``Ready`` condition says (status, reason) is in effect: ``Ready=True``, or
     ``Stale`` (its last valid snapshot stays in effect until ``maxStaleness``, so a broken revision
-    changes no profile meanwhile — reference Appendix C #10 left this open; docs/topology.md explains)."""
+    changes no profile meanwhile — GPUStack leaves this open; docs/topology.md, "The profile rule",
+    gives the reason for keeping it)."""
     return status == "True" or reason == src.STALE
 
 

@@ -1,5 +1,5 @@
-"""The snapshot a writing TopologySource applies: decoding and validation (reference §2.1.1, §2.1.3,
-§6.4, Appendix A.8). Pure: no I/O, no clock.
+"""The snapshot a writing TopologySource applies: decoding and validation (docs/topology.md, "The source
+contract"). Pure: no I/O, no clock.
 
 A snapshot is one YAML (or JSON) document::
 
@@ -52,7 +52,7 @@ __all__ = (
     "validate",
 )
 
-#: The body size cap, shared with the webhook fetcher (reference §6.5: ``1<<20``).
+#: The body size cap, shared with the webhook fetcher: 1 MiB (``1 << 20``), GPUStack's cap for a snapshot.
 MAX_SNAPSHOT_BYTES: Final = 1 << 20
 #: A snapshot nests three mappings deep (top, ``nodes``, a node entry); a value that is itself a mapping
 #: or list is the fourth level and still gets a clear "not a string" error. Anything deeper is refused

@@ -1,6 +1,6 @@
 """One TopologySource's reconcile decision (pure): its NodeFeatures, its status and its finalizer.
 
-Reference §2.1 and "The TopologySource contract". Inputs are cached objects plus what the thin step read
+The rules are docs/topology.md, "The source contract". Inputs are cached objects plus what the thin step read
 (the snapshot bytes of a writing arm, or why reading failed) and the clock; the output says which
 NodeFeatures to apply and delete, the conditions, the status fields and when to look again.
 
@@ -11,7 +11,7 @@ NodeFeatures to apply and delete, the conditions, the status fields and when to 
   one NodeFeature per described Node with exactly that Node's writable labels; Nodes omitted from the
   snapshot, and Nodes another writing source also selects (ownership conflict), lose theirs. The
   ``Ready``/``Valid`` message says how many selected Nodes the snapshot leaves out, and names a few
-  (:func:`coverage`; the reason stays ``Observed``, the spec's).
+  (:func:`coverage`; the reason stays ``Observed``, GPUStack's reason for an applied snapshot).
 - **failures** of a writing arm (the spec, the read, the snapshot): a source that never succeeded owns
   nothing; otherwise the last valid NodeFeatures stay, ``Ready=False/Stale``, until ``maxStaleness``
   after the last good state, then they are removed (``Expired``).
@@ -67,7 +67,8 @@ EXPIRED: Final = "Expired"
 LAPSED_STATES: Final = ((STALE,), (EXPIRED,))
 #: How many Node names a condition message lists before "and N more".
 NAMES_SHOWN: Final = 3
-#: How soon a source in an ownership conflict looks again (reference §6.5: "a 1-minute conflict retry").
+#: How soon a source in an ownership conflict looks again: one minute, as GPUStack's sources retry a
+#: conflict (a webhook source's poll interval, when shorter, comes first).
 CONFLICT_RETRY_S: Final = 60.0
 #: The reason for a spec the admission webhook would have refused (it was created while the webhook was
 #: not registered, or predates a rule): the same checks run here, reported like any other failure.

@@ -1,4 +1,5 @@
-"""Every rule of a ``TopologySource`` spec (reference §2.1, §6.4, §6.5), on the raw JSON object.
+"""Every rule of a ``TopologySource`` spec (the table in docs/topology.md, "Admission webhook"), on the
+raw JSON object.
 
 Used twice: by the validating admission webhook (:mod:`gpustack_worker.topology.admission`), which
 refuses an invalid source at CREATE/UPDATE, and again by the reconciler, which must not act on a source
@@ -448,7 +449,7 @@ def _webhook(spec: Mapping[str, Any], namespace: str, errors: list[FieldError]) 
 
 
 def spec_errors(spec: Mapping[str, Any] | None, *, namespace: str) -> list[FieldError]:
-    """Every rule of reference §2.1 broken by ``spec`` (empty when valid), in field order.
+    """Every rule of a TopologySource spec broken by ``spec`` (empty when valid), in field order.
 
     ``namespace`` is the worker (system) namespace every ConfigMap / Secret reference must point into.
     Never raises, whatever the shape of ``spec``.

@@ -213,7 +213,7 @@ class PrinterColumn(BaseModel):
 
 
 class CrdNames(BaseModel):
-    """What the CRD says about a kind beyond its schema (reference §2.0)."""
+    """What the CRD says about a kind beyond its schema: plural, short names, categories, printer columns."""
 
     resource: Resource
     short_names: tuple[str, ...] = ()

@@ -1,9 +1,9 @@
 """``Devices``: one per node, named after it — the node's accelerator inventory and per-card ledger.
 
 The Device Manager writes ``spec`` (what the node has: groups of identical cards, NICs) and
-``status`` (the per-card allocation ledger); the worker only reads it (reference §2.2) and mirrors a
-few control labels. ``spec.interfaces`` is the project's own layout (the reference leaves it open):
-see docs/crds.md.
+``status`` (the per-card allocation ledger); the worker only reads it and mirrors control labels from
+the Node onto it (the topology profile). ``spec.interfaces`` is the project's own layout (GPUStack has
+not published one): see docs/crds.md.
 
 Counts, units, sizes and memory carry the physical bounds of :mod:`gpustack_worker.api.bounds`
 (a card never has more than 1,600,000 units, more than 512 soft slices, more than 8 instances of a
@@ -56,8 +56,9 @@ def _known_manufacturer(value: str) -> str:
     return value
 
 
-#: A group id as reference §3.3 builds it (``NormalizeName``): lowercase letters, digits and ``-_.``,
-#: alphanumeric at both ends; with its manufacturer it forms ``aKey``, the name part of the fit labels.
+#: A group id as the name normaliser builds it (:func:`~gpustack_worker.api.normalize.normalize_name`):
+#: lowercase letters, digits and ``-_.``, alphanumeric at both ends; with its manufacturer it forms
+#: ``aKey``, the name part of the fit labels.
 GROUP_ID_PATTERN = r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"
 #: A token that can be (part of) a label value.
 LABEL_TOKEN_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
@@ -77,7 +78,7 @@ Units = Annotated[Int32, Field(ge=0, le=bounds.MAX_UNITS)]
 CardMemoryMib = Annotated[Int64, Field(ge=0, le=bounds.MAX_CARD_MEMORY_MIB)]
 
 
-#: A manufacturer id from the manufacturer table (reference §8.3).
+#: A manufacturer id from the manufacturer table (:mod:`gpustack_worker.api.manufacturers`).
 Manufacturer = Annotated[
     str,
     AfterValidator(_known_manufacturer),
@@ -213,7 +214,7 @@ class DevicesGroup(CrdModel):
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [_A_KEY_RULE]})
 
     id: str = Field(min_length=1, max_length=63, pattern=GROUP_ID_PATTERN)
-    """Group id: the normalised product name without the manufacturer (reference §3.3)."""
+    """Group id: the normalised product name with a leading manufacturer name stripped (``a10g``)."""
     manufacturer: Manufacturer
     name: str = Field(min_length=1, max_length=256)
     """Raw product name, e.g. NVIDIA A10G."""

@@ -1,9 +1,9 @@
 """``InstanceType``: one schedulable pool, the user-facing face of a ClusterQueue of the same name.
 
-``spec`` is the pool identity plus the per-card unit resources (reference §2.3); ``status`` is what the
+``spec`` is the pool identity plus the per-card unit resources; ``status`` is what the
 worker observes: hardware descriptors (``status.detail``, the newest layout — older versions kept them
 in ``spec``, see docs/crds.md), the entrance LocalQueue, the phase and four capacity views. The
-immutability that the reference's update webhook enforces is expressed as CEL transition rules.
+immutability that GPUStack's update webhook enforces is expressed as CEL transition rules.
 """
 
 from typing import Literal
@@ -36,7 +36,7 @@ __all__ = (
     "UnitResources",
 )
 
-#: Fields the update webhook of the reference keeps immutable and that may be absent.
+#: Fields GPUStack's update webhook keeps immutable and that may be absent.
 _IMMUTABLE_OPTIONAL = ("acceleratorGroup", "generalGroup")
 #: Immutable required fields.
 _IMMUTABLE_REQUIRED = ("acceleratable", "os", "arch", "unitResources", "localStorage")

@@ -1,4 +1,4 @@
-"""``ModelDeployment``: the part of a model deployment the scheduling chain reads (reference §2.6).
+"""``ModelDeployment``: the part of a model deployment the scheduling chain reads.
 
 Each role renders ``replicas`` independent pod groups of ``size`` Pods (one Kueue Workload each) from
 the role's pod template; ``topology.requiredLevel`` becomes the ``podset-required-topology``
@@ -178,7 +178,7 @@ class RoleStatus(CrdModel):
 
 
 class SetHold(CrdModel):
-    """The joint check's hold on a multi-group set (reference §5.6): written only by the check."""
+    """The joint check's hold on a multi-group set (docs/admission.md): written only by the check."""
 
     since: datetime | None = None
     """When the last retry restarted the 30-minute clock (absent: it runs from the oldest Pending entry)."""

@@ -1,4 +1,4 @@
-"""``NodeModelStore``: one per node — the node-local model-weight cache (reference §2.5).
+"""``NodeModelStore``: one per node, named after it and owned by it — the node-local model-weight cache.
 
 Only its placement role matters to the chain: Pods with node-delivered weights get preferred
 node-affinity terms for nodes whose store lists the digest ``Ready``. The worker writes ``spec``,

@@ -1,5 +1,5 @@
 """``TopologySource``: which Nodes a topology inventory describes, their ordered level keys and the
-one inventory arm (read Node labels, a ConfigMap snapshot, or an HTTPS webhook) — reference §2.1.
+one inventory arm (read Node labels, a ConfigMap snapshot, or an HTTPS webhook).
 
 Every rule CEL can state lives in the schema (``x-kubernetes-validations``, enforced by the API server
 only — a controller must still be able to parse a source that predates a rule); the validating webhook
