@@ -120,7 +120,7 @@ def kueue_config(session: nox.Session) -> None:
 def settings_doc(session: nox.Session) -> None:
     """Regenerate docs/settings.md (the settings reference) from the settings models."""
     session.install("-e", ".")
-    session.run("python", "-m", "gpustack_worker.cli.settingsdoc", "docs/settings.md")
+    session.run("python", "-m", "gpustack_worker.cli.settingsdoc.render", "docs/settings.md")
 
 
 @nox.session

@@ -16,33 +16,15 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from gpustack_worker.cli.flags import SETTINGS_CONFIGMAP, SYSTEM_NAMESPACE, add_kubeconfig_flags
+
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-SYSTEM_NAMESPACE = os.environ.get("KUBERNETES_POD_NAMESPACE", "gpustack-system")
-SETTINGS_CONFIGMAP = "gpustack-settings"
 #: The environment form of ``--debug``: a traceback instead of the one-line error.
 DEBUG_ENV = "GPUSTACK_DEBUG"
 #: The exit code of a command whose output pipe was closed (128 + SIGPIPE, as a shell reports kubectl's).
 BROKEN_PIPE_EXIT = 141
-
-
-def add_kubeconfig_flags(p: argparse.ArgumentParser) -> None:
-    """``--kubeconfig``, ``--context`` and ``--request-timeout`` (:mod:`.request_timeout`), for every command
-    that talks to an API server (:meth:`gpustack_worker.runtime.client.Client.connect` resolves them)."""
-    p.add_argument(
-        "--kubeconfig",
-        default=None,
-        metavar="FILE",
-        help="kubeconfig file (default: $KUBECONFIG, a ':'-separated list merged as kubectl merges it, "
-        "else ~/.kube/config, else the in-cluster service account)",
-    )
-    p.add_argument(
-        "--context", default=None, help="the kubeconfig context to use (default: its current-context)"
-    )
-    from gpustack_worker.cli.request_timeout import add_request_timeout_flag
-
-    add_request_timeout_flag(p)
 
 
 def _common_api_flags(p: argparse.ArgumentParser) -> None:
@@ -249,11 +231,11 @@ def _run(args: argparse.Namespace) -> int:
             print(f"gpustack-worker {args.command}: {problem}", file=sys.stderr)
             return 2
     if args.command == "devcluster":
-        from gpustack_worker.cli import devcluster_cmd
+        from gpustack_worker.cli.devcluster import command as devcluster_cmd
 
         return devcluster_cmd.up(args) if args.action == "up" else devcluster_cmd.down(args)
     if args.command == "simulate":
-        from gpustack_worker.cli import simulate_cmd
+        from gpustack_worker.cli.simulate import command as simulate_cmd
 
         return asyncio.run(simulate_cmd.run(args))
     if args.command == "controller":
@@ -288,7 +270,7 @@ def _run(args: argparse.Namespace) -> int:
 
         return kueue_config_cmd.run(args)
     if args.command == "catalog":
-        from gpustack_worker.cli import catalog_cmd
+        from gpustack_worker.cli.catalog import command as catalog_cmd
 
         return asyncio.run(catalog_cmd.run(args))
     from gpustack_worker.cli.demo import command as demo_cmd

@@ -36,7 +36,7 @@ from gpustack_worker.api import kinds, rbac
 from gpustack_worker.cli.agent_cmd import USER_AGENT as AGENT_UA
 from gpustack_worker.cli.controller_cmd import LEASE_NAME
 from gpustack_worker.cli.controller_cmd import USER_AGENT as CONTROLLER_UA
-from gpustack_worker.cli.simulate_cmd import USER_AGENT as SIMULATE_UA
+from gpustack_worker.cli.simulate.command import USER_AGENT as SIMULATE_UA
 from gpustack_worker.devcluster.audit import AuditEvent, AuditLog
 from gpustack_worker.devcluster.procs import free_port
 from gpustack_worker.runtime.client import Client, user_agent_of

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpustack_worker.api import kinds
-from gpustack_worker.cli import errors, main
+from gpustack_worker.cli import errors, flags, main
 from gpustack_worker.cli.output import FORMATS
 from gpustack_worker.runtime.client import (
     DEFAULT_USER_AGENT,
@@ -137,7 +137,7 @@ def test_the_kubeconfig_flags_are_the_shared_ones(command: str) -> None:
     parser = main.build_parser()
     options = _options(_subcommands(parser)[command])
     reference = argparse.ArgumentParser()
-    main.add_kubeconfig_flags(reference)
+    flags.add_kubeconfig_flags(reference)
     for flag in ("--kubeconfig", "--context"):
         assert options[flag].help == _options(reference)[flag].help, (command, flag)
 

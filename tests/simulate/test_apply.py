@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpustack_worker.api import keys
-from gpustack_worker.cli import simulate_cmd
+from gpustack_worker.cli.simulate import command as simulate_cmd
 from gpustack_worker.runtime.client import ApiError, Client
 from gpustack_worker.simulate import render
 from gpustack_worker.simulate.apply import ApplyFailed, apply_scenario, reported_by_kubelet

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from gpustack_worker.api import keys, kinds
-from gpustack_worker.cli import simulate_cmd
+from gpustack_worker.cli.simulate import command as simulate_cmd
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.simulate import render
 from gpustack_worker.simulate.load import packaged_scenario

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from gpustack_worker.api import keys, kinds
-from gpustack_worker.cli import simulate_cmd
+from gpustack_worker.cli.simulate import command as simulate_cmd
 from gpustack_worker.runtime.client import ApiError, Client
 from gpustack_worker.runtime.resources import Resource
 from gpustack_worker.simulate import load

@@ -74,7 +74,7 @@ _RESOURCES: Final[Mapping[str, Resource]] = {
 
 def add_parser(sub: Any) -> None:
     """Add ``cleanup`` to the top-level subcommands."""
-    from gpustack_worker.cli.main import SYSTEM_NAMESPACE
+    from gpustack_worker.cli.flags import SYSTEM_NAMESPACE
 
     p = sub.add_parser(
         "cleanup",
@@ -94,7 +94,7 @@ def add_parser(sub: Any) -> None:
         default=300.0,
         help="seconds each step may wait for the API server / Kueue (default: %(default)s)",
     )
-    from gpustack_worker.cli.main import add_kubeconfig_flags
+    from gpustack_worker.cli.flags import add_kubeconfig_flags
     from gpustack_worker.cli.output import add_output_flag
 
     add_kubeconfig_flags(p)

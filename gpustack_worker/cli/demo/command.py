@@ -43,9 +43,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpustack_worker.api import keys, kinds, node_class, rbac
-from gpustack_worker.cli import simulate_cmd
 from gpustack_worker.cli.demo import install as demo_install
 from gpustack_worker.cli.demo import scene as demo_scene
+from gpustack_worker.cli.simulate import command as simulate_cmd
 from gpustack_worker.devcluster import worker_webhooks
 from gpustack_worker.devcluster.cluster import NFD_MASTER_NODE, DevCluster
 from gpustack_worker.devcluster.helm import RELEASE

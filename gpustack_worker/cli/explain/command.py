@@ -51,7 +51,7 @@ def add_parser(sub: Any) -> None:
         "namespace, else default); ignored for a node, as kubectl ignores it for cluster-scoped objects",
     )
     p.add_argument("--role", action="append", default=[], help="modeldeployment: only this role (repeatable)")
-    from gpustack_worker.cli.main import add_kubeconfig_flags
+    from gpustack_worker.cli.flags import add_kubeconfig_flags
     from gpustack_worker.cli.output import add_output_flag
 
     add_kubeconfig_flags(p)

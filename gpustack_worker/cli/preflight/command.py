@@ -71,7 +71,7 @@ def add_parser(sub: Any) -> None:
             "fails. Exit 0 when nothing fails, 1 otherwise."
         ),
     )
-    from gpustack_worker.cli.main import add_kubeconfig_flags
+    from gpustack_worker.cli.flags import add_kubeconfig_flags
     from gpustack_worker.cli.output import add_output_flag
 
     add_kubeconfig_flags(p)

@@ -138,7 +138,7 @@ def test_the_release_objects_are_named_as_the_chart_and_api_name_them() -> None:
         assert f"ClusterRoleBinding {component.name}" in described
         assert f"ServiceAccount {NS}/{component.name}" in described
     assert f"ConfigMap {NS}/gpustack-settings" in described
-    templates = Path(__file__).resolve().parents[2] / "chart" / "templates"
+    templates = Path(__file__).resolve().parents[3] / "chart" / "templates"
     kinds_in_chart = set()
     for path in templates.glob("*.yaml"):
         for line in path.read_text().splitlines():

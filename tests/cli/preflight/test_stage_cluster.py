@@ -150,7 +150,7 @@ def test_a_partial_install_is_judged_as_installed(fresh: tuple[DevCluster, Path]
     role = next(
         d
         for d in yaml.safe_load_all(
-            (Path(__file__).resolve().parents[2] / "manifests/rbac/controller.yaml").read_text()
+            (Path(__file__).resolve().parents[3] / "manifests/rbac/controller.yaml").read_text()
         )
         if d and d["kind"] == "ClusterRole"
     )
@@ -190,7 +190,7 @@ def test_helm_install_in_the_readmes_order_then_preflight_after_it(fresh: tuple[
         "HELM_CACHE_HOME": str(home / "cache"),
         "HELM_DATA_HOME": str(home / "data"),
     }
-    chart = Path(__file__).resolve().parents[2] / "chart"
+    chart = Path(__file__).resolve().parents[3] / "chart"
     installed = subprocess.run(
         [str(binary), "install", "gpustack-worker", str(chart), "-n", FRESH_NS, "--create-namespace"],
         env=env,

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 from pydantic import Field
 
 from gpustack_worker.agent.settings import AgentTunables
-from gpustack_worker.cli import settingsdoc
 from gpustack_worker.cli.settings import WorkerSettings
+from gpustack_worker.cli.settingsdoc import render as settingsdoc
 from gpustack_worker.runtime.settings import (
     STARTUP_ONLY,
     RuntimeSettings,
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DOC = ROOT / "docs" / "settings.md"
 _ROW = re.compile(
     r"^\| `([a-z0-9-]+)` \| `(GPUSTACK_[A-Z0-9_]+)` \| (.+?) \| `([^`]*)` \| (live|start-up) \| (.+) \|$"
@@ -48,7 +48,7 @@ def _rows(text: str) -> dict[str, tuple[str, str, str, str, str]]:
 
 def test_committed_page_equals_a_fresh_render() -> None:
     assert DOC.read_text(encoding="utf-8") == settingsdoc.render(), (
-        "docs/settings.md is stale: run `python -m gpustack_worker.cli.settingsdoc` (nox -s settings_doc)"
+        "docs/settings.md is stale: run `nox -s settings_doc`"
     )
     assert settingsdoc.check(DOC) == []
 
