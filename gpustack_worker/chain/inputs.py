@@ -3,9 +3,9 @@
 Three code paths feed the chain's decisions, each from its own source:
 
 - the controllers (:mod:`gpustack_worker.chain.steps`), from their informer caches;
-- ``plan SCENARIO`` (:mod:`gpustack_worker.cli.planning`), from the Nodes, NodeFeatures and ``Devices`` a
+- ``plan SCENARIO`` (:mod:`gpustack_worker.cli.plan.planning`), from the Nodes, NodeFeatures and ``Devices`` a
   scenario renders and the chain objects the plan itself computes;
-- ``plan --from-cluster`` (:mod:`gpustack_worker.cli.cluster_plan`), from what it listed, filtered as the
+- ``plan --from-cluster`` (:mod:`gpustack_worker.cli.plan.cluster_plan`), from what it listed, filtered as the
   caches hold it.
 
 What each one gathers goes through the functions below, so a rule about what a decision reads is written

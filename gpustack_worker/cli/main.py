@@ -137,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_output_flag(cat)
 
-    from gpustack_worker.cli import plan_cmd
+    from gpustack_worker.cli.plan import command as plan_cmd
 
     plan_cmd.add_parser(sub)
 
@@ -250,7 +250,7 @@ def _run(args: argparse.Namespace) -> int:
 
         return asyncio.run(agent_cmd.run(args))
     if args.command == "plan":
-        from gpustack_worker.cli import plan_cmd
+        from gpustack_worker.cli.plan import command as plan_cmd
 
         return plan_cmd.run(args)
     if args.command == "explain":

@@ -79,8 +79,8 @@ from prometheus_client import REGISTRY
 
 from gpustack_worker.agent.controller import Agent
 from gpustack_worker.api import keys, kinds, rbac
-from gpustack_worker.cli.plan_cmd import parse_sets
-from gpustack_worker.cli.planning import plan_chain
+from gpustack_worker.cli.plan.command import parse_sets
+from gpustack_worker.cli.plan.planning import plan_chain
 from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.devcluster.audit import AuditEvent, AuditLog
 from gpustack_worker.runtime.client import Client
@@ -89,7 +89,7 @@ from gpustack_worker.runtime.store import object_key, resource_version
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario
 from tests.chain.controller_procs import audited_cluster
-from tests.cli.test_plan_cluster import TEAM, live_view, plan_view
+from tests.cli.plan.test_plan_cluster import TEAM, live_view, plan_view
 from tests.stack import Stack, condition, eventually, running_stack
 
 if TYPE_CHECKING:
@@ -499,7 +499,7 @@ _BASELINES: dict[str, Baseline] = {}
 
 
 async def _settled(stack: Stack, scenario: str) -> Snapshot | None:
-    """The chain equal to ``plan`` (plan == live, tests/cli/test_plan_cluster.py) and at rest: every
+    """The chain equal to ``plan`` (plan == live, tests/cli/plan/test_plan_cluster.py) and at rest: every
     cache of the stack holds what the server holds and every queue is empty with nothing delayed or in
     flight (the controllers and the agent have acted on every change there is), and Kueue's report on
     every queue is current (it has nothing left to write either); the snapshot."""

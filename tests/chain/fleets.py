@@ -47,7 +47,7 @@ from hypothesis import strategies as st
 
 from gpustack_worker.api import identity, keys, kinds, manufacturers
 from gpustack_worker.chain import pools
-from gpustack_worker.cli.plan_cmd import parse_sets
+from gpustack_worker.cli.plan.command import parse_sets
 from gpustack_worker.simulate import render
 from gpustack_worker.simulate.scenario import Scenario
 

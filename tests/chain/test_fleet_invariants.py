@@ -1,7 +1,7 @@
 """Invariants of the whole chain over random fleets (issue 16, "What to show").
 
 Each fleet (:mod:`tests.chain.fleets`) is planned with ``gpustack-worker plan``'s
-:func:`~gpustack_worker.cli.planning.plan_chain` — the controllers' own pure functions, composed as the
+:func:`~gpustack_worker.cli.plan.planning.plan_chain` — the controllers' own pure functions, composed as the
 cluster composes them (stages 1-2 rendered by the simulator, the agent, nfd-master's projection, topology
 profiles, the chain) — and the plan is held to what the specification promises for every fleet:
 
@@ -49,7 +49,7 @@ from gpustack_worker.chain import flavors as chain_flavors
 from gpustack_worker.chain import pools
 from gpustack_worker.chain import queues as chain_queues
 from gpustack_worker.chain.nodes import node_hardware
-from gpustack_worker.cli.planning import PlannedChain, plan_chain
+from gpustack_worker.cli.plan.planning import PlannedChain, plan_chain
 from gpustack_worker.placement.demand import demand_of_podset
 from gpustack_worker.placement.fitpin import fit_requirements
 from gpustack_worker.runtime.quantity import parse

@@ -34,8 +34,8 @@ from hypothesis import HealthCheck, event, given, settings
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.chain import admissionchecks, inputs, managers, queues
 from gpustack_worker.chain.controller import Chain
-from gpustack_worker.cli.cluster_plan import LiveCluster, desired_chain, live_nodes, plan_cluster
-from gpustack_worker.cli.planning import (
+from gpustack_worker.cli.plan.cluster_plan import LiveCluster, desired_chain, live_nodes, plan_cluster
+from gpustack_worker.cli.plan.planning import (
     PlanError,
     PlannedChain,
     converge,
@@ -51,14 +51,14 @@ from gpustack_worker.runtime.settings import SettingsSource
 from gpustack_worker.simulate import render
 from gpustack_worker.topology import managers as topology_managers
 from tests.chain.fleets import Fleet, fleets
-from tests.cli.test_cluster_plan import NS, applied_fleet
+from tests.cli.plan.test_cluster_plan import NS, applied_fleet
 from tests.kit.properties import examples
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
 
     from gpustack_worker.chain.nodes import NodeHardware
-    from gpustack_worker.cli.planning import PlanNode
+    from gpustack_worker.cli.plan.planning import PlanNode
     from gpustack_worker.runtime.client import Client
     from gpustack_worker.runtime.informer import Informer
 

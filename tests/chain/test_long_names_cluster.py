@@ -5,7 +5,7 @@ name long enough to make a 63-character gKey, and a bare-manufacturer gKey next 
 same manufacturer goes through ``simulate apply``, the agent and the controllers: every flavor the plan
 prints is accepted by the API server (it exists, with the shortened ``.capacity`` / ``.count`` keys),
 every pool's queue is ``TopologyReady=True`` and the live chain equals ``plan``'s on the same scenario
-(the comparison of tests/cli/test_plan_cluster.py). And ``plan``'s own validation agrees with the API
+(the comparison of tests/cli/plan/test_plan_cluster.py). And ``plan``'s own validation agrees with the API
 server's: every object it prints for a sample scenario passes a server-side dry-run apply (Kueue's
 webhooks included), and an object it refuses is refused by the server too."""
 
@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from gpustack_worker.api import identity, keys, kinds, validation
-from gpustack_worker.cli.plan_cmd import parse_sets
-from gpustack_worker.cli.planning import plan_chain
+from gpustack_worker.cli.plan.command import parse_sets
+from gpustack_worker.cli.plan.planning import plan_chain
 from gpustack_worker.runtime.client import ApiError, Client
 from gpustack_worker.simulate.load import packaged_scenario, parse_scenario
-from tests.cli.test_plan_cluster import (
+from tests.cli.plan.test_plan_cluster import (
     CONVERGE_S,
     TEAM,
     Case,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from gpustack_worker.api import keys, manufacturers
-from gpustack_worker.cli.planning import plan_chain
+from gpustack_worker.cli.plan.planning import plan_chain
 from gpustack_worker.runtime.quantity import parse
 from gpustack_worker.simulate.scenario import Scenario
 from tests.chain.fleets import PRODUCTS, Grouping

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from gpustack_worker.chain import pools
-from gpustack_worker.cli.planning import plan_chain
+from gpustack_worker.cli.plan.planning import plan_chain
 from gpustack_worker.simulate.scenario import Scenario
 from tests.chain.fleets import Grouping
 

@@ -33,10 +33,10 @@ from pydantic import ValidationError
 
 from gpustack_worker.api import crdgen, keys, kinds, validation
 from gpustack_worker.api.crds.topology_source import TopologySource, TopologySourceSpec
-from gpustack_worker.cli.cluster_plan import desired_chain
 from gpustack_worker.cli.main import main
-from gpustack_worker.cli.plan_cmd import parse_sets
-from gpustack_worker.cli.planning import PlanError, plan_chain
+from gpustack_worker.cli.plan.cluster_plan import desired_chain
+from gpustack_worker.cli.plan.command import parse_sets
+from gpustack_worker.cli.plan.planning import PlanError, plan_chain
 from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.runtime.client import ApiError
 from gpustack_worker.runtime.registry import InformerRegistry
@@ -47,7 +47,7 @@ from gpustack_worker.topology import profiles, sources
 from gpustack_worker.topology.admission import review
 from gpustack_worker.topology.controller import Topology
 from gpustack_worker.topology.spec_check import format_errors, level_limit_errors, spec_errors
-from tests.cli.test_cluster_plan import applied_fleet
+from tests.cli.plan.test_cluster_plan import applied_fleet
 from tests.kit.properties import examples
 
 NS = kinds.SYSTEM_NAMESPACE

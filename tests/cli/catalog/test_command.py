@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from gpustack_worker.chain.catalog import catalog
 from gpustack_worker.cli.catalog.command import memory_text, render_text
-from gpustack_worker.cli.planning import plan_chain
+from gpustack_worker.cli.plan.planning import plan_chain
 from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.simulate.load import packaged_scenario, packaged_scenario_names
 

@@ -4,13 +4,13 @@ cluster, computed without writing anything.
 One read (:func:`read_live`: LISTs and two kinds of GET, nothing else — a read-only role is enough), then
 pure functions:
 
-1. :func:`live_nodes` — each live Node as :class:`~gpustack_worker.cli.planning.PlanNode`: the Node with
+1. :func:`live_nodes` — each live Node as :class:`~gpustack_worker.cli.plan.planning.PlanNode`: the Node with
    every label nfd-master projected (those its ``feature-labels`` annotation lists) and every label our
    controllers write on it directly (profile, fit) taken off (``inputs.unproject``), the labels of the
    NodeFeatures that are not ours (the Device Manager's), the worker NodeFeature's labels as already
    published, and the ``Devices``;
 2. :func:`desired_chain` — the Nodes through the scenario plan's own composition
-   (:func:`~gpustack_worker.cli.planning.converge`: agent, nfd-master and topology until the Nodes stop
+   (:func:`~gpustack_worker.cli.plan.planning.converge`: agent, nfd-master and topology until the Nodes stop
    changing), then what the chain's controllers write **next**, each decision the function its controller
    calls, fed what its cache holds (:func:`caches_of`: the listed objects under the informers' own label
    selectors, finalizing flavors included): ``flavors.plan_flavors`` / ``flavor_body`` (a name held by
@@ -36,7 +36,7 @@ pure functions:
 
 Limits (said, not guessed): one TopologySource at most, and not a webhook one (its snapshot is fetched by
 the controller from an address a planning machine may not reach) unless the snapshot is given — the
-preview of a TopologySource change (:mod:`gpustack_worker.cli.topology_preview`) plans the cluster with
+preview of a TopologySource change (:mod:`gpustack_worker.cli.plan.topology_preview`) plans the cluster with
 that source in place of, or beside, the live ones, and its ``--snapshot`` as what the source serves.
 """
 
@@ -62,7 +62,7 @@ from gpustack_worker.chain import (
 )
 from gpustack_worker.chain import flavors as chain_flavors
 from gpustack_worker.chain.steps import is_ours
-from gpustack_worker.cli.planning import (
+from gpustack_worker.cli.plan.planning import (
     PlanError,
     PlanNode,
     accepted,
@@ -85,8 +85,8 @@ if TYPE_CHECKING:
 
     from gpustack_worker.api.devices_view import DevicesFacts
     from gpustack_worker.chain.nodes import NodeHardware
+    from gpustack_worker.cli.plan.topology_preview import TopologyPreview
     from gpustack_worker.cli.settings import WorkerSettings
-    from gpustack_worker.cli.topology_preview import TopologyPreview
     from gpustack_worker.runtime.client import Client
     from gpustack_worker.runtime.labelselector import LabelSelector
     from gpustack_worker.runtime.resources import Resource

@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.chain import admissionchecks, managers
-from gpustack_worker.cli.cluster_plan import (
+from gpustack_worker.cli.main import main
+from gpustack_worker.cli.plan.cluster_plan import (
     Change,
     FieldChange,
     LiveCluster,
@@ -25,14 +26,13 @@ from gpustack_worker.cli.cluster_plan import (
     render_text,
     report_list,
 )
-from gpustack_worker.cli.main import main
-from gpustack_worker.cli.plan_cmd import parse_sets
-from gpustack_worker.cli.planning import PlanError, plan_chain, project
+from gpustack_worker.cli.plan.command import parse_sets
+from gpustack_worker.cli.plan.planning import PlanError, plan_chain, project
 from gpustack_worker.runtime.prune import OWNER_LABEL
 from gpustack_worker.simulate import render
 from gpustack_worker.simulate.load import packaged_scenario
 from tests.chain.fleets import Fleet, fleets
-from tests.cli.test_plan import rack_snapshot, rack_source
+from tests.cli.plan.test_plan import rack_snapshot, rack_source
 from tests.kit.properties import examples
 
 NS = kinds.SYSTEM_NAMESPACE
@@ -562,7 +562,7 @@ def _decide(
 
 
 def _expected_write(decided: Any) -> dict[str, Any]:
-    from gpustack_worker.cli.planning import topology_ready_status
+    from gpustack_worker.cli.plan.planning import topology_ready_status
 
     assert decided.body is not None
     return {**decided.body, "status": topology_ready_status(decided.condition)}

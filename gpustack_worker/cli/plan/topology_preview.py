@@ -5,7 +5,7 @@ The source in FILE is put where ``kubectl apply`` would put it (:func:`with_sour
 same name is **changed** (its uid, finalizers and status kept — the NodeFeatures it owns keep their names,
 its staleness clock its time — and its generation moved on when the spec differs), any other name is
 **added**. The cluster so changed is planned exactly as ``plan --from-cluster`` plans the live one
-(:func:`~gpustack_worker.cli.cluster_plan.plan_cluster`: the controllers' own decisions —
+(:func:`~gpustack_worker.cli.plan.cluster_plan.plan_cluster`: the controllers' own decisions —
 ``sources.decide`` for the source, the profile assigner, the flavor pass, ``queues.decide`` for each
 ClusterQueue's migration), with ``--snapshot`` as what the source serves (else, for a configMap arm, the
 live ConfigMap it references). :func:`preview` then reads that plan's changes — no rule of its own — into
@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from gpustack_worker.api import keys, kinds
-from gpustack_worker.cli.cluster_plan import FieldChange, LiveCluster, label_diff
+from gpustack_worker.cli.plan.cluster_plan import FieldChange, LiveCluster, label_diff
 from gpustack_worker.topology.sources import listed
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from gpustack_worker.cli.cluster_plan import Change, DecidedSource, PlanReport
+    from gpustack_worker.cli.plan.cluster_plan import Change, DecidedSource, PlanReport
 
 __all__ = ("QueueMigration", "SourceEdit", "TopologyPreview", "preview", "spec_diff", "with_source")
 

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from gpustack_worker.api import identity, keys, kinds, validation
 from gpustack_worker.chain import admissionchecks
 from gpustack_worker.cli.main import main
-from gpustack_worker.cli.plan_cmd import parse_sets
-from gpustack_worker.cli.planning import PlanError, PlannedChain, plan_chain, project
+from gpustack_worker.cli.plan.command import parse_sets
+from gpustack_worker.cli.plan.planning import PlanError, PlannedChain, plan_chain, project
 from gpustack_worker.runtime.quantity import parse
 from gpustack_worker.simulate.load import packaged_scenario, packaged_scenario_names, parse_scenario
 from tests.kit.properties import examples

@@ -133,7 +133,7 @@ class PlanNode:
     """One node as the cluster holds it: the Node with no NodeFeature projected, the labels of the
     NodeFeatures neither the agent nor a TopologySource writes (``dm_labels``: the Device Manager's) and
     the ``Devices`` object with its ledger. A scenario's are rendered; ``plan --from-cluster`` reads them
-    (:mod:`gpustack_worker.cli.cluster_plan`)."""
+    (:mod:`gpustack_worker.cli.plan.cluster_plan`)."""
 
     base: dict[str, Any]
     dm_labels: dict[str, str]

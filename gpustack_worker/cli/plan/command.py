@@ -1,10 +1,10 @@
 """``gpustack-worker plan SCENARIO [--set KEY=VALUE ...]``: the chain a scenario yields, with no cluster;
 ``gpustack-worker plan --from-cluster``: what the controllers would create, change and delete on the
-cluster the kubeconfig names, read-only (:mod:`gpustack_worker.cli.cluster_plan`).
+cluster the kubeconfig names, read-only (:mod:`gpustack_worker.cli.plan.cluster_plan`).
 
 Prints the ResourceFlavors, ClusterQueues (quota, stop policy, ``TopologyReady``), InstanceTypes (unit
 resources, the four-view) and LocalQueue names that the controllers would write for the scenario's
-Nodes, computed by the controllers' own pure functions (:mod:`gpustack_worker.cli.planning`).
+Nodes, computed by the controllers' own pure functions (:mod:`gpustack_worker.cli.plan.planning`).
 
 ``SCENARIO`` is a scenario file or the name of a packaged one (``mixed-4``). ``--set`` takes the same
 keys as the settings ConfigMap (validated by the same model; the ``GPUSTACK_*`` environment is not
@@ -15,7 +15,7 @@ read: a plan depends on its arguments only). ``--topology-source FILE`` adds a T
 With ``--from-cluster`` the settings are the live settings ConfigMap's, with ``--set`` over them (a
 revision the controllers reject: the defaults they would start on, and one warning line);
 ``--topology-source FILE [--snapshot FILE]`` previews applying that source — a new one, or a change of the
-live one of that name — to the live pools (:mod:`gpustack_worker.cli.topology_preview`).
+live one of that name — to the live pools (:mod:`gpustack_worker.cli.plan.topology_preview`).
 
 Exit codes: ``0`` planned; ``1`` the API server refused a read (``--from-cluster``); ``2`` an input is
 unreadable or invalid (one line per problem on stderr).
@@ -36,9 +36,9 @@ from pydantic import ValidationError
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.api.crds.topology_source import TopologySource
 from gpustack_worker.chain import admissionchecks, localqueues, managers
-from gpustack_worker.cli import cluster_plan
-from gpustack_worker.cli.cluster_plan import applicable
-from gpustack_worker.cli.planning import PLAN_NAMESPACE, PlanError, PlannedChain, plan_chain
+from gpustack_worker.cli.plan import cluster_plan
+from gpustack_worker.cli.plan.cluster_plan import applicable
+from gpustack_worker.cli.plan.planning import PLAN_NAMESPACE, PlanError, PlannedChain, plan_chain
 from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.runtime.prune import stamp
 from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP, SettingsError, settings_from
@@ -235,7 +235,7 @@ async def _plan_live(
     proposed: Mapping[str, Any] | None = None,
     snapshot: str | None = None,
 ) -> cluster_plan.PlanReport:
-    from gpustack_worker.cli.plan_settings import plan_settings, set_error
+    from gpustack_worker.cli.plan.settings import plan_settings, set_error
     from gpustack_worker.cli.request_timeout import request_timeout_of
     from gpustack_worker.runtime.client import Client
     from gpustack_worker.runtime.settings import SettingsError
@@ -266,7 +266,7 @@ async def _plan_live(
             live, chosen.settings, namespace=args.namespace, settings_source=chosen.source
         )
         return dataclasses.replace(report, warnings=warnings)
-    from gpustack_worker.cli import topology_preview
+    from gpustack_worker.cli.plan import topology_preview
 
     changed, edit = topology_preview.with_source(live, proposed)
     report = cluster_plan.plan_cluster(
@@ -282,11 +282,11 @@ def _run_from_cluster(
     proposed: Mapping[str, Any] | None = None,
     snapshot: str | None = None,
 ) -> int:
-    """``plan --from-cluster`` (:mod:`gpustack_worker.cli.cluster_plan`): read, plan, print; ``proposed``
+    """``plan --from-cluster`` (:mod:`gpustack_worker.cli.plan.cluster_plan`): read, plan, print; ``proposed``
     (a TopologySource file, with the ``snapshot`` it serves): preview applying it. ``2`` on bad input; a
     cluster that cannot be read (unreachable, no credentials, a read refused) is the CLI's one error line
     naming the server, exit 1 (:mod:`gpustack_worker.cli.errors`). A settings ConfigMap the controllers
-    reject is planned as they run on it (:mod:`gpustack_worker.cli.plan_settings`): one warning line on
+    reject is planned as they run on it (:mod:`gpustack_worker.cli.plan.settings`): one warning line on
     stderr, exit 0."""
     try:
         report = asyncio.run(_plan_live(args, overrides, proposed, snapshot))

@@ -40,7 +40,7 @@ from gpustack_worker.runtime.prune import OWNER_LABEL
 from gpustack_worker.runtime.settings import SettingsSource
 from gpustack_worker.simulate.apply import apply_scenario
 from tests.chain.controller_procs import ControllerProcs, audited_cluster
-from tests.cli.test_plan_from_cluster_cluster import _plan
+from tests.cli.plan.test_plan_from_cluster_cluster import _plan
 from tests.kit import kueue
 from tests.topology.cluster_helpers import condition, eventually, workload
 from tests.topology.test_migration_cluster import (

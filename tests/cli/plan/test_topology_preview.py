@@ -15,14 +15,14 @@ import pytest
 import yaml
 
 from gpustack_worker.api import keys
-from gpustack_worker.cli.cluster_plan import LiveCluster, PlanReport, plan_cluster, render_text
 from gpustack_worker.cli.main import main
-from gpustack_worker.cli.plan_cmd import parse_sets
-from gpustack_worker.cli.planning import PlanError
-from gpustack_worker.cli.topology_preview import preview, spec_diff, with_source
+from gpustack_worker.cli.plan.cluster_plan import LiveCluster, PlanReport, plan_cluster, render_text
+from gpustack_worker.cli.plan.command import parse_sets
+from gpustack_worker.cli.plan.planning import PlanError
+from gpustack_worker.cli.plan.topology_preview import preview, spec_diff, with_source
 from gpustack_worker.simulate.load import packaged_scenario
-from tests.cli.test_cluster_plan import NS, _only, _with, applied_fleet, converge
-from tests.cli.test_plan import rack_snapshot, rack_source
+from tests.cli.plan.test_cluster_plan import NS, _only, _with, applied_fleet, converge
+from tests.cli.plan.test_plan import rack_snapshot, rack_source
 
 RACK_NODES = [f"rack-node-{i}" for i in range(1, 9)]
 LEVELS = (keys.PRIVATE_REGION, keys.PRIVATE_ZONE, keys.PRIVATE_RACK)

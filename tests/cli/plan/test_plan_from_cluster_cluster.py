@@ -22,14 +22,23 @@ import pytest
 
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.chain import localqueues
-from gpustack_worker.cli.plan_cmd import parse_sets
-from gpustack_worker.cli.planning import plan_chain
+from gpustack_worker.cli.plan.command import parse_sets
+from gpustack_worker.cli.plan.planning import plan_chain
 from gpustack_worker.devcluster.audit import AuditLog
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.runtime.resources import Resource
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario
-from tests.cli.test_plan_cluster import CONVERGE_S, TEAM, Case, _converged, _idle, _prepare, _racks, plan_view
+from tests.cli.plan.test_plan_cluster import (
+    CONVERGE_S,
+    TEAM,
+    Case,
+    _converged,
+    _idle,
+    _prepare,
+    _racks,
+    plan_view,
+)
 from tests.stack import eventually, module_cluster, running_stack
 
 pytestmark = pytest.mark.cluster

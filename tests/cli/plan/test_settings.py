@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gpustack_worker.cli.plan_settings import bad_keys, plan_settings
+from gpustack_worker.cli.plan.settings import bad_keys, plan_settings
 from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.runtime.settings import SettingsError, SettingsSource, check_revision, settings_from
 

@@ -3,7 +3,7 @@ nodes drawn by :func:`tests.chain.fleets.fleets` (every manufacturer, odd produc
 nodes, unhealthy and partitioned cards, unpublished ledgers, admin ``managed`` labels) under its drawn
 grouping settings (and, for even seeds, a rack TopologySource) is applied with the simulator on a control
 plane of its own, the agent and the controllers run until idle, and the chain they built is compared with
-``gpustack-worker plan``'s — with the views and the machinery of :mod:`tests.cli.test_plan_cluster`.
+``gpustack-worker plan``'s — with the views and the machinery of :mod:`tests.cli.plan.test_plan_cluster`.
 
 The fleets are ones the simulator can write (no product name past the key budget: what such names do is
 :mod:`tests.chain.test_fleet_invariants`' business) and that give a chain (at least one flavor)."""
@@ -17,16 +17,16 @@ import pytest
 from hypothesis import Phase, find, settings
 
 from gpustack_worker.api import kinds
-from gpustack_worker.cli.planning import plan_chain
+from gpustack_worker.cli.plan.planning import plan_chain
 from gpustack_worker.runtime.client import Client
 from gpustack_worker.simulate.checks import check_scenario
 from tests.chain.fleets import Fleet, fleets
-from tests.cli.test_plan_cluster import CONVERGE_S, TEAM, _converged, _idle, live_view, plan_view
+from tests.cli.plan.test_plan_cluster import CONVERGE_S, TEAM, _converged, _idle, live_view, plan_view
 from tests.kit.properties import examples
 from tests.stack import eventually, module_cluster, running_stack, write_settings
 
 if TYPE_CHECKING:
-    from gpustack_worker.cli.planning import PlannedChain
+    from gpustack_worker.cli.plan.planning import PlannedChain
 
 pytestmark = pytest.mark.cluster
 
