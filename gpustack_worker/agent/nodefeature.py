@@ -4,7 +4,8 @@ The agent never writes these labels on the Node itself. It publishes an NFD ``No
 nfd-master merges it with the Device Manager's and projects the union onto the Node; nfd-master also
 removes a key once no NodeFeature carries it, so dropping a key from ``spec.labels`` is the removal.
 
-Keys (reference §3.2, built per §3.3 so they are byte-identical to other components'):
+Keys, as GPUStack's worker publishes them (built by :mod:`gpustack_worker.api.identity` with GPUStack's name
+normaliser, so they are byte-identical to other components'):
 
 - ``gpustack.ai/managed=true`` — see :mod:`gpustack_worker.agent.managed`;
 - ``general.feature.gpustack.ai/<cpuMfr>``, ``…/<gKey>`` and ``…/<gKey>.count`` (CPU capacity cores

@@ -21,17 +21,6 @@ DOCUMENTS = sorted(
 
 #: Every module of the package, held to the same rule as the documents.
 SOURCES = sorted(PACKAGE.rglob("*.py"))
-#: Modules that still cite an outside document, because others were changing them when the rest were
-#: fixed. Each entry must still cite one (the test fails once it no longer does, so remove the entry
-#: then): the set only shrinks, and is meant to end empty.
-PENDING: frozenset[str] = frozenset(
-    {
-        "gpustack_worker/agent/nodefeature.py",
-        "gpustack_worker/cli/demo/scene.py",
-        "gpustack_worker/cli/explain/explaining.py",
-        "gpustack_worker/cli/preflight/queues.py",
-    }
-)
 
 #: What a citation of an outside document looks like: a section sign, an appendix, the spec's files or
 #: the shared directory it lives in.
@@ -84,15 +73,7 @@ def _citations(path: Path) -> list[str]:
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.relative_to(REPO).as_posix())
 def test_no_citation_of_a_document_outside_the_repository_in_the_code(path: Path) -> None:
     found = _citations(path)
-    if path.relative_to(REPO).as_posix() in PENDING:
-        assert found, "cites nothing any more: remove it from PENDING"
-    else:
-        assert not found, "\n".join(found)
-
-
-def test_every_pending_module_exists() -> None:
-    """A pending module that moved or went away would escape both checks above, silently."""
-    assert not {p for p in PENDING if not (REPO / p).is_file()}
+    assert not found, "\n".join(found)
 
 
 @pytest.mark.parametrize("path", DOCUMENTS, ids=lambda p: p.relative_to(REPO).as_posix())

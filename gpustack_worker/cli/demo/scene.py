@@ -79,7 +79,9 @@ T4: Final = "t4"
 
 
 def snapshot_config_map(revision: str = "inventory-1") -> dict[str, Any]:
-    """The snapshot (reference §6.4) in a ConfigMap of the worker namespace."""
+    """The snapshot in a ConfigMap of the worker namespace: the writing arms' document, ``apiVersion``, an
+    opaque ``revision`` and ``nodes`` mapping each node to its level keys and values (docs/topology.md, "The
+    source contract")."""
     doc = {
         "apiVersion": keys.SNAPSHOT_API_VERSION,
         "revision": revision,

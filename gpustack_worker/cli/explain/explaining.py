@@ -1,4 +1,5 @@
-"""``gpustack-worker explain`` as pure functions: fetched objects in, an explanation out (reference §6.9).
+"""``gpustack-worker explain`` as pure functions: fetched objects in, an explanation out, in the order
+docs/admission.md ("Reading a Pending group") reads a Pending group.
 
 The diagnosis a person would otherwise assemble from ten ``kubectl`` commands, built from objects the
 command has already read (:mod:`gpustack_worker.cli.explain.command` does the reading; nothing here does I/O):

@@ -1,8 +1,9 @@
 """Preflight: the team queues whose GPU limit the chain's Kueue configuration would stop enforcing.
 
 Kueue rewrites every Workload's accelerator requests into credits (``resources.transformations``,
-``strategy: Replace``: ``nvidia.com/gpu`` → ``credits.gpustack.ai/nvidia`` × 1,600,000 per card, reference
-§1.3), and with ``quotaCheckStrategy: IgnoreUndeclared`` a queue admits what it does not declare. So a
+``strategy: Replace``: ``nvidia.com/gpu`` → ``credits.gpustack.ai/nvidia`` × 1,600,000 per card: the
+transformation the chart configures and ``api/kueue_config.py`` generates), and with ``quotaCheckStrategy:
+IgnoreUndeclared`` a queue admits what it does not declare. So a
 ClusterQueue (or a Cohort: its ``resourceGroups`` are quota too) whose flavor holds quota in a rewritten
 resource and not in its credits admits those Workloads **without a GPU limit** — a failure, printed with
 the credits quota that keeps the limit: per flavor and credits resource, each of ``nominalQuota``,
