@@ -38,7 +38,7 @@ from gpustack_worker.devcluster.audit import audit_policy
 from gpustack_worker.devcluster.bootstrap import ApiBootstrap, load_yaml_documents
 from gpustack_worker.devcluster.jaeger import Jaeger
 from gpustack_worker.devcluster.pki import Pki, make_pki
-from gpustack_worker.devcluster.procs import ManagedProcess, StartupError, free_port, http_ok
+from gpustack_worker.devcluster.procs import ManagedProcess, StartupError, free_port, http_ok, spawn
 from gpustack_worker.devcluster.real_nodes import RealNodes, apiserver_flags
 
 __all__ = (
@@ -300,10 +300,7 @@ class DevCluster:
                 api.close()
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> ManagedProcess:
-        proc = ManagedProcess(name, argv, self.dir / "logs" / f"{name}.log", env)
-        proc.start()
-        self.procs[name] = proc
-        return proc
+        return spawn(self.procs, name, argv, self.dir / "logs" / f"{name}.log", env)
 
     def _start_etcd(self) -> None:
         data = self.dir / "etcd-data"

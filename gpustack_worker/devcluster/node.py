@@ -29,7 +29,14 @@ import yaml
 
 from gpustack_worker.devcluster import node_config, oci
 from gpustack_worker.devcluster.node_config import RUN_ROOT, STATE_ROOT, NodeLayout
-from gpustack_worker.devcluster.procs import ManagedProcess, StartupError, free_port, http_ok, wait_until
+from gpustack_worker.devcluster.procs import (
+    ManagedProcess,
+    StartupError,
+    free_port,
+    http_ok,
+    spawn,
+    wait_until,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -316,10 +323,8 @@ class RealNode:
         return done.returncode == 0
 
     def _spawn(self, what: str, argv: list[str], env: dict[str, str] | None) -> ManagedProcess:
-        proc = ManagedProcess(f"{self.name}/{what}", argv, self.layout.config / f"{what}.log", env)
-        proc.start()
-        self.procs[what] = proc
-        return proc
+        log = self.layout.config / f"{what}.log"
+        return spawn(self.procs, what, argv, log, env, name=f"{self.name}/{what}")
 
 
 def kubeconfig(server: str, ca_cert: Path, user: str, token: str) -> dict[str, Any]:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from pathlib import Path
 
-__all__ = ("ManagedProcess", "StartupError", "free_port", "wait_until")
+__all__ = ("ManagedProcess", "StartupError", "free_port", "http_ok", "spawn", "wait_until")
 
 _PR_SET_PDEATHSIG = 1
 
@@ -40,6 +40,23 @@ def http_ok(url: str, ctx: ssl.SSLContext | None = None) -> bool:
 
 class StartupError(RuntimeError):
     """A component exited or did not become ready in time; the message quotes its log."""
+
+
+def spawn(
+    registry: dict[str, ManagedProcess],
+    key: str,
+    argv: Sequence[str],
+    log_path: Path,
+    env: dict[str, str] | None = None,
+    *,
+    name: str | None = None,
+) -> ManagedProcess:
+    """Start ``argv`` logging to ``log_path`` and keep it in ``registry`` under ``key`` (its owner stops
+    what it holds); ``name`` is how it is named in messages (default: ``key``)."""
+    proc = ManagedProcess(name or key, argv, log_path, env)
+    proc.start()
+    registry[key] = proc
+    return proc
 
 
 def free_port() -> int:

@@ -35,7 +35,14 @@ import yaml
 
 from gpustack_worker.devcluster import build, debs, node
 from gpustack_worker.devcluster.node_config import NodeLayout, kube_proxy_config
-from gpustack_worker.devcluster.procs import ManagedProcess, StartupError, free_port, http_ok, wait_until
+from gpustack_worker.devcluster.procs import (
+    ManagedProcess,
+    StartupError,
+    free_port,
+    http_ok,
+    spawn,
+    wait_until,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -233,10 +240,7 @@ class RealNodes:
         return path
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> ManagedProcess:
-        proc = ManagedProcess(name, argv, self.cluster_dir / "logs" / f"{name}.log", env)
-        proc.start()
-        self.procs[name] = proc
-        return proc
+        return spawn(self.procs, name, argv, self.cluster_dir / "logs" / f"{name}.log", env)
 
     def _start_controller_manager(self, server: str, pki: Pki) -> None:
         kubeconfig = self._kubeconfig(_CONTROLLER_MANAGER_USER, server, pki)

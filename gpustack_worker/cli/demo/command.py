@@ -49,7 +49,7 @@ from gpustack_worker.cli.simulate import command as simulate_cmd
 from gpustack_worker.devcluster import worker_webhooks
 from gpustack_worker.devcluster.cluster import NFD_MASTER_NODE, DevCluster
 from gpustack_worker.devcluster.helm import RELEASE
-from gpustack_worker.devcluster.procs import ManagedProcess, free_port
+from gpustack_worker.devcluster.procs import ManagedProcess, free_port, spawn
 from gpustack_worker.simulate.load import packaged_scenario
 
 if TYPE_CHECKING:
@@ -250,12 +250,8 @@ def _spawn(cluster: DevCluster, name: str, kubeconfig: Path, *args: str) -> Mana
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
     if cluster.jaeger is not None:  # spans go to the demo's Jaeger over OTLP (runtime/telemetry.py)
         env.update(cluster.jaeger.otel_env(f"gpustack-worker-{name}"))
-    proc = ManagedProcess(
-        name, [sys.executable, "-m", "gpustack_worker", *args], cluster.dir / "logs" / f"{name}.log", env
-    )
-    proc.start()
-    cluster.procs[name] = proc  # stopped with the cluster
-    return proc
+    argv = [sys.executable, "-m", "gpustack_worker", *args]
+    return spawn(cluster.procs, name, argv, cluster.dir / "logs" / f"{name}.log", env)  # stopped with it
 
 
 def _webhook_certs(cluster: DevCluster) -> Path:

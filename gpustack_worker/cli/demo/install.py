@@ -19,7 +19,7 @@ from gpustack_worker.api import kinds, rbac
 from gpustack_worker.devcluster import image
 from gpustack_worker.devcluster.build import BuildError
 from gpustack_worker.devcluster.helm import RELEASE, chart_dir, helm_runner, real_node_values
-from gpustack_worker.devcluster.procs import ManagedProcess, StartupError
+from gpustack_worker.devcluster.procs import ManagedProcess, StartupError, spawn
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -71,8 +71,6 @@ def local_agents(cluster: DevCluster, nodes: Iterable[str]) -> list[ManagedProce
         if cluster.jaeger is not None:
             env.update(cluster.jaeger.otel_env("gpustack-worker-agent"))
         argv = [sys.executable, "-m", "gpustack_worker", "agent", f"--node-name={name}", *_LOCAL_METRICS]
-        proc = ManagedProcess(f"agent-{name}", argv, cluster.dir / "logs" / f"agent-{name}.log", env)
-        proc.start()
-        cluster.procs[proc.name] = proc  # stopped with the cluster
-        started.append(proc)
+        key = f"agent-{name}"  # stopped with the cluster
+        started.append(spawn(cluster.procs, key, argv, cluster.dir / "logs" / f"{key}.log", env))
     return started
