@@ -91,6 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
                 "on first use), kube-controller-manager and kube-proxy, beside the simulated Nodes",
             )
             p.add_argument(
+                "--real-node-names",
+                default="",
+                metavar="A,B",
+                help="the names the first kubelets register as (default devcluster-node-<i>): a scenario "
+                "naming them makes `simulate apply` dress them as its machines, ledger included",
+            )
+            p.add_argument(
                 "--bare",
                 action="store_true",
                 help="none of the chart's objects (our ServiceAccounts and RBAC are otherwise installed so "

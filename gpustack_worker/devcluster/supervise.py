@@ -42,13 +42,14 @@ def _write_state(directory: Path, **state: Any) -> None:
 
 def main(argv: list[str]) -> int:
     """``python -m gpustack_worker.devcluster.supervise DIR [--audit-log FILE] [--jaeger] [--bare]
-    [--kubelets N]``."""
+    [--kubelets N] [--real-node-names A,B]``."""
     parser = argparse.ArgumentParser(prog="gpustack_worker.devcluster.supervise")
     parser.add_argument("dir")
     parser.add_argument("--audit-log", default=None)
     parser.add_argument("--jaeger", action="store_true")
     parser.add_argument("--bare", action="store_true")
     parser.add_argument("--kubelets", type=int, default=0)
+    parser.add_argument("--real-node-names", default="")
     args = parser.parse_args(argv)
     directory = Path(args.dir).resolve()
     directory.mkdir(parents=True, exist_ok=True)
@@ -63,6 +64,7 @@ def main(argv: list[str]) -> int:
         with_jaeger=args.jaeger,
         with_worker_rbac=not args.bare,
         kubelets=args.kubelets,
+        real_node_names=tuple(n for n in args.real_node_names.split(",") if n),
     )
     _write_state(directory, status="starting")
     try:

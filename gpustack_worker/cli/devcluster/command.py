@@ -7,7 +7,10 @@ address and the ``OTEL_EXPORTER_OTLP_ENDPOINT`` that sends spans to it.
 there, so the processes can run as them): ``helm install ./chart`` then works on it as on a team's cluster.
 
 ``up --kubelets N`` adds N real nodes (a kubelet each on its own containerd and runc, with a CNI
-bridge), kube-controller-manager and kube-proxy (:mod:`gpustack_worker.devcluster.real_nodes`).
+bridge), kube-controller-manager and kube-proxy (:mod:`gpustack_worker.devcluster.real_nodes`);
+``--real-node-names t4-4,h100-1`` registers the first kubelets under those names, so ``simulate apply`` of
+a scenario naming them dresses them as its machines (labels, the device plugins' pools, the ``Devices``
+ledger) and the agent's Pod there has cards to count.
 
 ``up --audit-log FILE`` makes kube-apiserver keep an audit log of every write (and of every request
 from the ``gpustack-system`` ServiceAccounts) in ``FILE``; read it with
@@ -65,6 +68,8 @@ def up(args: argparse.Namespace) -> int:
         argv.append("--bare")
     if getattr(args, "kubelets", 0):
         argv += ["--kubelets", str(args.kubelets)]
+    if getattr(args, "real_node_names", None):
+        argv += ["--real-node-names", args.real_node_names]
     proc = subprocess.Popen(
         argv,
         stdin=subprocess.DEVNULL,
