@@ -489,35 +489,49 @@ def _gate3(wl: dict[str, Any] | None) -> dict[str, Any]:
     return {}
 
 
-async def _queue_ready(admin: Client) -> None:
-    """The pool's queue references Gate 3 and is active, its LocalQueue is in the team's namespace, and
-    kube-controller-manager made the namespace's ``default`` ServiceAccount (a Pod needs it)."""
+async def _queue_ready(running: Running) -> None:
+    """The chain settled on the real node as it is now: every controller of the stack idle (the agent's fit
+    window included) at an instant when the pool's queue references Gate 3, is active and not stopped (no
+    migration under way), its LocalQueue is in the team's namespace, and kube-controller-manager made the
+    namespace's ``default`` ServiceAccount (a Pod needs it). An earlier step that re-registered the Node
+    changes its flavors; a Pod admitted before the chain caught up would be drained by the migration."""
+    admin, stack = running.admin, running.stack
 
     async def ready() -> bool:
+        if not (stack.idle() and _idle(stack)):
+            return False
         cq = await admin.get(kinds.CLUSTER_QUEUE, POOL)
-        checks = (((cq or {}).get("spec") or {}).get("admissionChecksStrategy") or {}).get(
-            "admissionChecks"
-        ) or []
+        spec = (cq or {}).get("spec") or {}
+        checks = (spec.get("admissionChecksStrategy") or {}).get("admissionChecks") or []
         lq = await admin.get(kinds.LOCAL_QUEUE, keys.local_queue_name(POOL), TEAM)
         sa = await admin.get(SERVICE_ACCOUNT, "default", TEAM)
         return (
             keys.NODE_DEVICES_CHECK in {c.get("name") for c in checks}
             and condition(cq, "Active").get("status") == "True"
+            and spec.get("stopPolicy", "None") == "None"
             and lq is not None
             and sa is not None
+            and stack.idle()
         )
 
     await eventually(ready, within=WITHIN)
 
 
 async def _started(admin: Client, name: str) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+
     async def running() -> dict[str, Any] | None:
         pod = await admin.get(kinds.POD, name, TEAM) or {}
+        seen["pod"] = {"nodeName": (pod.get("spec") or {}).get("nodeName"), "status": pod.get("status")}
         status = pod.get("status") or {}
         ready = [c.get("ready") for c in status.get("containerStatuses") or ()]
         return pod if status.get("phase") == "Running" and ready == [True] else None
 
-    return await eventually(running, within=WITHIN)
+    try:
+        return await eventually(running, within=WITHIN)
+    except AssertionError as exc:  # say where it stopped: the Pod as last read, and its Workload
+        wl = (await _workload_of(admin, name) or {}).get("status")
+        raise AssertionError(f"{exc}\nPod {name}: {seen.get('pod')}\nWorkload: {wl}") from exc
 
 
 async def test_a_pod_the_chain_admits_runs_on_the_real_node(running: Running) -> None:
@@ -526,7 +540,7 @@ async def test_a_pod_the_chain_admits_runs_on_the_real_node(running: Running) ->
     ``nvidia.com/gpu.sliced.units`` against the allocatable the agent wrote (a key at 0 or missing there
     and kube-scheduler would not bind it)."""
     admin = running.admin
-    await _queue_ready(admin)
+    await _queue_ready(running)
     name = f"slice-{uuid.uuid4().hex[:6]}"
     await admin.create(kinds.POD, _pod(name, SLICE))
     pod = await _started(admin, name)
@@ -548,7 +562,7 @@ async def test_gate3_frees_the_cards_of_a_pod_the_kubelet_ended(running: Running
     and its Pod runs on the real node. The ledger is never written here (it shows every card free): only
     the kubelet's report frees the three cards."""
     admin = running.admin
-    await _queue_ready(admin)
+    await _queue_ready(running)
     ended = f"ended-{uuid.uuid4().hex[:6]}"
     await admin.create(kinds.POD, _pod(ended, {NVIDIA: str(CARDS - 1)}, activeDeadlineSeconds=1))
 
