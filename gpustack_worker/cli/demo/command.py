@@ -300,7 +300,8 @@ def _install_on_real_node(demo: _Demo) -> None:
     """``helm install`` onto the real node; the simulated nodes' agents as local processes."""
     cluster = demo.cluster
     try:
-        built = demo_install.install(cluster, lambda line: None)
+        # the image's and helm's builds as they happen (a first run makes them: minutes, not silence)
+        built = demo_install.install(cluster, lambda line: print(f"  {line}", flush=True))
     except demo_install.InstallFailed as exc:
         raise DemoError(str(exc)) from exc
     demo.step(f"helm install {RELEASE}: {built.name} on real node {demo_install.REAL_NODE}, Pods Ready")
