@@ -158,9 +158,9 @@ def test_a_killed_build_neither_blocks_nor_litters_the_next(
         [
             sys.executable,
             "-c",
-            "import fcntl, sys, time\n"
+            "import fcntl, signal, sys\n"
             "f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); print('locked', flush=True)\n"
-            "time.sleep(3600)",
+            "signal.pause()",  # holds the lock until killed
             str(build.lock_path(component)),
         ],
         stdout=subprocess.PIPE,

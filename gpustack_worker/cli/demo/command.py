@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import os
 import shutil
 import signal
 import sys
@@ -49,7 +48,7 @@ from gpustack_worker.cli.simulate import command as simulate_cmd
 from gpustack_worker.devcluster import worker_webhooks
 from gpustack_worker.devcluster.cluster import NFD_MASTER_NODE, DevCluster
 from gpustack_worker.devcluster.helm import RELEASE
-from gpustack_worker.devcluster.procs import ManagedProcess, free_port, spawn
+from gpustack_worker.devcluster.procs import free_port
 from gpustack_worker.simulate.load import packaged_scenario
 
 if TYPE_CHECKING:
@@ -246,14 +245,6 @@ def _print_jaeger(url: str) -> None:
     )
 
 
-def _spawn(cluster: DevCluster, name: str, kubeconfig: Path, *args: str) -> ManagedProcess:
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
-    if cluster.jaeger is not None:  # spans go to the demo's Jaeger over OTLP (runtime/telemetry.py)
-        env.update(cluster.jaeger.otel_env(f"gpustack-worker-{name}"))
-    argv = [sys.executable, "-m", "gpustack_worker", *args]
-    return spawn(cluster.procs, name, argv, cluster.dir / "logs" / f"{name}.log", env)  # stopped with it
-
-
 def _webhook_certs(cluster: DevCluster) -> Path:
     """The controller's webhook serving certificate: the local control plane's (its CA signs it for
     127.0.0.1), under the names the chart's mounted Secret uses."""
@@ -269,7 +260,7 @@ def _run_locally(demo: _Demo) -> None:
     """The agent (every node) and the controller as local processes, each as its own ServiceAccount (so
     with exactly the RBAC manifests/rbac and the chart grant), the webhooks registered as the chart does."""
     cluster = demo.cluster
-    _spawn(
+    demo_install.start_process(
         cluster,
         "agent",
         cluster.service_account_kubeconfig(rbac.AGENT.name),
@@ -279,7 +270,7 @@ def _run_locally(demo: _Demo) -> None:
     )
     certs = _webhook_certs(cluster)
     port = free_port()
-    _spawn(
+    demo_install.start_process(
         cluster,
         "controller",
         cluster.service_account_kubeconfig(rbac.CONTROLLER.name),

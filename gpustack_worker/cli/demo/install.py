@@ -23,10 +23,11 @@ from gpustack_worker.devcluster.procs import ManagedProcess, StartupError, spawn
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
+    from pathlib import Path
 
     from gpustack_worker.devcluster.cluster import DevCluster
 
-__all__ = ("REAL_NODE", "InstallFailed", "install", "local_agents")
+__all__ = ("REAL_NODE", "InstallFailed", "install", "local_agents", "start_process")
 
 #: The demo node a kubelet stands in for: a T4 machine in rack-b2 that no sample Pod is bound to (the
 #: ``disagg`` deployment waits), so the demo's outcome is the same as on an all-simulated fleet.
@@ -65,12 +66,28 @@ def install(cluster: DevCluster, log: Callable[[str], None]) -> image.ProductIma
 def local_agents(cluster: DevCluster, nodes: Iterable[str]) -> list[ManagedProcess]:
     """One agent process per simulated node, as the chart's agent ServiceAccount (made by the install)."""
     kubeconfig = cluster.service_account_kubeconfig(rbac.AGENT.name)
-    started: list[ManagedProcess] = []
-    for name in nodes:
-        env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
-        if cluster.jaeger is not None:
-            env.update(cluster.jaeger.otel_env("gpustack-worker-agent"))
-        argv = [sys.executable, "-m", "gpustack_worker", "agent", f"--node-name={name}", *_LOCAL_METRICS]
-        key = f"agent-{name}"  # stopped with the cluster
-        started.append(spawn(cluster.procs, key, argv, cluster.dir / "logs" / f"{key}.log", env))
-    return started
+    return [
+        start_process(
+            cluster,
+            f"agent-{name}",
+            kubeconfig,
+            "agent",
+            f"--node-name={name}",
+            *_LOCAL_METRICS,
+            service="agent",
+        )
+        for name in nodes
+    ]
+
+
+def start_process(
+    cluster: DevCluster, key: str, kubeconfig: Path, *args: str, service: str | None = None
+) -> ManagedProcess:
+    """``gpustack-worker ARGS…`` as a local process with ``kubeconfig``, logging to ``logs/<key>.log`` and
+    stopped with the cluster; its spans go to the demo's Jaeger over OTLP (runtime/telemetry.py) as
+    service ``gpustack-worker-<service or key>``."""
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    if cluster.jaeger is not None:
+        env.update(cluster.jaeger.otel_env(f"gpustack-worker-{service or key}"))
+    argv = [sys.executable, "-m", "gpustack_worker", *args]
+    return spawn(cluster.procs, key, argv, cluster.dir / "logs" / f"{key}.log", env)

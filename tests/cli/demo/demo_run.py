@@ -113,15 +113,23 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+def argv_of(pid: int) -> list[str]:
+    """The command line of process ``pid`` (empty once it is gone)."""
+    try:
+        return [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
+    except OSError:
+        return []
+
+
 def process(pids: list[int], subcommand: str) -> tuple[int, dict[str, str]]:
     """The child ``python -m gpustack_worker <subcommand>`` and its environment."""
     for pid in pids:
+        argv = argv_of(pid)
         try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"gpustack_worker" in argv and subcommand.encode() in argv:
+        if "gpustack_worker" in argv and subcommand in argv:
             env = dict(e.decode().split("=", 1) for e in environ if b"=" in e)
             return pid, env
     raise AssertionError(f"no gpustack_worker {subcommand} process among {pids}")

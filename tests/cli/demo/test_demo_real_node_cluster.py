@@ -29,9 +29,11 @@ from gpustack_worker.devcluster.helm import RELEASE
 from gpustack_worker.devcluster.real_nodes import REAL_NODE_LABEL
 from gpustack_worker.simulate.apply import reported_by_kubelet
 from gpustack_worker.simulate.load import packaged_scenario
+from tests.chart.helm_real import ready
 from tests.cli.demo.demo_run import (
     Demo,
     admin_client,
+    argv_of,
     check_ctrl_c_stops_everything,
     check_deployments,
     check_pools_flavors_and_queues,
@@ -60,13 +62,6 @@ async def test_one_deployment_admitted_the_two_role_one_waits_with_kueues_reason
     await check_deployments(demo)
 
 
-def _argv(pid: int) -> list[str]:
-    try:
-        return [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
-    except OSError:
-        return []
-
-
 def _release_pods(pods: list[dict[str, Any]], component: str) -> list[dict[str, Any]]:
     return [
         p
@@ -74,11 +69,6 @@ def _release_pods(pods: list[dict[str, Any]], component: str) -> list[dict[str, 
         if (p["metadata"].get("labels") or {}).get("app.kubernetes.io/instance") == RELEASE
         and (p["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == component
     ]
-
-
-def _ready(pod: dict[str, Any]) -> bool:
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 async def test_the_real_node_is_counted_by_the_agent_pod_on_it(demo: Demo) -> None:
@@ -97,11 +87,11 @@ async def test_the_real_node_is_counted_by_the_agent_pod_on_it(demo: Demo) -> No
     assert node["status"]["capacity"].get("nvidia.com/gpu") == "2", node["status"]["capacity"]
     assert stage3_done(node), node["metadata"]["labels"]
     agents = _release_pods(pods, "agent")
-    assert [(p["spec"]["nodeName"], _ready(p)) for p in agents] == [(REAL_NODE, True)]
+    assert [(p["spec"]["nodeName"], ready(p)) for p in agents] == [(REAL_NODE, True)]
     served = {
         arg.split("=", 1)[1]
         for pid in child_pids(demo.proc.pid)
-        for arg in _argv(pid)
+        for arg in argv_of(pid)
         if arg.startswith("--node-name=")
     }
     others = {n.name for n in packaged_scenario(demo_scene.DEMO_SCENARIO).nodes} - {REAL_NODE}
@@ -119,7 +109,7 @@ async def test_two_controller_pods_on_the_real_node_one_named_leader(demo: Demo)
     finally:
         await admin.close()
     controllers = _release_pods(pods, "controller")
-    assert len(controllers) == 2 and all(_ready(p) for p in controllers), controllers
+    assert len(controllers) == 2 and all(ready(p) for p in controllers), controllers
     assert {p["spec"]["nodeName"] for p in controllers} == {REAL_NODE}
     text = demo.text()
     assert f"real node: {REAL_NODE} (helm release {RELEASE}" in text
@@ -130,5 +120,5 @@ async def test_two_controller_pods_on_the_real_node_one_named_leader(demo: Demo)
 
 def test_ctrl_c_stops_everything_the_kubelet_included(demo: Demo) -> None:
     started = child_pids(demo.proc.pid)
-    assert any(Path(arg).name == "kubelet" for pid in started for arg in _argv(pid)[:1])
+    assert any(Path(arg).name == "kubelet" for pid in started for arg in argv_of(pid)[:1])
     check_ctrl_c_stops_everything(demo)
