@@ -41,7 +41,6 @@ from gpustack_worker.chain import (
     settle,
     typestatus,
 )
-from gpustack_worker.chain.inputs import owns_field
 from gpustack_worker.chain.nodes import NodeHardware, node_hardware, unprofiled_hardware
 from gpustack_worker.runtime import conditions
 from gpustack_worker.runtime.apply import Applier
@@ -69,7 +68,6 @@ __all__ = (
     "WriteFailure",
     "WritesRefused",
     "is_ours",
-    "owns_field",
     "write_failure",
 )
 

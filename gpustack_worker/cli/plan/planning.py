@@ -40,7 +40,7 @@ from gpustack_worker.api import keys, kinds, validation
 from gpustack_worker.api.devices_view import DevicesFacts, devices_facts
 from gpustack_worker.chain import admissionchecks, inputs, localqueues, managers, pools, queues
 from gpustack_worker.chain import flavors as chain_flavors
-from gpustack_worker.chain.inputs import NFD_DEFAULT_NS, project
+from gpustack_worker.chain.inputs import project
 from gpustack_worker.runtime.prune import stamp
 from gpustack_worker.simulate import render
 from gpustack_worker.topology import levels as lv
@@ -55,7 +55,6 @@ if TYPE_CHECKING:
     from gpustack_worker.simulate.scenario import Scenario
 
 __all__ = (
-    "NFD_DEFAULT_NS",
     "PlanError",
     "PlanNode",
     "PlannedChain",

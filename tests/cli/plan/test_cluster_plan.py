@@ -542,8 +542,8 @@ def _decide(
     live: LiveCluster, queue: dict[str, Any], flavors: list[dict[str, Any]], s: Any, topologies: Any = None
 ) -> Any:
     from gpustack_worker.chain import queues
+    from gpustack_worker.chain.inputs import owns_field
     from gpustack_worker.chain.nodes import node_hardware
-    from gpustack_worker.chain.steps import owns_field
 
     names = {t["metadata"]["name"] for t in live.topologies} if topologies is None else topologies
     return queues.decide(
