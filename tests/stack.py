@@ -14,9 +14,10 @@ from gpustack_worker.api import kinds, rbac
 from gpustack_worker.chain.controller import Chain
 from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.runtime.client import Client
+from gpustack_worker.runtime.defaults import DEFAULT_CONFIGMAP, DEFAULT_NAMESPACE
 from gpustack_worker.runtime.manager import Manager
 from gpustack_worker.runtime.registry import InformerRegistry
-from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP, DEFAULT_NAMESPACE, SettingsSource
+from gpustack_worker.runtime.settings import SettingsSource
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario
 from gpustack_worker.topology.controller import Topology

@@ -35,6 +35,7 @@ import yaml
 
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.api.generated import report, stale, write_files
+from gpustack_worker.api.kueue_install import KUEUE_NAMESPACE
 from gpustack_worker.api.manufacturers import MANUFACTURERS
 
 if TYPE_CHECKING:
@@ -46,7 +47,6 @@ __all__ = (
     "FEATURE_GATES",
     "FRAMEWORKS",
     "IN_CLUSTER",
-    "KUEUE_NAMESPACE",
     "chart_manager_config",
     "check",
     "kueue_manager_config",
@@ -60,8 +60,6 @@ __all__ = (
 )
 
 CONFIG_API_VERSION: Final = "config.kueue.x-k8s.io/v1beta2"
-#: Where Kueue runs (its Helm chart's and its manifests' namespace).
-KUEUE_NAMESPACE: Final = "kueue-system"
 #: Kueue integrations the chain relies on: ``pod`` turns the role annotation of a Pod
 #: (``kueue.x-k8s.io/podset-required-topology``) into the PodSet's required topology request;
 #: ``batch/job`` for plain Jobs. GPUStack's chart enables more

@@ -39,7 +39,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from gpustack_worker.api import kinds, kueue_config
+from gpustack_worker.api import kinds, kueue_config, kueue_install
 from gpustack_worker.runtime.quantity import same_quantity
 
 if TYPE_CHECKING:
@@ -148,7 +148,10 @@ def _requirement_matches(req: Mapping[str, Any], labels: Mapping[str, str]) -> b
 
 
 def selects_namespace(
-    selector: Mapping[str, Any] | None, namespace: str, *, kueue_namespace: str = kueue_config.KUEUE_NAMESPACE
+    selector: Mapping[str, Any] | None,
+    namespace: str,
+    *,
+    kueue_namespace: str = kueue_install.KUEUE_NAMESPACE,
 ) -> bool:
     """Whether a ``metav1.LabelSelector`` selects the Namespace ``namespace`` by its name label (``None``
     stands for Kueue's default selector, which excludes only ``kube-system`` and Kueue's namespace)."""
@@ -322,7 +325,7 @@ def required_changes(
     changes.extend(_framework_changes(config))
     changes.extend(_gate_changes(config, gate_flags))
     selector = config.get("managedJobsNamespaceSelector")
-    kueue_namespace = str(config.get("namespace") or kueue_config.KUEUE_NAMESPACE)
+    kueue_namespace = str(config.get("namespace") or kueue_install.KUEUE_NAMESPACE)
     if selects_namespace(selector, system_namespace, kueue_namespace=kueue_namespace):
         changes.append(
             Change(

@@ -14,7 +14,7 @@ from typing import Final, Literal
 from pydantic import Field, field_validator
 
 from gpustack_worker.api import keys
-from gpustack_worker.api.kueue_config import KUEUE_NAMESPACE
+from gpustack_worker.api.kueue_install import KUEUE_NAMESPACE
 from gpustack_worker.runtime.labelselector import SelectorError, parse_selector
 from gpustack_worker.runtime.settings import STARTUP_ONLY, RuntimeSettings, SettingsModel
 

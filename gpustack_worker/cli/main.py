@@ -16,7 +16,8 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from gpustack_worker.cli.flags import SETTINGS_CONFIGMAP, SYSTEM_NAMESPACE, add_kubeconfig_flags
+from gpustack_worker.cli.flags import SYSTEM_NAMESPACE, add_kubeconfig_flags, add_process_flags
+from gpustack_worker.runtime.defaults import DEFAULT_CONFIGMAP
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -25,22 +26,6 @@ if TYPE_CHECKING:
 DEBUG_ENV = "GPUSTACK_DEBUG"
 #: The exit code of a command whose output pipe was closed (128 + SIGPIPE, as a shell reports kubectl's).
 BROKEN_PIPE_EXIT = 141
-
-
-def _common_api_flags(p: argparse.ArgumentParser) -> None:
-    add_kubeconfig_flags(p)
-    p.add_argument("--namespace", default=SYSTEM_NAMESPACE, help="system namespace (default: %(default)s)")
-    p.add_argument(
-        "--settings-configmap",
-        default=SETTINGS_CONFIGMAP,
-        help="settings ConfigMap name (default: %(default)s)",
-    )
-    p.add_argument(
-        "--metrics-bind", default="127.0.0.1:8080", help="health/metrics address (default: %(default)s)"
-    )
-    from gpustack_worker.cli.metrics_serving import add_metrics_serving_flags
-
-    add_metrics_serving_flags(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -113,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_kubeconfig_flags(apply)
 
     ctl = sub.add_parser("controller", help="the leader-elected cluster-wide controller")
-    _common_api_flags(ctl)
+    add_process_flags(ctl)
     ctl.add_argument("--identity", default=None, help="leader-election identity (default: hostname_pid)")
     ctl.add_argument(
         "--webhook-bind",
@@ -127,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     agent = sub.add_parser("agent", help="the per-node stage-3 agent (DaemonSet)")
-    _common_api_flags(agent)
+    add_process_flags(agent)
     agent.add_argument("--all-nodes", action="store_true", help="serve every node from one process")
     agent.add_argument(
         "--node-name", default=os.environ.get("NODE_NAME"), help="node to serve (default: $NODE_NAME)"
@@ -138,25 +123,23 @@ def build_parser() -> argparse.ArgumentParser:
     cat.add_argument("--namespace", default=SYSTEM_NAMESPACE, help="system namespace (default: %(default)s)")
     cat.add_argument(
         "--settings-configmap",
-        default=SETTINGS_CONFIGMAP,
+        default=DEFAULT_CONFIGMAP,
         help="settings ConfigMap (in --namespace) whose instance-type-aware-cpu-manufacturer groups the "
         "catalog (default: %(default)s)",
     )
     add_output_flag(cat)
 
-    from gpustack_worker.cli.plan import command as plan_cmd
+    from gpustack_worker.cli.cleanup import parser as cleanup_parser
+    from gpustack_worker.cli.explain import parser as explain_parser
+    from gpustack_worker.cli.kueue_config import parser as kueue_config_parser
+    from gpustack_worker.cli.plan import parser as plan_parser
+    from gpustack_worker.cli.preflight import parser as preflight_parser
 
-    plan_cmd.add_parser(sub)
-
-    from gpustack_worker.cli.cleanup import command as cleanup_cmd
-    from gpustack_worker.cli.explain import command as explain_cmd
-    from gpustack_worker.cli.kueue_config import command as kueue_config_cmd
-    from gpustack_worker.cli.preflight import command as preflight_cmd
-
-    explain_cmd.add_parser(sub)
-    cleanup_cmd.add_parser(sub)
-    preflight_cmd.add_parser(sub)
-    kueue_config_cmd.add_parser(sub)
+    plan_parser.add_parser(sub)
+    explain_parser.add_parser(sub)
+    cleanup_parser.add_parser(sub)
+    preflight_parser.add_parser(sub)
+    kueue_config_parser.add_parser(sub)
 
     demo = sub.add_parser("demo", help="the whole product on a local control plane (docs/demo.md)")
     demo.add_argument("--dir", default=".devcluster", help="state directory (default: %(default)s)")

@@ -25,26 +25,7 @@ if TYPE_CHECKING:
     from gpustack_worker.runtime.client import Client
     from gpustack_worker.runtime.health import HealthServer
 
-__all__ = ("add_metrics_serving_flags", "secure_metrics")
-
-
-def add_metrics_serving_flags(p: argparse.ArgumentParser) -> None:
-    """The two flags, next to ``--metrics-bind``."""
-    p.add_argument(
-        "--metrics-secure-bind",
-        default="",
-        metavar="ADDR",
-        help="serve /metrics over HTTPS here instead (e.g. :8443), each scrape authenticated (TokenReview)"
-        " and authorised (SubjectAccessReview: get /metrics); --metrics-bind keeps /healthz and /readyz"
-        " (default: off, /metrics in plain HTTP on --metrics-bind)",
-    )
-    p.add_argument(
-        "--metrics-cert-dir",
-        default="",
-        metavar="DIR",
-        help="tls.crt and tls.key for --metrics-secure-bind (default: a self-signed certificate made at"
-        " start)",
-    )
+__all__ = ("secure_metrics",)
 
 
 @contextlib.asynccontextmanager

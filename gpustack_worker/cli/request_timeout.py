@@ -18,7 +18,7 @@ import os
 import re
 from typing import TYPE_CHECKING, Final
 
-from gpustack_worker.runtime.client import DEFAULT_TIMEOUT_S
+from gpustack_worker.runtime.defaults import DEFAULT_TIMEOUT_S
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 from gpustack_worker.agent.settings import AgentSettings
 from gpustack_worker.chain.settings import ControllerSettings
-from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP, SettingsError, SettingsSource, settings_from
+from gpustack_worker.runtime.defaults import DEFAULT_CONFIGMAP
+from gpustack_worker.runtime.settings import SettingsError, SettingsSource, settings_from
 from gpustack_worker.runtime.telemetry import set_log_level
 
 if TYPE_CHECKING:

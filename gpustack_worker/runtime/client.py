@@ -48,6 +48,7 @@ from opentelemetry import trace
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop_after_delay
 
 from gpustack_worker.runtime import proxy, transport, wire
+from gpustack_worker.runtime.defaults import DEFAULT_TIMEOUT_S
 from gpustack_worker.runtime.kubeconfig_check import document_problem, kubeconfig_problem, load_kubeconfig
 from gpustack_worker.runtime.lines import byte_lines
 from gpustack_worker.runtime.metrics import CLIENT_REAUTHENTICATIONS, FENCED_WRITES, REST_REQUESTS
@@ -95,8 +96,6 @@ _PATCH_TYPES: Final = {
 _RETRIABLE_STATUS: Final = frozenset({401, 429, 500, 502, 503, 504})
 #: ``DeleteOptions.propagationPolicy`` values.
 _PROPAGATION_POLICIES: Final = frozenset({"Background", "Foreground", "Orphan"})
-#: Default per-request timeout; kr8s' own default is "none at all".
-DEFAULT_TIMEOUT_S: Final = 30.0
 #: User-Agent of a client that does not name itself (commands pass ``<program>/<identity>``).
 DEFAULT_USER_AGENT: Final = "gpustack-worker"
 #: Where kubectl (and kr8s, and so :meth:`Client.connect`) looks when neither ``--kubeconfig`` nor

@@ -54,6 +54,7 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from gpustack_worker.runtime.defaults import DEFAULT_CONFIGMAP, DEFAULT_NAMESPACE
 from gpustack_worker.runtime.events import EventRecorder
 from gpustack_worker.runtime.informer import DELETED, Informer, InformerOptions
 from gpustack_worker.runtime.metrics import SETTINGS_INVALID, SETTINGS_LAST_GOOD, SETTINGS_REJECTED
@@ -67,8 +68,6 @@ if TYPE_CHECKING:
     from gpustack_worker.runtime.client import Client
 
 __all__ = (
-    "DEFAULT_CONFIGMAP",
-    "DEFAULT_NAMESPACE",
     "ENV_PREFIX",
     "STARTUP_ONLY",
     "Order",
@@ -86,8 +85,6 @@ __all__ = (
     "startup_only_keys",
 )
 
-DEFAULT_CONFIGMAP: Final = "gpustack-settings"
-DEFAULT_NAMESPACE: Final = "gpustack-system"
 #: ``reportingController`` of the Events a rejected revision gets.
 REPORTING_CONTROLLER: Final = "gpustack.ai/worker"
 ENV_PREFIX: Final = "GPUSTACK_"

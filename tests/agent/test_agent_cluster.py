@@ -19,8 +19,9 @@ from gpustack_worker.agent.facts import devices_facts, node_facts
 from gpustack_worker.api import keys, kinds, rbac
 from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.runtime.client import Client
+from gpustack_worker.runtime.defaults import DEFAULT_CONFIGMAP, DEFAULT_NAMESPACE
 from gpustack_worker.runtime.quantity import parse
-from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP, DEFAULT_NAMESPACE, SettingsSource
+from gpustack_worker.runtime.settings import SettingsSource
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario
 from tests.kit.waiting import eventually

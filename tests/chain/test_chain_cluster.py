@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from gpustack_worker.api import keys, kinds, kueue_config
+from gpustack_worker.api import keys, kinds, kueue_install
 from gpustack_worker.runtime.quantity import parse
 from gpustack_worker.runtime.store import resource_version
 from tests.chain.fault_kit import quiescent
@@ -419,7 +419,7 @@ async def test_no_local_queues_in_kueue_and_nfd_namespaces_by_default(running: S
     admin = running.admin
     await test_flavors_queues_types_and_local_queues_exist(running)
     expected = {keys.local_queue_name(q) for q in await _names(admin, kinds.CLUSTER_QUEUE)}
-    system = (kueue_config.KUEUE_NAMESPACE, keys.NFD_NAMESPACE)
+    system = (kueue_install.KUEUE_NAMESPACE, keys.NFD_NAMESPACE)
     for ns in system:
         assert await admin.get(kinds.NAMESPACE, ns) is not None, ns  # the devcluster makes both
     late = "team-late"

@@ -76,6 +76,49 @@ def test_version_is_the_package_metadata_version(capsys: pytest.CaptureFixture[s
     assert VERSION == package_version() != "0+unknown"
 
 
+#: What building the command line may load: its own flags, names, and the light modules they sit in.
+_PARSER_MAY_IMPORT = frozenset(
+    {
+        "gpustack_worker.api.kinds",
+        "gpustack_worker.api.kueue_install",
+        "gpustack_worker.cli.flags",
+        "gpustack_worker.cli.main",
+        "gpustack_worker.cli.output",
+        "gpustack_worker.cli.request_timeout",
+        "gpustack_worker.runtime.defaults",
+        "gpustack_worker.runtime.resources",
+        "gpustack_worker.runtime.version",
+    }
+)
+#: Libraries a command's code needs and the parser must not: each costs tens to hundreds of milliseconds.
+_HEAVY_LIBRARIES = ("kr8s", "httpx", "pydantic", "structlog", "opentelemetry", "cryptography", "anyio")
+
+
+def test_the_command_line_is_built_without_loading_any_command() -> None:
+    """``--version``, ``--help`` and a usage error answer before any command's code loads: a fresh
+    interpreter that builds the parser and parses a bad deadline has loaded only the parsers and names."""
+    probe = (
+        "import json, sys\n"
+        "from gpustack_worker.cli import main\n"
+        "try:\n"
+        "    main.build_parser().parse_args(['preflight', '--request-timeout', 'soon'])\n"
+        "except SystemExit as exit_:\n"
+        "    code = exit_.code\n"
+        "packages = [m for m, module in sys.modules.items() if hasattr(module, '__path__')]\n"
+        "print(json.dumps({'code': code, 'modules': sorted(sys.modules), 'packages': packages}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    seen = json.loads(done.stdout)
+    assert seen["code"] == 2, done.stderr
+    ours = {m for m in seen["modules"] if m.startswith("gpustack_worker.")}
+    parsers = {m for m in ours if m.endswith(".parser")}
+    assert len(parsers) == 5, parsers  # plan, explain, cleanup, preflight, kueue-config
+    assert ours - _PARSER_MAY_IMPORT - parsers - set(seen["packages"]) == set()
+    assert {m.split(".")[0] for m in seen["modules"]} & set(_HEAVY_LIBRARIES) == set()
+
+
 def test_the_version_is_in_the_user_agent_after_the_program_and_its_identity() -> None:
     assert user_agent_of("gpustack-worker-controller/host_1") == (
         f"gpustack-worker-controller/host_1 gpustack-worker/{VERSION}"

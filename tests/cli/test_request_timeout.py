@@ -10,7 +10,7 @@ import pytest
 
 from gpustack_worker.cli import main
 from gpustack_worker.cli.request_timeout import ENV, parse_request_timeout, request_timeout_of
-from gpustack_worker.runtime.client import DEFAULT_TIMEOUT_S
+from gpustack_worker.runtime.defaults import DEFAULT_TIMEOUT_S
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,8 @@ import pytest
 from gpustack_worker.api import kinds
 from gpustack_worker.api.crds import InstanceType, ModelDeployment, TopologySource
 from gpustack_worker.cli.settings import WorkerSettings
-from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP, DEFAULT_NAMESPACE, settings_from
+from gpustack_worker.runtime.defaults import DEFAULT_CONFIGMAP, DEFAULT_NAMESPACE
+from gpustack_worker.runtime.settings import settings_from
 from gpustack_worker.topology import snapshot
 from gpustack_worker.topology.spec_check import spec_errors
 from tests.docs.examples import SNAPSHOT_FILES, documents, example_files, listed_files, objects, snapshot_of
@@ -105,9 +106,7 @@ def test_each_snapshot_validates_against_its_source(source: dict[str, Any]) -> N
 
 
 def test_settings_validate() -> None:
-    (cm,) = [
-        doc for doc in _of_kind(kinds.CONFIG_MAP.kind) if doc["metadata"]["name"] == DEFAULT_CONFIGMAP
-    ]
+    (cm,) = [doc for doc in _of_kind(kinds.CONFIG_MAP.kind) if doc["metadata"]["name"] == DEFAULT_CONFIGMAP]
     assert cm["metadata"]["namespace"] == DEFAULT_NAMESPACE
     settings = settings_from(WorkerSettings, cm["data"], env={})
     assert settings.model_artifact_delivery_mode == "Node"

@@ -36,7 +36,7 @@ import pytest
 from gpustack_worker.api import keys, kinds
 from gpustack_worker.placement import joint
 from gpustack_worker.placement.controller import Placement
-from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP, DEFAULT_NAMESPACE
+from gpustack_worker.runtime.defaults import DEFAULT_CONFIGMAP, DEFAULT_NAMESPACE
 from tests import stack as support
 from tests.kit import kueue, models
 from tests.kit.resync import resynced

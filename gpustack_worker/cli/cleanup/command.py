@@ -45,14 +45,12 @@ if TYPE_CHECKING:
     from gpustack_worker.runtime.client import Client
     from gpustack_worker.runtime.resources import Resource
 
-__all__ = ("USER_AGENT", "add_parser", "run")
+__all__ = ("USER_AGENT", "run")
 
 USER_AGENT: Final = "gpustack-worker-cleanup"
 #: Exit code of a refusal (the controller still holds its Lease).
 REFUSED: Final = 3
 _POLL_S: Final = 0.5
-#: Kueue's configuration ConfigMap (Kueue's Helm chart and manifests).
-KUEUE_CONFIGMAP: Final = "kueue-system/kueue-manager-config"
 
 _RESOURCES: Final[Mapping[str, Resource]] = {
     r.kind: r
@@ -70,47 +68,6 @@ _RESOURCES: Final[Mapping[str, Resource]] = {
         kinds.LEASE,
     )
 }
-
-
-def add_parser(sub: Any) -> None:
-    """Add ``cleanup`` to the top-level subcommands."""
-    from gpustack_worker.cli.flags import SYSTEM_NAMESPACE
-
-    p = sub.add_parser(
-        "cleanup",
-        help="uninstall: remove everything the operator owns (found by owner labels and field managers)",
-        description=(
-            "Drain the queues with reservations, then delete ClusterQueues, ResourceFlavors, Topologies, "
-            "AdmissionChecks, LocalQueues and NodeFeatures the operator owns, release its labels and "
-            "counting keys on Nodes, delete the InstanceTypes it authored and release its finalizers. "
-            "Refuses while the controller holds its Lease."
-        ),
-    )
-    p.add_argument("--dry-run", action="store_true", help="list what would be done; write nothing")
-    p.add_argument("--force", action="store_true", help="run even though the controller holds its Lease")
-    p.add_argument(
-        "--timeout",
-        type=float,
-        default=300.0,
-        help="seconds each step may wait for the API server / Kueue (default: %(default)s)",
-    )
-    from gpustack_worker.cli.flags import add_kubeconfig_flags
-    from gpustack_worker.cli.output import add_output_flag
-
-    add_kubeconfig_flags(p)
-    p.add_argument("--namespace", default=SYSTEM_NAMESPACE, help="system namespace (default: %(default)s)")
-    p.add_argument(
-        "--kueue-config",
-        action="store_true",
-        help="also revert what kueue-config --merge changed in Kueue's ConfigMap (its record annotation)",
-    )
-    p.add_argument(
-        "--kueue-configmap",
-        default=KUEUE_CONFIGMAP,
-        metavar="NAMESPACE/NAME",
-        help="Kueue's configuration ConfigMap (default: %(default)s)",
-    )
-    add_output_flag(p)
 
 
 async def inventory(client: Client, namespace: str) -> cleaning.Inventory:

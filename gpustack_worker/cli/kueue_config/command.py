@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from gpustack_worker.api import keys, kinds
+from gpustack_worker.api.kueue_install import CONFIG_KEY
 
 if TYPE_CHECKING:
     import argparse
@@ -45,11 +46,9 @@ if TYPE_CHECKING:
     from gpustack_worker.api.kueue_merge_record import Reverted
 
 __all__ = (
-    "CONFIG_KEY",
     "SERVER_SET",
     "Merged",
     "accept_names",
-    "add_parser",
     "check_accepts",
     "merge_document",
     "refusal_lines",
@@ -59,8 +58,6 @@ __all__ = (
     "table_lines",
 )
 
-#: The key of Kueue's ConfigMap that holds its configuration (Kueue's Helm chart).
-CONFIG_KEY = "controller_manager_config.yaml"
 #: Metadata the API server sets that the merged ConfigMap does not carry back (``uid`` and
 #: ``resourceVersion`` stay: they make ``kubectl replace``/``apply`` of the output refuse when the ConfigMap
 #: was changed or re-created since it was read).
@@ -73,56 +70,6 @@ LAST_APPLIED_RECORD: Final = "lastApplied"
 _WIDTH: Final = 60
 #: Exit code of a bad ``--accept`` (usage).
 USAGE: Final = 2
-
-
-def add_parser(sub: Any) -> None:
-    """Add ``kueue-config`` to the top-level subcommands."""
-    p = sub.add_parser(
-        "kueue-config",
-        help="Kueue's configuration for the chain, or merged into an existing one (--merge FILE)",
-        description=(
-            "Print the Kueue configuration the chain needs; with --merge FILE, lay the keys the chain "
-            "needs over an existing Kueue configuration (or the ConfigMap holding it), keeping everything "
-            "else: conflicts with the team's values are refused unless accepted one by one (--accept), the "
-            "changes are summarised on stderr, the result printed on stdout and what it replaced recorded "
-            "(the ConfigMap's annotation, or --record FILE). --revert FILE undoes a recorded merge."
-        ),
-    )
-    p.add_argument("--merge", default=None, metavar="FILE", help="the existing configuration ('-': stdin)")
-    p.add_argument(
-        "--accept",
-        action="append",
-        default=[],
-        metavar="KIND:NAME",
-        help=(
-            "accept one conflict, e.g. transformation:nvidia.com/gpu, gate:TopologyAwareScheduling, "
-            "integration:pod, setting:resources.quotaCheckStrategy (repeat, or comma-separate)"
-        ),
-    )
-    p.add_argument(
-        "--record",
-        default=None,
-        metavar="FILE",
-        help="for a bare Configuration: where the merge records what it replaced (read back by --revert)",
-    )
-    p.add_argument("--no-record", action="store_true", help="merge a bare Configuration without a record")
-    p.add_argument(
-        "--revert", default=None, metavar="FILE", help="undo a recorded merge of FILE ('-': stdin); print it"
-    )
-    p.add_argument(
-        "--feature-gates",
-        default=None,
-        metavar="VALUE",
-        help="the value of Kueue's --feature-gates flag, when its Deployment sets one",
-    )
-    p.add_argument(
-        "--namespace",
-        default=kinds.SYSTEM_NAMESPACE,
-        help="the worker's system namespace (default: %(default)s)",
-    )
-    p.add_argument(
-        "--check", action="store_true", help="print nothing and exit 0 when nothing would change, else exit 1"
-    )
 
 
 # --- accepting conflicts -------------------------------------------------------------------------------

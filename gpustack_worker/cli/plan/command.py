@@ -41,7 +41,7 @@ from gpustack_worker.cli.plan.cluster_plan import applicable
 from gpustack_worker.cli.plan.planning import PLAN_NAMESPACE, PlanError, PlannedChain, plan_chain
 from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.runtime.prune import stamp
-from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP, SettingsError, settings_from
+from gpustack_worker.runtime.settings import SettingsError, settings_from
 from gpustack_worker.simulate.load import load_scenario, packaged_scenario, packaged_scenario_names
 from gpustack_worker.simulate.scenario import Scenario, ScenarioError
 from gpustack_worker.topology.snapshot import MAX_SNAPSHOT_BYTES
@@ -53,7 +53,6 @@ if TYPE_CHECKING:
 
 __all__ = (
     "InputError",
-    "add_parser",
     "load_inputs",
     "parse_sets",
     "plan_list",
@@ -68,55 +67,6 @@ _MAX_SOURCE_BYTES = 1 << 20
 
 class InputError(ValueError):
     """An input of the plan is unreadable or invalid; ``str`` is the one-line reason."""
-
-
-def add_parser(sub: Any) -> None:
-    """Add ``plan`` to the top-level subcommands."""
-    from gpustack_worker.cli.flags import add_kubeconfig_flags
-
-    plan = sub.add_parser(
-        "plan",
-        help="the chain a scenario yields under given settings with no cluster, or (--from-cluster) what "
-        "the controllers would create, change and delete on a live cluster, read-only",
-    )
-    plan.add_argument(
-        "scenario", nargs="?", default=None, help="scenario file, or a packaged scenario's name (mixed-4)"
-    )
-    plan.add_argument(
-        "--from-cluster",
-        action="store_true",
-        help="plan against the live cluster (only reads: list/get)",
-    )
-    add_kubeconfig_flags(plan)  # --from-cluster only
-    plan.add_argument(
-        "--namespace",
-        default=kinds.SYSTEM_NAMESPACE,
-        help="--from-cluster: the worker's system namespace (default: %(default)s)",
-    )
-    plan.add_argument(
-        "--settings-configmap",
-        default=DEFAULT_CONFIGMAP,
-        help="--from-cluster: the settings ConfigMap (default: %(default)s)",
-    )
-    plan.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="a setting (a settings ConfigMap key)"
-    )
-    plan.add_argument(
-        "--topology-source",
-        default=None,
-        metavar="FILE",
-        help="a TopologySource (YAML); with --from-cluster: preview applying it (new, or a change of the "
-        "live source of that name) to the live pools",
-    )
-    plan.add_argument(
-        "--snapshot",
-        default=None,
-        metavar="FILE",
-        help="the snapshot that source serves (--from-cluster, configMap arm: default the live ConfigMap's)",
-    )
-    plan.add_argument(
-        "-o", "--output", choices=("text", "json", "yaml"), default="text", help="the output format"
-    )
 
 
 def _pairs(pairs: Sequence[str]) -> dict[str, str]:

@@ -26,10 +26,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 import yaml
 
-from gpustack_worker.api import kinds, kueue_config, rbac
-from gpustack_worker.cli.kueue_config import command as kueue_config_cmd
+from gpustack_worker.api import kinds, rbac
+from gpustack_worker.api.kueue_install import CONFIG_KEY
 from gpustack_worker.runtime.resources import Resource
-from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP as DEFAULT_SETTINGS_CONFIGMAP
 
 if TYPE_CHECKING:
     import argparse
@@ -38,12 +37,8 @@ if TYPE_CHECKING:
     from gpustack_worker.cli.preflight import preflighting
     from gpustack_worker.runtime.client import Client
 
-__all__ = ("KUEUE_CONFIG_KEY", "add_parser", "gather", "release_evidence", "run", "startup_problems")
+__all__ = ("gather", "release_evidence", "run", "startup_problems")
 
-#: Where Kueue's Helm chart keeps its configuration, the key holding it, and its Deployment.
-KUEUE_CONFIGMAP: Final = f"{kueue_config.KUEUE_NAMESPACE}/kueue-manager-config"
-KUEUE_CONFIG_KEY: Final = kueue_config_cmd.CONFIG_KEY
-KUEUE_DEPLOYMENT: Final = f"{kueue_config.KUEUE_NAMESPACE}/kueue-controller-manager"
 _DEPLOYMENT: Final = Resource("apps", "v1", "Deployment", "deployments", namespaced=True)
 _COHORT: Final = Resource(kinds.KUEUE_GROUP, kinds.KUEUE_VERSION, "Cohort", "cohorts", namespaced=False)
 _RULES_REVIEWS: Final = "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews"
@@ -52,81 +47,6 @@ _RULES_REVIEWS: Final = "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews"
 CLUSTER_REVIEW_NAMESPACE: Final = "gpustack-preflight-cluster-scope"
 #: The field of the webhook probe (``devcluster.worker_webhooks.probe_source``) only our webhook refuses.
 _PROBE_FIELD: Final = "spec.configMap.configMapRef.namespace"
-
-
-def add_parser(sub: Any) -> None:
-    """Add ``preflight`` to the top-level subcommands."""
-    p = sub.add_parser(
-        "preflight",
-        help="check the cluster has what the worker needs (Kubernetes, Kueue, NFD, CRDs, webhook, RBAC)",
-        description=(
-            "A table of checks, each with its result and how to fix it: the Kubernetes version; Kueue's "
-            "APIs and configuration; NFD's NodeFeature API and a running nfd-master; our CRDs at this "
-            "build's schema; the Devices API; the webhook reachable from the API server; the "
-            "ServiceAccounts' RBAC; the system namespace and the settings ConfigMap; and existing "
-            "ClusterQueues and Cohorts whose GPU quota our transformations would stop counting (a failure, "
-            "with the credits quota that keeps the limit). Before the chart is installed — no object of "
-            "the chart exists, or --before-install — what the chart installs is reported as 'installs "
-            "with the chart' and passes; after it (any of its objects exists, or --after-install) it "
-            "fails. Exit 0 when nothing fails, 1 otherwise."
-        ),
-    )
-    from gpustack_worker.cli.flags import add_kubeconfig_flags
-    from gpustack_worker.cli.output import add_output_flag
-
-    add_kubeconfig_flags(p)
-    p.add_argument(
-        "--namespace", default=kinds.SYSTEM_NAMESPACE, help="system namespace (default: %(default)s)"
-    )
-    p.add_argument(
-        "--kueue-config",
-        default=None,
-        metavar="FILE",
-        help="Kueue's configuration file (or a ConfigMap holding it), when Kueue does not read a ConfigMap",
-    )
-    p.add_argument(
-        "--kueue-configmap",
-        default=KUEUE_CONFIGMAP,
-        metavar="NAMESPACE/NAME",
-        help=f"the ConfigMap Kueue reads (key {KUEUE_CONFIG_KEY}; default: %(default)s)",
-    )
-    p.add_argument(
-        "--kueue-deployment",
-        default=KUEUE_DEPLOYMENT,
-        metavar="NAMESPACE/NAME",
-        help="Kueue's Deployment, read for a --feature-gates flag (default: %(default)s)",
-    )
-    p.add_argument(
-        "--settings-configmap",
-        default=DEFAULT_SETTINGS_CONFIGMAP,
-        metavar="NAME",
-        help="the settings ConfigMap in the system namespace (the chart's settings.configMapName; "
-        "default: %(default)s)",
-    )
-    stage = p.add_mutually_exclusive_group()
-    stage.add_argument(
-        "--before-install",
-        dest="stage",
-        action="store_const",
-        const="before-install",
-        help="judge the cluster as before the chart's install: what the chart installs passes as "
-        "'installs with the chart' (default: automatic, before exactly when none of the chart's objects "
-        "exists)",
-    )
-    stage.add_argument(
-        "--after-install",
-        dest="stage",
-        action="store_const",
-        const="after-install",
-        help="judge the cluster as after the chart's install: what it should have installed fails",
-    )
-    p.add_argument(
-        "-v",
-        "--verbose",
-        action="store_true",
-        help="list every item a long row summarises (missing grants, queue quotas); -o json always does",
-    )
-    add_output_flag(p)
 
 
 # --- reading --------------------------------------------------------------------------------------------
@@ -229,9 +149,9 @@ def _split_ref(ref: str) -> tuple[str, str]:
 
 
 def _config_from_document(doc: Any) -> Any:
-    """A Kueue Configuration, or a ConfigMap holding one under :data:`KUEUE_CONFIG_KEY`."""
+    """A Kueue Configuration, or a ConfigMap holding one under :data:`CONFIG_KEY`."""
     if isinstance(doc, dict) and doc.get("kind") == "ConfigMap":
-        text = (doc.get("data") or {}).get(KUEUE_CONFIG_KEY)
+        text = (doc.get("data") or {}).get(CONFIG_KEY)
         return yaml.safe_load(text) if text else None
     return doc
 
@@ -250,7 +170,7 @@ async def _kueue_config(client: Client, args: argparse.Namespace) -> tuple[Any, 
     if cm is None:
         return None, source
     try:
-        return _config_from_document(cm), f"{source} key {KUEUE_CONFIG_KEY}"
+        return _config_from_document(cm), f"{source} key {CONFIG_KEY}"
     except yaml.YAMLError as exc:
         return None, f"{source} ({exc})"
 

@@ -21,15 +21,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from gpustack_worker.api.generated import report, stale, write_files
 from gpustack_worker.cli.settings import WorkerSettings
-from gpustack_worker.runtime.settings import (
-    DEFAULT_CONFIGMAP,
-    DEFAULT_NAMESPACE,
-    SettingsModel,
-    env_name,
-    is_startup_only,
-    kebab,
-    rule,
-)
+from gpustack_worker.runtime.defaults import DEFAULT_CONFIGMAP, DEFAULT_NAMESPACE
+from gpustack_worker.runtime.settings import SettingsModel, env_name, is_startup_only, kebab, rule
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence

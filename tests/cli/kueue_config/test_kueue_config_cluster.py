@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
-from gpustack_worker.api import keys, kinds
+from gpustack_worker.api import keys, kinds, kueue_install
 from gpustack_worker.cli.cleanup import command as cleanup_cmd
 from gpustack_worker.cli.kueue_config import command as kueue_config_cmd
 from gpustack_worker.runtime.client import Client
@@ -46,7 +46,7 @@ def _kubectl_on_path() -> None:
 
 
 NS = f"kueue-merge-{uuid.uuid4().hex[:6]}"
-KEY = kueue_config_cmd.CONFIG_KEY
+KEY = kueue_install.CONFIG_KEY
 #: The issue's team configuration, as they wrote it.
 TEAM_TEXT = """\
 apiVersion: config.kueue.x-k8s.io/v1beta2

@@ -19,8 +19,8 @@ from gpustack_worker.cli.demo import scene as demo_scene
 from gpustack_worker.cli.plan.command import parse_sets
 from gpustack_worker.cli.plan.planning import PlannedChain, plan_chain
 from gpustack_worker.runtime.client import Client
+from gpustack_worker.runtime.defaults import DEFAULT_CONFIGMAP, DEFAULT_NAMESPACE
 from gpustack_worker.runtime.quantity import parse
-from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP, DEFAULT_NAMESPACE
 from gpustack_worker.simulate.load import packaged_scenario
 from tests.cli.plan.test_plan import rack_snapshot, rack_source
 from tests.stack import Stack, eventually, module_cluster, running_stack

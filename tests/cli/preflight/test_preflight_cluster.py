@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
-from gpustack_worker.api import kinds, kueue_config, rbac
+from gpustack_worker.api import kinds, kueue_config, kueue_install, rbac
 from gpustack_worker.cli.preflight import preflighting
 from gpustack_worker.cli.preflight.command import startup_problems
 from gpustack_worker.runtime.client import Client
+from gpustack_worker.runtime.defaults import DEFAULT_CONFIGMAP
 from gpustack_worker.runtime.resources import Resource
-from gpustack_worker.runtime.settings import DEFAULT_CONFIGMAP
 from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario
 from tests.kit import kueue
@@ -50,7 +50,7 @@ pytestmark = pytest.mark.cluster
 
 _SUFFIX = uuid.uuid4().hex[:6]
 _COHORT = Resource(kinds.KUEUE_GROUP, kinds.KUEUE_VERSION, "Cohort", "cohorts", namespaced=False)
-KUEUE_NS = kueue_config.KUEUE_NAMESPACE
+KUEUE_NS = kueue_install.KUEUE_NAMESPACE
 KUEUE_CM = "kueue-manager-config"
 
 
