@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.kit import cluster as kit_cluster
-from tests.kit import logs, phases, properties, scheduling, waiting
+from tests.kit import logs, per_run, phases, properties, scheduling, waiting
 
 # Property-based tests (hypothesis): the ``ci`` and ``thorough`` profiles and the example counts
 # (tests/kit/properties.py). Registered at import, before hypothesis' plugin reads --hypothesis-profile.
@@ -30,6 +30,12 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 def pytest_configure(config: pytest.Config) -> None:
     # Where the time went (start-ups, resets, cluster and other tests), printed at the end of the run.
     config.pluginmanager.register(phases.Phases(), "gpustack-phases")
+    # The run's directory for values computed once and shared by the workers (tests/kit/per_run.py).
+    per_run.start_run()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    per_run.end_run()
 
 
 if TYPE_CHECKING:

@@ -90,6 +90,7 @@ from gpustack_worker.simulate.apply import apply_scenario
 from gpustack_worker.simulate.load import packaged_scenario
 from tests.chain.controller_procs import audited_cluster
 from tests.cli.plan.test_plan_cluster import TEAM, live_view, plan_view
+from tests.kit import per_run
 from tests.stack import Stack, condition, eventually, running_stack
 
 if TYPE_CHECKING:
@@ -520,10 +521,20 @@ async def _settled(stack: Stack, scenario: str) -> Snapshot | None:
 
 async def baseline(scenario: str = SCENARIO) -> Baseline:
     """The undisturbed run of ``scenario`` (:func:`running_chain` on a fresh audited control plane, until
-    the chain equals ``plan`` and is at rest), once per test session."""
+    the chain equals ``plan`` and is at rest), once per test run: computed by the first worker that asks
+    (tests/kit/per_run.py), read by the others."""
     cached = _BASELINES.get(scenario)
-    if cached is not None:
-        return cached
+    if cached is None:
+        shared = await per_run.once(f"baseline-{scenario}", lambda: _undisturbed(scenario))
+        writes: collections.Counter[WriteKey] = collections.Counter(
+            {(user, path, ns, name): count for (user, path, ns, name), count in shared["writes"]}
+        )
+        cached = _BASELINES[scenario] = Baseline(scenario, shared["objects"], writes)
+    return cached
+
+
+async def _undisturbed(scenario: str) -> dict[str, Any]:
+    """:func:`baseline`'s run, as JSON: the settled objects and the accepted writes as ``[key, count]``."""
     with audited_cluster(f"baseline-{scenario}") as cluster:
         assert cluster.audit_log is not None
         audit = AuditLog(cluster.audit_log)
@@ -531,9 +542,7 @@ async def baseline(scenario: str = SCENARIO) -> Baseline:
             objects = await eventually(lambda: _settled(stack, scenario), within=CONVERGE_S, every=1.0)
             writes = accepted_writes(audit, (CONTROLLER_USER, AGENT_USER))
     assert objects is not None
-    result = Baseline(scenario, objects, writes)
-    _BASELINES[scenario] = result
-    return result
+    return {"objects": objects, "writes": [[list(key), count] for key, count in writes.items()]}
 
 
 # --- what the process reports ----------------------------------------------------------------------
