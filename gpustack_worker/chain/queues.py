@@ -856,7 +856,8 @@ def _current_groups(
     the no-live-flavor drain (or the refusal's) keeps them until Kueue reports no reservation — never an
     empty queue under reservations.
     """
-    left = _left(groups, inp.flavors, inp.nodes)
+    planned = outcome.groups if isinstance(outcome, Plan) else None
+    left = _left(groups, inp.flavors, inp.nodes, planned)
     kept = _without_flavors(groups, left)
     if kept or not left:
         return kept
@@ -866,25 +867,75 @@ def _current_groups(
 
 
 def _left(
-    groups: Sequence[Mapping[str, Any]], flavors: Sequence[Mapping[str, Any]], nodes: Sequence[NodeHardware]
+    groups: Sequence[Mapping[str, Any]],
+    flavors: Sequence[Mapping[str, Any]],
+    nodes: Sequence[NodeHardware],
+    planned: Sequence[Mapping[str, Any]] | None = None,
 ) -> set[str]:
     """The flavors of ``groups`` whose nodes left: finalizing (the flavor controller deleted them; Kueue
     keeps them with ``resource-in-use`` while a queue references them) and selecting no Node any more,
-    whatever topology profile the Node now carries. A finalizing flavor whose hardware is still selected
-    under another profile is the old flavor of a live hierarchy change (its nodes stayed, re-advertised by
-    the new flavors), and one whose full selector still selects Nodes is being replaced under its name:
-    both follow the migration rule."""
+    whatever topology profile the Node now carries — or whose hardware is still selected under another
+    profile while the plan (``planned``, the complete plan's groups) gives no flavor of that hardware more
+    quota than the queue holds now: the other profile's nodes were served all along, and nothing of the
+    finalizing flavor's moved there. A finalizing flavor whose hardware is selected elsewhere and whose
+    capacity reappears there (a flavor of that hardware new to the queue or grown, or no complete plan to
+    tell) is the old flavor of a live hierarchy change (its nodes stayed, re-advertised by the new
+    flavors), and one whose full selector still selects Nodes is being replaced under its name: both
+    follow the migration rule."""
     names = set(_flavor_names(groups))
+    by_name = {_name(f): f for f in flavors}
     out = set()
     for flavor in flavors:
         name = _name(flavor)
         if name not in names or _live(flavor):
             continue
         selector: Mapping[str, str] = (flavor.get("spec") or {}).get("nodeLabels") or {}
-        hardware = {k: v for k, v in selector.items() if k != keys.TOPOLOGY_PROFILE}
+        if any(all(n.labels.get(k) == v for k, v in selector.items()) for n in nodes):
+            continue  # replaced under its name
+        hardware = _hardware(flavor)
         if not any(all(n.labels.get(k) == v for k, v in hardware.items()) for n in nodes):
             out.add(name)
+        elif planned is not None and not _gains(planned, groups, by_name, hardware):
+            out.add(name)
     return out
+
+
+def _hardware(flavor: Mapping[str, Any]) -> dict[str, str]:
+    """A flavor's node selector without its topology-profile pin: the hardware it serves."""
+    selector: Mapping[str, str] = (flavor.get("spec") or {}).get("nodeLabels") or {}
+    return {k: v for k, v in selector.items() if k != keys.TOPOLOGY_PROFILE}
+
+
+def _quotas(groups: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each flavor's nominal quota per resource in ``groups``."""
+    return {
+        str(f.get("name", "")): {str(r.get("name", "")): r.get("nominalQuota") for r in f.get("resources") or ()}
+        for g in groups
+        for f in g.get("flavors") or ()
+    }
+
+
+def _gains(
+    planned: Sequence[Mapping[str, Any]],
+    groups: Sequence[Mapping[str, Any]],
+    flavors: Mapping[str, Mapping[str, Any]],
+    hardware: Mapping[str, str],
+) -> bool:
+    """Whether the plan gives a flavor of ``hardware`` more than the queue holds now: a flavor new to the
+    queue (or not in the cache yet, so of unknown hardware), or a resource's quota grown (or unreadable)."""
+    now = _quotas(groups)
+    for name, quota in _quotas(planned).items():
+        known = flavors.get(name)
+        if known is not None and _hardware(known) != hardware:
+            continue
+        held = now.get(name)
+        if held is None:
+            return True
+        for resource, value in quota.items():
+            after, before = parse(value), parse(held.get(resource, "0"))
+            if after is None or before is None or after > before:
+                return True
+    return False
 
 
 def _without_flavors(groups: Sequence[Mapping[str, Any]], names: set[str]) -> list[Mapping[str, Any]]:

@@ -671,17 +671,10 @@ def _finalizing(flavor: Mapping[str, Any]) -> dict[str, Any]:
     return {**flavor, "metadata": meta}
 
 
-def _hardware_of(selector: Mapping[str, str]) -> dict[str, str]:
-    """A flavor's selector without its topology-profile pin: the hardware it selects."""
-    return {k: v for k, v in selector.items() if k != keys.TOPOLOGY_PROFILE}
-
-
 def assert_a_leaving_node_drops_only_its_flavor(
     fleet: Fleet,
     leaving: str,
     queues_before: Mapping[str, Mapping[str, Any]],
-    *,
-    same_hardware_elsewhere: bool = False,
 ) -> None:
     """``leaving`` leaves the fleet while Kueue reports ``queues_before`` (reservations on some flavors).
     Its flavors stay, finalizing, while a queue references them (Kueue's ``resource-in-use``). Each queue
@@ -708,17 +701,6 @@ def assert_a_leaving_node_drops_only_its_flavor(
         dropped = old - set(after.flavors)
         # Only a node leaving: every dropped flavor selects no Node any more (not a rename or a new profile).
         if any(_selects(_selector(before.flavors[f]), labels) for f in dropped for labels in after_labels):
-            continue
-        # Known defect, left open (stop 37's note): a dropped flavor whose hardware a remaining node still
-        # has under another profile is taken for the old flavor of a hierarchy change, and the queue drains.
-        # The queue's inputs cannot yet tell that leaving from a node moving into the other profile (where
-        # an in-place drop would count its running Workloads twice). Checked only when asked, by
-        # test_a_node_leaving_its_rack_beside_the_same_cpu_elsewhere_drops_its_flavor_in_place (xfail).
-        if not same_hardware_elsewhere and any(
-            _selects(_hardware_of(_selector(before.flavors[f])), labels)
-            for f in dropped
-            for labels in after_labels
-        ):
             continue
         decision = _decide(after_fleet, it, flavors, hardware, frozenset(after.topologies), queue)
         planned = _queue_flavors(after.cluster_queues.get(name))
@@ -759,17 +741,13 @@ def test_the_four_card_nodes_leave_while_the_one_card_flavor_holds_a_reservation
         assert_a_leaving_node_drops_only_its_flavor(fleet, "n1", queues)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known defect: the queue cannot tell this leaving from a node moving into the other profile, and "
-    "drains (a fix needs the plan's quota compared per served flavor)",
-)
 def test_a_node_leaving_its_rack_beside_the_same_cpu_elsewhere_drops_its_flavor_in_place() -> None:
     """Found by hypothesis: ``n1`` is placed in a rack (its own topology profile), ``n2`` and ``n3`` have the
     same CPU but no rack, so the CPU queue serves that CPU under two flavors. ``n1`` leaves: its rack flavor
     finalizes while the other profile still selects that hardware — served all along by a live flavor of
-    the queue, so nothing of ``n1``'s stayed and the flavor is dropped in place (it was taken for the old
-    flavor of a hierarchy change, and the whole CPU queue drained)."""
+    the queue, whose quota the plan leaves as it is: nothing of ``n1``'s moved there, so the flavor is
+    dropped in place (it used to be taken for the old flavor of a hierarchy change, and the whole CPU queue
+    drained)."""
     epyc = "AMD EPYC 7763 64-Core Processor"
     fleet = Fleet(
         _fleet(
@@ -785,4 +763,40 @@ def test_a_node_leaving_its_rack_beside_the_same_cpu_elsewhere_drops_its_flavor_
     reserving = {
         n: fleets_mod.queue_with_usage(q, set(_queue_flavors(q))) for n, q in before.cluster_queues.items()
     }
-    assert_a_leaving_node_drops_only_its_flavor(fleet, "n1", reserving, same_hardware_elsewhere=True)
+    assert_a_leaving_node_drops_only_its_flavor(fleet, "n1", reserving)
+
+
+def test_a_node_moving_out_of_its_rack_beside_the_same_cpu_drains_the_queue_using_its_flavor() -> None:
+    """The counterpart of the leaving above: ``n1`` stays but leaves the rack inventory, so its hardware moves
+    into the profile ``n2`` and ``n3`` are under. Its rack flavor finalizes as in the leaving, but the plan
+    gives the other profile's flavor of that CPU ``n1``'s capacity on top of what the queue holds: the
+    capacity moved, a Workload still running on the old flavor would be counted twice, and the queue whose
+    reservation is on the finalizing flavor drains (the hierarchy change's rule)."""
+    epyc = "AMD EPYC 7763 64-Core Processor"
+    scenario = _fleet(
+        _node("n1", "AMD", epyc, _card("nvidia", "NVIDIA A100-SXM4-80GB", count=1))
+        | {"labels": {fleets_mod.RACK_LABEL: "r1"}},
+        _node("n2", "AMD", epyc, _card("amd", "AMD Instinct MI300X", count=1)),
+        _node("n3", "AMD", epyc, _card("amd", "AMD Instinct MI300X", count=1)),
+    ).scenario
+    grouping = Grouping(aware=False, mixed=True, manual=False)
+    racked = Fleet(scenario, grouping, fleets_mod.Racks({"n1": ("region-1", "zone-a", "zone-a-rack-1")}))
+    moved = Fleet(scenario, grouping, None)
+    before, after = plan_of(racked), plan_of(moved)
+    gone = [_finalizing(f) for name, f in before.flavors.items() if name not in after.flavors]
+    assert gone, "n1's rack flavor is no longer planned"
+    hardware = _hardware(moved, after)
+    drained = []
+    for name, it in after.instance_types.items():
+        queue = before.cluster_queues.get(name)
+        dropped = set(_queue_flavors(queue)) - set(after.flavors)
+        if queue is None or not dropped:
+            continue
+        reserving = fleets_mod.queue_with_usage(queue, dropped)
+        flavors = [*after.flavors.values(), *gone]
+        decision = _decide(moved, it, flavors, hardware, frozenset(after.topologies), reserving)
+        body = decision.body or {}
+        assert (body.get("spec") or {}).get("stopPolicy") == chain_queues.HOLD_AND_DRAIN, (name, decision)
+        assert dropped <= set(_queue_flavors(body)), (name, decision)  # kept while it drains
+        drained.append(name)
+    assert len(drained) == 2, drained  # the accelerator's queue and the CPU queue both served n1's flavor
