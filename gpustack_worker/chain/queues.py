@@ -893,9 +893,8 @@ def _left(
         if any(all(n.labels.get(k) == v for k, v in selector.items()) for n in nodes):
             continue  # replaced under its name
         hardware = _hardware(flavor)
-        if not any(all(n.labels.get(k) == v for k, v in hardware.items()) for n in nodes):
-            out.add(name)
-        elif planned is not None and not _gains(planned, groups, by_name, hardware):
+        elsewhere = any(all(n.labels.get(k) == v for k, v in hardware.items()) for n in nodes)
+        if not elsewhere or (planned is not None and not _gains(planned, groups, by_name, hardware)):
             out.add(name)
     return out
 
@@ -908,11 +907,12 @@ def _hardware(flavor: Mapping[str, Any]) -> dict[str, str]:
 
 def _quotas(groups: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """Each flavor's nominal quota per resource in ``groups``."""
-    return {
-        str(f.get("name", "")): {str(r.get("name", "")): r.get("nominalQuota") for r in f.get("resources") or ()}
-        for g in groups
-        for f in g.get("flavors") or ()
-    }
+    out: dict[str, dict[str, Any]] = {}
+    for group in groups:
+        for flavor in group.get("flavors") or ():
+            quota = {str(r.get("name", "")): r.get("nominalQuota") for r in flavor.get("resources") or ()}
+            out[str(flavor.get("name", ""))] = quota
+    return out
 
 
 def _gains(
