@@ -14,14 +14,19 @@ nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
+#: The CI sessions' virtualenvs are made and filled by uv when it is installed (``.ci/run`` installs it
+#: beside nox), else by venv and pip: a venv and ``pip install -e '.[test]'`` took 20 s per session,
+#: uv 2 s. The other sessions keep venv and pip (``lock_check`` installs the image's way, with pip).
+_CI_BACKEND = "uv|venv"
 
-@nox.session
+
+@nox.session(venv_backend=_CI_BACKEND)
 def tests(session: nox.Session) -> None:
     """Unit, table and end-to-end tests; the e2e tests run on a real local control plane."""
     _suite(session)
 
 
-@nox.session
+@nox.session(venv_backend=_CI_BACKEND)
 def tests_thorough(session: nox.Session) -> None:
     """The tests with hypothesis' ``thorough`` profile: every property test at its full example count
     (tests/kit/properties.py); ``tests`` runs the ``ci`` profile. Failing examples are kept in
@@ -35,9 +40,10 @@ def _suite(session: nox.Session, *options: str) -> None:
     # cannot be built fails the run up front with go's own error instead of inside a fixture; helm (the
     # chart tests) and Jaeger (the trace and demo tests) are optional for the demo, not for the tests.
     session.run("python", "-m", "gpustack_worker.devcluster.build", *_OPTIONAL_FOR_TESTS)
-    # the real nodes' runtime (Debian's containerd, runc, CNI plugins, iptables) and the product image
+    # The real nodes' runtime (Debian's containerd, runc, CNI plugins, iptables). The product image is
+    # built by the first test that needs it (devcluster.image.ensure_product_image, under a lock): here it
+    # held up the whole run for 14 s after every package change, there it overlaps the other workers.
     session.run("python", "-m", "gpustack_worker.devcluster.debs")
-    session.run("python", "-m", "gpustack_worker.devcluster.image")
     session.run("pytest", *_parallel(session.posargs), *options, *session.posargs, env=_bytecode(session))
 
 
@@ -87,18 +93,28 @@ def mutations(session: nox.Session) -> None:
     session.run("python", "bench/mutation_check.py", *session.posargs)
 
 
-@nox.session
+@nox.session(venv_backend=_CI_BACKEND)
 def lint(session: nox.Session) -> None:
     """ruff over the whole tree."""
     session.install("ruff>=0.6")
     session.run("ruff", "check", ".")
 
 
-@nox.session
+@nox.session(venv_backend=_CI_BACKEND)
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict over the package."""
+    """mypy --strict over the package.
+
+    Its cache lives in the component cache (``mypy/`` beside the built binaries), not in the checkout: a
+    fresh clone of a tree mypy has seen re-checks only what changed (mypy compares each file's hash when
+    its mtime differs, so a new checkout's timestamps cost nothing). A new machine starts cold."""
     session.install("-e", ".[dev,test]")
-    session.run("mypy", "gpustack_worker")
+    cache = session.run(
+        "python",
+        "-c",
+        "from gpustack_worker.devcluster.build import cache_dir; print(cache_dir())",
+        silent=True,
+    )
+    session.run("mypy", "--cache-dir", os.path.join(str(cache).strip(), "mypy"), "gpustack_worker")
 
 
 @nox.session

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import urllib.request
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
@@ -55,6 +55,23 @@ pytestmark = pytest.mark.cluster
 
 NS = kinds.SYSTEM_NAMESPACE
 Key = tuple[str, str, str, str]  # (namespace or "" , apiGroup, resource[/subresource], verb)
+
+
+def _deployment(name: str, namespace: str, instance_type: str) -> dict[str, Any]:
+    """A one-role ModelDeployment asking one card of ``instance_type``."""
+    template = {"spec": {"containers": [{"name": "e", "image": "registry.invalid/e"}]}}
+    role = {
+        "name": "server",
+        "instanceType": instance_type,
+        "resources": {"accelerator": "1"},
+        "template": template,
+    }
+    return {
+        "apiVersion": kinds.MODEL_DEPLOYMENT.api_version,
+        "kind": kinds.MODEL_DEPLOYMENT.kind,
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"roles": [role]},
+    }
 
 
 def _username(component: rbac.Component) -> str:
@@ -135,9 +152,7 @@ def devcluster() -> DevCluster:
     return shared_baseline()
 
 
-async def test_roles_grant_exactly_what_the_processes_use(
-    devcluster: DevCluster, tmp_path: Path
-) -> None:
+async def test_roles_grant_exactly_what_the_processes_use(devcluster: DevCluster, tmp_path: Path) -> None:
     assert devcluster.audit_log is not None
     audit = AuditLog.from_now(devcluster.audit_log)
     run = uuid.uuid4().hex[:8]
@@ -280,32 +295,23 @@ async def test_roles_grant_exactly_what_the_processes_use(
         await admin.create(
             kinds.NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": team}}
         )
-        await admin.create(
-            kinds.MODEL_DEPLOYMENT,
-            {
-                "apiVersion": kinds.MODEL_DEPLOYMENT.api_version,
-                "kind": kinds.MODEL_DEPLOYMENT.kind,
-                "metadata": {"name": "rbac", "namespace": team},
-                "spec": {
-                    "roles": [
-                        {
-                            "name": "server",
-                            "instanceType": "gpustack--nvidia-a100-sxm4-80gb-linux-amd64",
-                            "resources": {"accelerator": "1"},
-                            "template": {
-                                "spec": {"containers": [{"name": "e", "image": "registry.invalid/e"}]}
-                            },
-                        }
-                    ]
-                },
-            },
-        )
+        # A second one names an InstanceType that does not exist: its Warning Event is posted in the
+        # team's namespace through the cluster-wide grant, whatever the first one's timing was.
+        for name, instance_type in (
+            ("rbac", "gpustack--nvidia-a100-sxm4-80gb-linux-amd64"),
+            ("rbac-unknown-type", f"no-such-type-{run}"),
+        ):
+            await admin.create(kinds.MODEL_DEPLOYMENT, _deployment(name, team, instance_type))
         verdicts = ("", kinds.WORKLOAD.group, f"{kinds.WORKLOAD.plural}/status", "patch")
         pods = ("", kinds.POD.group, kinds.POD.plural, "create")
         md_status = ("", kinds.MODEL_DEPLOYMENT.group, f"{kinds.MODEL_DEPLOYMENT.plural}/status", "patch")
+        warned = ("", kinds.EVENT.group, kinds.EVENT.plural, "create")
         # (namespaced uses of these cluster-wide grants count as the grants)
         await eventually(
-            lambda: {verdicts, pods, md_status} <= _covered(used(controller_user), _granted(rbac.CONTROLLER)),
+            lambda: (
+                {verdicts, pods, md_status, warned}
+                <= _covered(used(controller_user), _granted(rbac.CONTROLLER))
+            ),
             within=120,
             every=0.05,
         )
