@@ -826,18 +826,6 @@ class Steps:
         selectors: list[Mapping[str, str]] = [(f.get("spec") or {}).get("nodeLabels") or {} for f in chosen]
         return self._candidates(selectors) if selectors else []
 
-    def _capacity_status(self, it: Mapping[str, Any], queue: Mapping[str, Any] | None) -> dict[str, Any]:
-        """Four-view (accelerated) or CPU view, plus the descriptors of the pool's first flavor
-        (:func:`typestatus.capacity_status` over the caches)."""
-        return typestatus.capacity_status(
-            it,
-            queue,
-            self.flavor_cache.store.list(),
-            self._pool_candidates(it),
-            self.devices_facts,
-            aware=self.settings().instance_type_aware_cpu_manufacturer,
-        )
-
     # -- LocalQueues ---------------------------------------------------------------------------------
 
     async def local_queues(self, namespace: str) -> Result:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 import pytest
 
 from gpustack_worker.api import keys
-from gpustack_worker.chain import flavors, pools, queues
+from gpustack_worker.chain import flavors, inputs, pools, queues
 from gpustack_worker.chain.controller import Chain
 from gpustack_worker.cli.settings import WorkerSettings
 from gpustack_worker.runtime.frozen import thaw
@@ -109,10 +109,11 @@ def _same_everywhere(chain: Chain, monkeypatch: pytest.MonkeyPatch) -> list[str]
         everything = _decide(chain, it, chain.steps.hardware())
         assert _decide(chain, it, chain.steps._queue_nodes(it)) == everything
         assert _members(chain, it, indexed=True) == _members(chain, it, indexed=False)
-        indexed = chain.steps._capacity_status(it, None)
+        decision, _queue = inputs.type_decision(it, None)
+        indexed = chain.steps.pool_status(it, None, decision)
         with monkeypatch.context() as m:
             m.setattr(chain.steps, "_candidates", lambda _selectors, _extra=(): chain.steps.hardware())
-            assert chain.steps._capacity_status(it, None) == indexed
+            assert chain.steps.pool_status(it, None, decision) == indexed
         reasons.append(everything.condition.reason if everything.condition else "")
     return reasons
 
