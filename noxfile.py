@@ -56,8 +56,10 @@ def _bytecode(session: nox.Session) -> dict[str, str]:
     the hundreds of ``gpustack-worker`` processes the tests start compiled the package again (0.2 s each).
     With a cache prefix the installed libraries' own ``__pycache__`` is not read either: they are
     compiled into it once, by the first process that imports them."""
-    prefix = os.path.join(session.virtualenv.location, "pycache")
-    return {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": prefix}
+    location = getattr(session.virtualenv, "location", None)
+    if not location:  # no virtualenv of its own (``nox --no-venv``): compiled beside the sources
+        return {"PYTHONDONTWRITEBYTECODE": ""}
+    return {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": os.path.join(location, "pycache")}
 
 
 #: The optional components the tests use: helm (the chart tests, and its install onto a real node), Jaeger
