@@ -11,18 +11,19 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import random
 import signal
 import socket
 import subprocess
 import time
 import urllib.request
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     import ssl
     from collections.abc import Callable, Sequence
-    from pathlib import Path
 
 __all__ = ("ManagedProcess", "StartupError", "free_port", "http_ok", "spawn", "wait_until")
 
@@ -59,11 +60,41 @@ def spawn(
     return proc
 
 
+#: Ports handed out are taken from here: below the kernel's ephemeral range (32768 and up by default)
+#: and below Kubernetes' NodePort range (30000-32767).
+_PORTS: Final = range(20000, 30000)
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """A TCP port on 127.0.0.1 that is free right now, for a process started next to listen on.
+
+    Never one of the kernel's ephemeral ports: one of those, free when picked, can become the source port
+    of any outgoing connection on the machine before the process binds it (a test run holds thousands;
+    seen as ``address already in use`` in a cold CI run). Below that range only another listener can take
+    it; this process never hands out the same port twice."""
+    low = _ephemeral_low()
+    candidates = [p for p in _PORTS if p < low and p not in _handed_out]
+    random.shuffle(candidates)
+    for port in candidates[:200]:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # nothing free below: the kernel's choice
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default when it cannot be read)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
