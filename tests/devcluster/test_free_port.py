@@ -4,10 +4,12 @@ free when handed out."""
 from __future__ import annotations
 
 import socket
-
-import pytest
+from typing import TYPE_CHECKING
 
 from gpustack_worker.devcluster import procs
+
+if TYPE_CHECKING:
+    import pytest
 
 
 def test_ports_are_below_the_ephemeral_range_distinct_and_bindable() -> None:
