@@ -884,6 +884,7 @@ def _left(
     follow the migration rule."""
     names = set(_flavor_names(groups))
     by_name = {_name(f): f for f in flavors}
+    quotas: tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]] | None = None  # read on first need
     out = set()
     for flavor in flavors:
         name = _name(flavor)
@@ -893,8 +894,13 @@ def _left(
         if any(all(n.labels.get(k) == v for k, v in selector.items()) for n in nodes):
             continue  # replaced under its name
         hardware = _hardware(flavor)
-        elsewhere = any(all(n.labels.get(k) == v for k, v in hardware.items()) for n in nodes)
-        if not elsewhere or (planned is not None and not _gains(planned, groups, by_name, hardware)):
+        if not any(all(n.labels.get(k) == v for k, v in hardware.items()) for n in nodes):
+            out.add(name)
+            continue
+        if planned is None:
+            continue  # no complete plan to tell a leaving from a move: the migration rule
+        quotas = quotas or (_quotas(planned), _quotas(groups))
+        if not _gains(*quotas, by_name, hardware):
             out.add(name)
     return out
 
@@ -916,23 +922,23 @@ def _quotas(groups: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def _gains(
-    planned: Sequence[Mapping[str, Any]],
-    groups: Sequence[Mapping[str, Any]],
+    planned: Mapping[str, Mapping[str, Any]],
+    held: Mapping[str, Mapping[str, Any]],
     flavors: Mapping[str, Mapping[str, Any]],
     hardware: Mapping[str, str],
 ) -> bool:
-    """Whether the plan gives a flavor of ``hardware`` more than the queue holds now: a flavor new to the
-    queue (or not in the cache yet, so of unknown hardware), or a resource's quota grown (or unreadable)."""
-    now = _quotas(groups)
-    for name, quota in _quotas(planned).items():
+    """Whether the plan's quotas (``planned``, :func:`_quotas`) give a flavor of ``hardware`` more than the
+    queue holds now (``held``): a flavor new to the queue (or not in the cache yet, so of unknown
+    hardware), or a resource's quota grown (or unreadable)."""
+    for name, quota in planned.items():
         known = flavors.get(name)
         if known is not None and _hardware(known) != hardware:
             continue
-        held = now.get(name)
-        if held is None:
+        now = held.get(name)
+        if now is None:
             return True
         for resource, value in quota.items():
-            after, before = parse(value), parse(held.get(resource, "0"))
+            after, before = parse(value), parse(now.get(resource, "0"))
             if after is None or before is None or after > before:
                 return True
     return False
